@@ -1,0 +1,28 @@
+"""hfzoo: transformer architectures, pretraining recipes and composable adapters, native to Hugging Face.
+
+Importing hfzoo registers every family with transformers' Auto classes and PEFT's default targets.
+"""
+
+from .models.configuration_decoder import ZooDecoderConfig
+from .models.modeling_decoder import (
+    ZooDecoderForCausalLM,
+    ZooDecoderForSequenceClassification,
+    ZooDecoderForTokenClassification,
+    ZooDecoderModel,
+)
+from .presets import list_presets, preset_config
+from .registration import register as _register
+
+_register()
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ZooDecoderConfig",
+    "ZooDecoderModel",
+    "ZooDecoderForCausalLM",
+    "ZooDecoderForSequenceClassification",
+    "ZooDecoderForTokenClassification",
+    "list_presets",
+    "preset_config",
+]

@@ -1,0 +1,87 @@
+"""Configuration fields shared by the three hfzoo families (decoder, encoder, encoder-decoder).
+
+Each field is one idea from a paper, so an architecture is a choice of flags rather than a copy of code.
+"""
+
+from transformers import PreTrainedConfig
+
+from .component_options import validate_components
+
+
+class ZooTransformerConfig(PreTrainedConfig):
+    r"""
+    Args:
+        vocab_size (`int`, defaults to 8192): size of the token vocabulary.
+        hidden_size (`int`, defaults to 256): width of the residual stream (`d_model`).
+        num_hidden_layers (`int`, defaults to 4): number of transformer blocks.
+        num_attention_heads (`int`, defaults to 4): query heads per attention layer.
+        num_key_value_heads (`int`, *optional*): key/value heads; fewer than the query heads gives grouped-query
+            attention (Ainslie et al., 2023), 1 gives multi-query attention (Shazeer, 2019). Defaults to the query heads.
+        intermediate_size (`int`, defaults to 1024): inner width of the feed-forward block.
+        activation (`str`, defaults to `"gelu"`): `gelu`, `gelu_new` (GPT-2's tanh approximation), `relu`, `silu`, or
+            the gated `swiglu` / `geglu` (Shazeer, 2020).
+        norm_type (`str`, defaults to `"layernorm"`): `layernorm` (Ba et al., 2016) or `rmsnorm` (Zhang & Sennrich, 2019).
+        norm_position (`str`, defaults to `"pre"`): `pre` (GPT-2, Llama, T5) or `post` (the original Transformer, BERT).
+        norm_eps (`float`, defaults to 1e-5): epsilon of every norm.
+        norm_bias (`bool`, defaults to `True`): whether LayerNorms have a bias (RMSNorm never has one).
+        position_embedding (`str`, defaults to `"learned"`): `learned` (GPT-2, BERT), `sinusoidal` (Vaswani et al.,
+            2017), `rotary` (RoFormer, Su et al., 2021), `alibi` (Press et al., 2022), `relative` (T5's bucketed
+            relative bias, Raffel et al., 2020) or `none`.
+        max_position_embeddings (`int`, defaults to 1024): longest sequence for learned positions (a longer input is an
+            error); also the length the other position kinds are documented for.
+        rope_theta (`float`, defaults to 10000.0): base of the rotary frequencies.
+        relative_attention_num_buckets (`int`, defaults to 32), relative_attention_max_distance (`int`, defaults to
+            128): T5's relative bias buckets.
+        attention_bias (`bool`, defaults to `True`): biases on the attention projections.
+        mlp_bias (`bool`, defaults to `True`): biases on the feed-forward projections.
+        hidden_dropout (`float`, defaults to 0.1): dropout on embeddings and on each residual branch.
+        attention_dropout (`float`, defaults to 0.1): dropout on attention probabilities.
+        initializer_range (`float`, defaults to 0.02): standard deviation of the normal initialisation.
+        scale_embeddings (`bool`, defaults to `False`): multiply token embeddings by sqrt(hidden_size) (Vaswani et al.).
+        tie_word_embeddings (`bool`, defaults to `True`): share the input embedding with the output projection.
+        num_experts (`int`, defaults to 0): 0 for a dense feed-forward; >= 2 for a mixture of experts
+            (Switch Transformer, Fedus et al., 2021; GShard, Lepikhin et al., 2020).
+        num_experts_per_tok (`int`, defaults to 2): experts each token is routed to (top-k).
+        router_aux_loss_coef (`float`, defaults to 0.01): weight of the load-balancing loss added to `loss`.
+    """
+
+    vocab_size: int = 8192
+    hidden_size: int = 256
+    num_hidden_layers: int = 4
+    num_attention_heads: int = 4
+    num_key_value_heads: int | None = None
+    intermediate_size: int = 1024
+    activation: str = "gelu"
+    norm_type: str = "layernorm"
+    norm_position: str = "pre"
+    norm_eps: float = 1e-5
+    norm_bias: bool = True
+    position_embedding: str = "learned"
+    max_position_embeddings: int = 1024
+    rope_theta: float = 10000.0
+    relative_attention_num_buckets: int = 32
+    relative_attention_max_distance: int = 128
+    attention_bias: bool = True
+    mlp_bias: bool = True
+    hidden_dropout: float = 0.1
+    attention_dropout: float = 0.1
+    initializer_range: float = 0.02
+    scale_embeddings: bool = False
+    tie_word_embeddings: bool = True
+    num_experts: int = 0
+    num_experts_per_tok: int = 2
+    router_aux_loss_coef: float = 0.01
+    use_cache: bool = True
+    pad_token_id: int | None = None
+    bos_token_id: int | None = None
+    eos_token_id: int | list[int] | None = None
+
+    def __post_init__(self, **kwargs):
+        if self.num_key_value_heads is None:
+            self.num_key_value_heads = self.num_attention_heads
+        super().__post_init__(**kwargs)
+        validate_components(self)
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads

@@ -1,0 +1,411 @@
+"""Building blocks shared by the decoder, encoder and encoder-decoder families.
+
+Every family builds from these modules, so a component switch (norm, activation, positions, attention
+variant, mixture of experts) is implemented once. The modeling files import this file relatively
+(`from .layers import ...`), which makes `save_pretrained` copy it next to the weights: a saved
+checkpoint runs where hfzoo is not installed.
+"""
+
+import math
+from collections.abc import Callable
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers.activations import ACT2FN
+from transformers.cache_utils import Cache, EncoderDecoderCache
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+from .component_options import GATED_ACTIVATIONS
+
+
+# ----------------------------------------------------------------------------------------------- norms
+class RMSNorm(nn.Module):
+    """Root-mean-square norm (Zhang & Sennrich, 2019): no centring, no bias, computed in fp32."""
+
+    def __init__(self, hidden_size: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden_size))
+        self.eps = eps
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        dtype = hidden_states.dtype
+        hidden_states = hidden_states.float()
+        hidden_states = hidden_states * torch.rsqrt(hidden_states.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * hidden_states.to(dtype)
+
+
+def build_norm(config) -> nn.Module:
+    if config.norm_type == "rmsnorm":
+        return RMSNorm(config.hidden_size, config.norm_eps)
+    return nn.LayerNorm(config.hidden_size, eps=config.norm_eps, bias=config.norm_bias)
+
+
+# ----------------------------------------------------------------------------------------------- feed-forward
+class FeedForward(nn.Module):
+    """Position-wise MLP; gated variants compute gate and up projections in one fused matmul."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.gated = config.activation in GATED_ACTIVATIONS
+        self.act_fn = ACT2FN[GATED_ACTIVATIONS.get(config.activation, config.activation)]
+        width = config.intermediate_size * (2 if self.gated else 1)
+        self.up_proj = nn.Linear(config.hidden_size, width, bias=config.mlp_bias)
+        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=config.mlp_bias)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        hidden_states = self.up_proj(hidden_states)
+        if self.gated:
+            gate, up = hidden_states.chunk(2, dim=-1)
+            hidden_states = self.act_fn(gate) * up
+        else:
+            hidden_states = self.act_fn(hidden_states)
+        return self.down_proj(hidden_states)
+
+
+class MixtureOfExperts(nn.Module):
+    """Top-k routed experts (Switch / GShard). Tokens are grouped per expert, so each expert only sees its tokens.
+
+    Returns the router logits beside the output so the model can add the load-balancing loss.
+    """
+
+    def __init__(self, config):
+        super().__init__()
+        self.top_k = config.num_experts_per_tok
+        self.num_experts = config.num_experts
+        self.router = nn.Linear(config.hidden_size, config.num_experts, bias=False)
+        self.experts = nn.ModuleList(FeedForward(config) for _ in range(config.num_experts))
+
+    def forward(self, hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        shape = hidden_states.shape
+        tokens = hidden_states.reshape(-1, shape[-1])
+        router_logits = self.router(tokens)
+        weights, chosen = torch.topk(router_logits.softmax(dim=-1, dtype=torch.float32), self.top_k, dim=-1)
+        weights = (weights / weights.sum(dim=-1, keepdim=True)).to(tokens.dtype)
+        output = torch.zeros_like(tokens)
+        # One sort groups the (token, slot) pairs by expert; only experts that received tokens run.
+        flat_expert = chosen.reshape(-1)
+        order = torch.argsort(flat_expert, stable=True)
+        counts = torch.bincount(flat_expert, minlength=self.num_experts).tolist()
+        token_of_slot = order // self.top_k
+        start = 0
+        for expert, count in zip(self.experts, counts):
+            if count:
+                slots = order[start : start + count]
+                rows = token_of_slot[start : start + count]
+                contribution = expert(tokens[rows]) * weights.reshape(-1)[slots, None]
+                output.index_add_(0, rows, contribution)
+            start += count
+        return output.reshape(shape), router_logits
+
+
+def load_balancing_loss(router_logits: tuple[torch.Tensor, ...], num_experts: int, top_k: int) -> torch.Tensor:
+    """Switch Transformer auxiliary loss, averaged over layers: num_experts * sum_i f_i * P_i.
+
+    f_i is the fraction of routing slots sent to expert i, P_i the mean router probability; the loss is 1.0 for a
+    perfectly uniform router and grows as routing collapses onto few experts.
+    """
+    logits = torch.cat([layer_logits.float() for layer_logits in router_logits], dim=0)
+    probs = logits.softmax(dim=-1)
+    chosen = torch.topk(probs, top_k, dim=-1).indices
+    fraction = F.one_hot(chosen, num_experts).float().sum(dim=1).mean(dim=0) / top_k
+    return num_experts * (fraction * probs.mean(dim=0)).sum()
+
+
+def add_router_loss(config, loss: torch.Tensor | None, outputs) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """Return (loss, aux_loss): the load-balancing loss, weighted, is added to the task loss for MoE models."""
+    if not config.num_experts:
+        return loss, None
+    aux_loss = load_balancing_loss(outputs.router_logits, config.num_experts, config.num_experts_per_tok)
+    if loss is not None:
+        loss = loss + config.router_aux_loss_coef * aux_loss
+    return loss, aux_loss
+
+
+def build_feed_forward(config) -> nn.Module:
+    return MixtureOfExperts(config) if config.num_experts else FeedForward(config)
+
+
+# ----------------------------------------------------------------------------------------------- positions
+class PositionSignals(NamedTuple):
+    """What a position scheme contributes: an embedding added to the input, rotary angles, or an attention bias."""
+
+    added: torch.Tensor | None = None
+    rotary: tuple[torch.Tensor, torch.Tensor] | None = None
+    attention_bias: torch.Tensor | None = None
+
+
+def sinusoidal_embedding(position_ids: torch.Tensor, dim: int, dtype: torch.dtype) -> torch.Tensor:
+    """Vaswani et al. (2017): sin on the first half of the channels, cos on the second."""
+    inv_freq = torch.exp(
+        torch.arange(0, dim, 2, device=position_ids.device, dtype=torch.float32) * (-math.log(10000.0) / dim)
+    )
+    angles = position_ids.float()[..., None] * inv_freq
+    return torch.cat([angles.sin(), angles.cos()], dim=-1).to(dtype)
+
+
+def rotary_angles(position_ids: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype):
+    """cos/sin of RoFormer's rotation angles, [batch, seq, head_dim]. Computed on the fly: no buffer to re-init."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=position_ids.device, dtype=torch.float32) / head_dim))
+    angles = position_ids.float()[..., None] * inv_freq
+    angles = torch.cat([angles, angles], dim=-1)
+    return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+def apply_rotary(states: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = states.shape[-1] // 2
+    rotated = torch.cat([-states[..., half:], states[..., :half]], dim=-1)
+    return states * cos[:, None] + rotated * sin[:, None]
+
+
+def alibi_slopes(num_heads: int, device: torch.device) -> torch.Tensor:
+    """Press et al. (2022): a geometric sequence of slopes, interleaved for head counts that are not powers of 2."""
+    closest = 2 ** math.floor(math.log2(num_heads))
+    base = 2.0 ** (-8.0 / closest)
+    slopes = [base ** (i + 1) for i in range(closest)]
+    if closest < num_heads:
+        extra = 2.0 ** (-4.0 / closest)
+        slopes += [extra ** (2 * i + 1) for i in range(num_heads - closest)]
+    return torch.tensor(slopes, device=device, dtype=torch.float32)
+
+
+def relative_position_bucket(relative_position: torch.Tensor, bidirectional: bool, num_buckets: int, max_distance: int):
+    """T5's buckets: exact for small distances, logarithmic up to `max_distance`, one bucket beyond."""
+    buckets = torch.zeros_like(relative_position)
+    if bidirectional:
+        num_buckets //= 2
+        buckets += (relative_position > 0).long() * num_buckets
+        relative_position = relative_position.abs()
+    else:
+        relative_position = -torch.clamp(relative_position, max=0)
+    max_exact = num_buckets // 2
+    is_small = relative_position < max_exact
+    large = max_exact + (
+        torch.log(relative_position.float().clamp(min=1) / max_exact)
+        / math.log(max_distance / max_exact)
+        * (num_buckets - max_exact)
+    ).long()
+    large = torch.clamp(large, max=num_buckets - 1)
+    return buckets + torch.where(is_small, relative_position, large)
+
+
+class PositionEncoding(nn.Module):
+    """One module for every position scheme, so each family asks for positions the same way."""
+
+    def __init__(self, config, bidirectional: bool):
+        super().__init__()
+        self.kind = config.position_embedding
+        self.bidirectional = bidirectional
+        self.config = config
+        if self.kind == "learned":
+            self.embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
+        elif self.kind == "relative":
+            # Shared by all layers of a stack, as in T5.
+            self.relative_attention_bias = nn.Embedding(config.relative_attention_num_buckets, config.num_attention_heads)
+
+    def forward(self, position_ids: torch.Tensor, query_length: int, key_length: int, dtype: torch.dtype) -> PositionSignals:
+        config = self.config
+        if self.kind == "learned":
+            longest = int(position_ids.max()) + 1 if position_ids.numel() else 0
+            if longest > config.max_position_embeddings:
+                raise ValueError(
+                    f"Sequence needs position {longest - 1} but this model has max_position_embeddings="
+                    f"{config.max_position_embeddings} (learned positions); truncate the input to at most "
+                    f"{config.max_position_embeddings} tokens."
+                )
+            return PositionSignals(added=self.embeddings(position_ids))
+        if self.kind == "sinusoidal":
+            return PositionSignals(added=sinusoidal_embedding(position_ids, config.hidden_size, dtype))
+        if self.kind == "rotary":
+            return PositionSignals(rotary=rotary_angles(position_ids, config.head_dim, config.rope_theta, dtype))
+        if self.kind in ("alibi", "relative"):
+            device = position_ids.device
+            # Queries are the last `query_length` of `key_length` positions (a cache holds the earlier ones).
+            query_pos = torch.arange(key_length - query_length, key_length, device=device)[:, None]
+            relative = torch.arange(key_length, device=device)[None, :] - query_pos  # key minus query
+            if self.kind == "alibi":
+                distance = relative.abs().neg() if self.bidirectional else relative.clamp(max=0)
+                bias = alibi_slopes(config.num_attention_heads, device)[:, None, None] * distance
+            else:
+                buckets = relative_position_bucket(
+                    relative,
+                    self.bidirectional,
+                    config.relative_attention_num_buckets,
+                    config.relative_attention_max_distance,
+                )
+                bias = self.relative_attention_bias(buckets).permute(2, 0, 1)
+            return PositionSignals(attention_bias=bias.unsqueeze(0).to(dtype))
+        return PositionSignals()
+
+
+# ----------------------------------------------------------------------------------------------- attention
+def eager_attention_forward(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float,
+    dropout: float = 0.0,
+    position_bias: torch.Tensor | None = None,
+    **kwargs,
+):
+    """Reference attention: explicit softmax, returns the weights (for `output_attentions`)."""
+    if module.num_key_value_groups > 1:
+        key = key.repeat_interleave(module.num_key_value_groups, dim=1)
+        value = value.repeat_interleave(module.num_key_value_groups, dim=1)
+    scores = torch.matmul(query, key.transpose(2, 3)) * scaling
+    if position_bias is not None:
+        scores = scores + position_bias
+    if attention_mask is not None:
+        if attention_mask.dtype == torch.bool:
+            scores = scores.masked_fill(~attention_mask, torch.finfo(scores.dtype).min)
+        else:
+            scores = scores + attention_mask
+    weights = F.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+    weights = F.dropout(weights, p=dropout, training=module.training)
+    output = torch.matmul(weights, value).transpose(1, 2).contiguous()
+    return output, weights
+
+
+class Attention(nn.Module):
+    """Multi-head, grouped-query or multi-query attention; self- or cross-attention.
+
+    Self-attention projects q, k and v with one fused matmul. The kernel comes from transformers' attention
+    registry (`config._attn_implementation`: eager, sdpa, ...), so backends are switched, not re-implemented.
+    """
+
+    def __init__(self, config, layer_idx: int, is_causal: bool, is_cross_attention: bool = False):
+        super().__init__()
+        self.config = config
+        self.layer_idx = layer_idx
+        self.is_causal = is_causal
+        self.is_cross_attention = is_cross_attention
+        self.head_dim = config.head_dim
+        self.num_heads = config.num_attention_heads
+        self.num_key_value_heads = config.num_key_value_heads
+        self.num_key_value_groups = self.num_heads // self.num_key_value_heads
+        self.scaling = self.head_dim**-0.5
+        self.attention_dropout = config.attention_dropout
+        q_width = self.num_heads * self.head_dim
+        kv_width = self.num_key_value_heads * self.head_dim
+        if is_cross_attention:
+            self.q_proj = nn.Linear(config.hidden_size, q_width, bias=config.attention_bias)
+            self.kv_proj = nn.Linear(config.hidden_size, 2 * kv_width, bias=config.attention_bias)
+        else:
+            self.qkv_proj = nn.Linear(config.hidden_size, q_width + 2 * kv_width, bias=config.attention_bias)
+        self.o_proj = nn.Linear(q_width, config.hidden_size, bias=config.attention_bias)
+
+    def _heads(self, states: torch.Tensor) -> torch.Tensor:
+        return states.view(*states.shape[:-1], -1, self.head_dim).transpose(1, 2)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        position_signals: PositionSignals | None = None,
+        past_key_values: Cache | None = None,
+        key_value_states: torch.Tensor | None = None,
+        **kwargs,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        q_width = self.num_heads * self.head_dim
+        kv_width = self.num_key_value_heads * self.head_dim
+        position_bias = None
+        if self.is_cross_attention:
+            query = self._heads(self.q_proj(hidden_states))
+            cache = past_key_values.cross_attention_cache if past_key_values is not None else None
+            if past_key_values is not None and past_key_values.is_updated.get(self.layer_idx):
+                key, value = cache.layers[self.layer_idx].keys, cache.layers[self.layer_idx].values
+            else:
+                key, value = self._heads(self.kv_proj(key_value_states)).split(self.num_key_value_heads, dim=1)
+                if cache is not None:
+                    key, value = cache.update(key, value, self.layer_idx)
+                    past_key_values.is_updated[self.layer_idx] = True
+        else:
+            query, key, value = self.qkv_proj(hidden_states).split((q_width, kv_width, kv_width), dim=-1)
+            query, key, value = self._heads(query), self._heads(key), self._heads(value)
+            if position_signals is not None and position_signals.rotary is not None:
+                cos, sin = position_signals.rotary
+                query, key = apply_rotary(query, cos, sin), apply_rotary(key, cos, sin)
+            if position_signals is not None:
+                position_bias = position_signals.attention_bias
+            if past_key_values is not None:
+                if isinstance(past_key_values, EncoderDecoderCache):
+                    past_key_values = past_key_values.self_attention_cache
+                key, value = past_key_values.update(key, value, self.layer_idx)
+
+        attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
+            self.config._attn_implementation, eager_attention_forward
+        )
+        output, weights = attention_interface(
+            self,
+            query,
+            key,
+            value,
+            attention_mask,
+            dropout=self.attention_dropout if self.training else 0.0,
+            scaling=self.scaling,
+            is_causal=self.is_causal,
+            position_bias=position_bias,
+            **kwargs,
+        )
+        output = output.reshape(*output.shape[:-2], -1)
+        return self.o_proj(output), weights
+
+
+# ----------------------------------------------------------------------------------------------- block
+class TransformerBlock(GradientCheckpointingLayer):
+    """Self-attention, optional cross-attention, feed-forward; pre- or post-norm residual branches.
+
+    The same block is the GPT/Llama decoder layer (causal), the BERT layer (bidirectional) and the
+    T5/BART decoder layer (causal + cross-attention).
+    """
+
+    def __init__(self, config, layer_idx: int, is_causal: bool, has_cross_attention: bool = False):
+        super().__init__()
+        self.pre_norm = config.norm_position == "pre"
+        self.self_attn = Attention(config, layer_idx, is_causal=is_causal)
+        self.self_attn_norm = build_norm(config)
+        if has_cross_attention:
+            self.cross_attn = Attention(config, layer_idx, is_causal=False, is_cross_attention=True)
+            self.cross_attn_norm = build_norm(config)
+        self.mlp = build_feed_forward(config)
+        self.mlp_norm = build_norm(config)
+        self.dropout = nn.Dropout(config.hidden_dropout)
+
+    def _residual(self, hidden_states: torch.Tensor, norm: nn.Module, branch) -> torch.Tensor:
+        if self.pre_norm:
+            return hidden_states + self.dropout(branch(norm(hidden_states)))
+        return norm(hidden_states + self.dropout(branch(hidden_states)))
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        position_signals: PositionSignals | None = None,
+        past_key_values: Cache | None = None,
+        encoder_hidden_states: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
+        **kwargs,
+    ) -> torch.Tensor:
+        hidden_states = self._residual(
+            hidden_states,
+            self.self_attn_norm,
+            lambda x: self.self_attn(x, attention_mask, position_signals, past_key_values, **kwargs)[0],
+        )
+        if encoder_hidden_states is not None:
+            hidden_states = self._residual(
+                hidden_states,
+                self.cross_attn_norm,
+                lambda x: self.cross_attn(
+                    x, encoder_attention_mask, None, past_key_values, key_value_states=encoder_hidden_states, **kwargs
+                )[0],
+            )
+        return self._residual(hidden_states, self.mlp_norm, self._feed_forward)
+
+    def _feed_forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        output = self.mlp(hidden_states)
+        # Router logits are recorded by the model's output capture (index 1 of the MoE output).
+        return output[0] if isinstance(output, tuple) else output

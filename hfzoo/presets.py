@@ -1,0 +1,90 @@
+"""The preset table: named architectures as data (family + flag values), not code.
+
+`*-tiny` presets are for tests (< 2M parameters), `*-small` train on two CPU cores in minutes (10-30M),
+`*-base` follow the dimensions of the paper they are named after.
+"""
+
+from dataclasses import fields
+
+from transformers import PreTrainedConfig
+
+from .models.configuration_decoder import ZooDecoderConfig
+
+FAMILY_CONFIGS: dict[str, type[PreTrainedConfig]] = {
+    "decoder": ZooDecoderConfig,
+}
+
+_GPT = dict(
+    activation="gelu_new", norm_type="layernorm", norm_position="pre", position_embedding="learned",
+    attention_bias=True, mlp_bias=True, tie_word_embeddings=True, norm_eps=1e-5,
+)
+_LLAMA = dict(
+    activation="swiglu", norm_type="rmsnorm", norm_position="pre", position_embedding="rotary",
+    attention_bias=False, mlp_bias=False, tie_word_embeddings=False, norm_eps=1e-6,
+    hidden_dropout=0.0, attention_dropout=0.0, rope_theta=10000.0,
+)
+_TINY = dict(vocab_size=4096, hidden_size=128, num_hidden_layers=4, num_attention_heads=4, max_position_embeddings=512)
+_SMALL = dict(vocab_size=16384, hidden_size=384, num_hidden_layers=6, num_attention_heads=6, max_position_embeddings=1024)
+
+# name -> (family, flag values, what it follows)
+PRESETS: dict[str, tuple[str, dict, str]] = {
+    "gpt-tiny": ("decoder", {**_GPT, **_TINY, "intermediate_size": 512}, "GPT-2 (Radford et al., 2019), test size"),
+    "gpt-small": ("decoder", {**_GPT, **_SMALL, "intermediate_size": 1536}, "GPT-2, CPU-trainable size"),
+    "gpt-base": (
+        "decoder",
+        {**_GPT, "vocab_size": 50257, "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
+         "intermediate_size": 3072, "max_position_embeddings": 1024},
+        "GPT-2 124M dimensions (Radford et al., 2019)",
+    ),
+    "llama-tiny": (
+        "decoder",
+        {**_LLAMA, **_TINY, "num_key_value_heads": 2, "intermediate_size": 352},
+        "Llama (Touvron et al., 2023), test size",
+    ),
+    "llama-small": (
+        "decoder",
+        {**_LLAMA, **_SMALL, "num_key_value_heads": 2, "intermediate_size": 1024},
+        "Llama, CPU-trainable size",
+    ),
+    "llama-base": (
+        "decoder",
+        {**_LLAMA, "vocab_size": 32000, "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
+         "num_key_value_heads": 4, "intermediate_size": 2048, "max_position_embeddings": 2048},
+        "Llama-style at ~125M parameters",
+    ),
+}
+
+
+def list_presets() -> list[str]:
+    """Names of every preset, sorted."""
+    return sorted(PRESETS)
+
+
+def preset_family(name: str) -> str:
+    _check_name(name)
+    return PRESETS[name][0]
+
+
+def preset_description(name: str) -> str:
+    _check_name(name)
+    return PRESETS[name][2]
+
+
+def _check_name(name: str) -> None:
+    if name not in PRESETS:
+        raise ValueError(f"Unknown preset {name!r}. Valid presets: {', '.join(list_presets())}.")
+
+
+def preset_config(name: str, **overrides) -> PreTrainedConfig:
+    """The config of preset `name`, with any field overridden; unknown names or keys list the valid ones."""
+    _check_name(name)
+    family, values, _ = PRESETS[name]
+    config_cls = FAMILY_CONFIGS[family]
+    valid = {f.name for f in fields(config_cls)}
+    unknown = sorted(set(overrides) - valid)
+    if unknown:
+        raise ValueError(
+            f"Unknown override(s) {', '.join(unknown)} for preset {name!r} ({config_cls.__name__}). "
+            f"Valid keys: {', '.join(sorted(valid))}."
+        )
+    return config_cls(**{**values, **overrides})

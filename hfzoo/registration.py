@@ -1,0 +1,52 @@
+"""Makes hfzoo models first-class citizens of transformers and PEFT at `import hfzoo`.
+
+Auto classes find the models by `model_type`; `register_for_auto_class` makes `save_pretrained` write the
+modeling code and an `auto_map`, so checkpoints load with `trust_remote_code=True` where hfzoo is absent.
+PEFT has no public API for per-architecture default targets, so its mapping dicts are extended in place
+(the dicts are shared by `get_peft_model` and each tuner).
+"""
+
+from peft.utils import constants as peft_constants
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoModelForCausalLM,
+    AutoModelForSequenceClassification,
+    AutoModelForTokenClassification,
+)
+
+from .models.configuration_decoder import ZooDecoderConfig
+from .models.modeling_decoder import (
+    ZooDecoderForCausalLM,
+    ZooDecoderForSequenceClassification,
+    ZooDecoderForTokenClassification,
+    ZooDecoderModel,
+)
+
+AUTO_CLASSES = {
+    ZooDecoderConfig: {
+        AutoModel: ZooDecoderModel,
+        AutoModelForCausalLM: ZooDecoderForCausalLM,
+        AutoModelForSequenceClassification: ZooDecoderForSequenceClassification,
+        AutoModelForTokenClassification: ZooDecoderForTokenClassification,
+    },
+}
+
+# model_type -> module names PEFT targets when the user names none.
+PEFT_DEFAULT_TARGETS = {
+    "TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING": ["qkv_proj"],
+    "TRANSFORMERS_MODELS_TO_ADALORA_TARGET_MODULES_MAPPING": ["qkv_proj"],
+    "TRANSFORMERS_MODELS_TO_IA3_TARGET_MODULES_MAPPING": ["qkv_proj", "down_proj"],
+    "TRANSFORMERS_MODELS_TO_IA3_FEEDFORWARD_MODULES_MAPPING": ["down_proj"],
+}
+
+
+def register() -> None:
+    for config_cls, heads in AUTO_CLASSES.items():
+        AutoConfig.register(config_cls.model_type, config_cls, exist_ok=True)
+        config_cls.register_for_auto_class()
+        for auto_cls, model_cls in heads.items():
+            auto_cls.register(config_cls, model_cls, exist_ok=True)
+            model_cls.register_for_auto_class(auto_cls.__name__)
+        for mapping_name, targets in PEFT_DEFAULT_TARGETS.items():
+            getattr(peft_constants, mapping_name).setdefault(config_cls.model_type, list(targets))
