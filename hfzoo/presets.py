@@ -46,6 +46,18 @@ PRESETS: dict[str, tuple[str, dict, str]] = {
         {**_LLAMA, **_SMALL, "num_key_value_heads": 2, "intermediate_size": 1024},
         "Llama, CPU-trainable size",
     ),
+    "llama-moe-tiny": (
+        "decoder",
+        {**_LLAMA, **_TINY, "num_key_value_heads": 2, "intermediate_size": 192, "num_experts": 4,
+         "num_experts_per_tok": 2},
+        "Llama with a top-2 mixture of 4 experts (Switch/GShard-style routing), test size",
+    ),
+    "llama-moe-small": (
+        "decoder",
+        {**_LLAMA, **_SMALL, "num_key_value_heads": 2, "intermediate_size": 512, "num_experts": 8,
+         "num_experts_per_tok": 2},
+        "Llama with a top-2 mixture of 8 experts, CPU-trainable size",
+    ),
     "llama-base": (
         "decoder",
         {**_LLAMA, "vocab_size": 32000, "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,

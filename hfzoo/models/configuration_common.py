@@ -38,6 +38,7 @@ class ZooTransformerConfig(PreTrainedConfig):
         attention_dropout (`float`, defaults to 0.1): dropout on attention probabilities.
         initializer_range (`float`, defaults to 0.02): standard deviation of the normal initialisation.
         scale_embeddings (`bool`, defaults to `False`): multiply token embeddings by sqrt(hidden_size) (Vaswani et al.).
+        embedding_norm (`bool`, defaults to `False`): a norm on the summed embeddings, as BERT and BART have.
         tie_word_embeddings (`bool`, defaults to `True`): share the input embedding with the output projection.
         num_experts (`int`, defaults to 0): 0 for a dense feed-forward; >= 2 for a mixture of experts
             (Switch Transformer, Fedus et al., 2021; GShard, Lepikhin et al., 2020).
@@ -67,6 +68,7 @@ class ZooTransformerConfig(PreTrainedConfig):
     attention_dropout: float = 0.1
     initializer_range: float = 0.02
     scale_embeddings: bool = False
+    embedding_norm: bool = False
     tie_word_embeddings: bool = True
     num_experts: int = 0
     num_experts_per_tok: int = 2

@@ -45,6 +45,7 @@ class ZooDecoderModel(ZooDecoderPreTrainedModel):
         super().__init__(config)
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
         self.positions = PositionEncoding(config, bidirectional=False)
+        self.embedding_norm = build_norm(config) if config.embedding_norm else nn.Identity()
         self.dropout = nn.Dropout(config.hidden_dropout)
         self.layers = nn.ModuleList(
             TransformerBlock(config, layer_idx, is_causal=True) for layer_idx in range(config.num_hidden_layers)
@@ -84,7 +85,7 @@ class ZooDecoderModel(ZooDecoderPreTrainedModel):
             position_ids = torch.arange(past_length, past_length + query_length, device=inputs_embeds.device)[None]
         signals = self.positions(position_ids, query_length, past_length + query_length, inputs_embeds.dtype)
         hidden_states = inputs_embeds if signals.added is None else inputs_embeds + signals.added
-        hidden_states = self.dropout(hidden_states)
+        hidden_states = self.dropout(self.embedding_norm(hidden_states))
 
         mask = create_causal_mask(
             config=self.config,
