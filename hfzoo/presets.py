@@ -49,13 +49,13 @@ PRESETS: dict[str, tuple[str, dict, str]] = {
     "llama-moe-tiny": (
         "decoder",
         {**_LLAMA, **_TINY, "num_key_value_heads": 2, "intermediate_size": 192, "num_experts": 4,
-         "num_experts_per_tok": 2},
+         "num_experts_per_tok": 2, "tie_word_embeddings": True},
         "Llama with a top-2 mixture of 4 experts (Switch/GShard-style routing), test size",
     ),
     "llama-moe-small": (
         "decoder",
-        {**_LLAMA, **_SMALL, "num_key_value_heads": 2, "intermediate_size": 512, "num_experts": 8,
-         "num_experts_per_tok": 2},
+        {**_LLAMA, **_SMALL, "num_key_value_heads": 2, "intermediate_size": 256, "num_experts": 8,
+         "num_experts_per_tok": 2, "tie_word_embeddings": True},
         "Llama with a top-2 mixture of 8 experts, CPU-trainable size",
     ),
     "llama-base": (
