@@ -13,6 +13,12 @@ from .models.configuration_decoder import ZooDecoderConfig
 FAMILY_CONFIGS: dict[str, type[PreTrainedConfig]] = {
     "decoder": ZooDecoderConfig,
 }
+# The Auto class of each family's pretraining model (language-model head).
+FAMILY_LM_AUTO_CLASS: dict[str, str] = {
+    "decoder": "AutoModelForCausalLM",
+    "encoder": "AutoModelForMaskedLM",
+    "encoder_decoder": "AutoModelForSeq2SeqLM",
+}
 
 _GPT = dict(
     activation="gelu_new", norm_type="layernorm", norm_position="pre", position_embedding="learned",
@@ -100,3 +106,20 @@ def preset_config(name: str, **overrides) -> PreTrainedConfig:
             f"Valid keys: {', '.join(sorted(valid))}."
         )
     return config_cls(**{**values, **overrides})
+
+
+def build_preset_model(name: str, **overrides):
+    """A randomly initialised model of preset `name` with its family's language-model head."""
+    import transformers
+
+    auto_cls = getattr(transformers, FAMILY_LM_AUTO_CLASS[preset_family(name)])
+    return auto_cls.from_config(preset_config(name, **overrides))
+
+
+def count_parameters(name: str) -> int:
+    """Parameters of preset `name` (with its LM head; tied weights counted once), without allocating them."""
+    import torch
+
+    with torch.device("meta"):
+        model = build_preset_model(name)
+    return sum(p.numel() for p in model.parameters())

@@ -1,0 +1,69 @@
+"""The `hfzoo` command: `hfzoo presets`, `hfzoo quickstart`, and the recipes as subcommands."""
+
+import argparse
+import sys
+
+from .presets import PRESETS, count_parameters, list_presets, preset_config, preset_family
+
+
+def presets_table() -> list[dict[str, str]]:
+    """One row per preset: the columns `hfzoo presets` prints."""
+    rows = []
+    for name in list_presets():
+        config = preset_config(name)
+        layers = str(config.num_hidden_layers)
+        if getattr(config, "is_encoder_decoder", False):
+            layers = f"{config.num_hidden_layers}+{config.num_decoder_layers}"
+        activation = config.activation
+        if config.num_experts:
+            activation += f" moe{config.num_experts}/top{config.num_experts_per_tok}"
+        rows.append(
+            {
+                "name": name,
+                "family": preset_family(name),
+                "parameters": f"{count_parameters(name) / 1e6:.1f}M",
+                "layers": layers,
+                "hidden": str(config.hidden_size),
+                "heads": str(config.num_attention_heads),
+                "kv heads": str(config.num_key_value_heads),
+                "positions": config.position_embedding,
+                "norm": f"{config.norm_type} ({config.norm_position})",
+                "activation": activation,
+            }
+        )
+    return rows
+
+
+def format_table(rows: list[dict[str, str]]) -> str:
+    headers = list(rows[0])
+    widths = {h: max(len(h), *(len(r[h]) for r in rows)) for h in headers}
+    lines = ["  ".join(h.ljust(widths[h]) for h in headers), "  ".join("-" * widths[h] for h in headers)]
+    lines += ["  ".join(r[h].ljust(widths[h]) for h in headers) for r in rows]
+    return "\n".join(lines)
+
+
+def _presets(args: argparse.Namespace) -> None:
+    print(format_table(presets_table()))
+    print(f"\n{len(PRESETS)} presets. Build one with hfzoo.preset_config(name, **overrides).")
+
+
+def _quickstart(args: argparse.Namespace) -> None:
+    from .quickstart import run_quickstart
+
+    run_quickstart(output_dir=args.output_dir, steps=args.steps)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="hfzoo", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("presets", help="list the model presets").set_defaults(func=_presets)
+    quickstart = commands.add_parser("quickstart", help="the end-to-end tour on the embedded default corpus")
+    quickstart.add_argument("--output_dir", default="runs/quickstart")
+    quickstart.add_argument("--steps", type=int, default=200, help="training steps of the tiny decoder")
+    quickstart.set_defaults(func=_quickstart)
+    args = parser.parse_args(argv)
+    args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
