@@ -93,12 +93,17 @@ def _check_name(name: str) -> None:
         raise ValueError(f"Unknown preset {name!r}. Valid presets: {', '.join(list_presets())}.")
 
 
+# Config arguments that are not dataclass fields but that every PreTrainedConfig accepts (transformers'
+# own `from_dict` lets the same ones through); `num_labels` sizes classification heads.
+_INIT_ONLY_KEYS = {"num_labels", "attn_implementation", "output_attentions"}
+
+
 def preset_config(name: str, **overrides) -> PreTrainedConfig:
     """The config of preset `name`, with any field overridden; unknown names or keys list the valid ones."""
     _check_name(name)
     family, values, _ = PRESETS[name]
     config_cls = FAMILY_CONFIGS[family]
-    valid = {f.name for f in fields(config_cls)}
+    valid = {f.name for f in fields(config_cls)} | _INIT_ONLY_KEYS
     unknown = sorted(set(overrides) - valid)
     if unknown:
         raise ValueError(
