@@ -1,0 +1,16 @@
+"""Data layer: the embedded default corpus, corpus loading, packing and tokenizer training."""
+
+from .corpus import CorpusError, load_corpus
+from .default_corpus import extract_docstrings, load_default_corpus
+from .packing import pack
+from .tokenizer_training import train_tokenizer, train_tokenizer_on_corpus
+
+__all__ = [
+    "CorpusError",
+    "extract_docstrings",
+    "load_corpus",
+    "load_default_corpus",
+    "pack",
+    "train_tokenizer",
+    "train_tokenizer_on_corpus",
+]
