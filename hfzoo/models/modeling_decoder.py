@@ -80,6 +80,10 @@ class ZooDecoderModel(ZooDecoderPreTrainedModel):
             past_key_values = DynamicCache(config=self.config)
 
         past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
+        if position_ids is None and attention_mask is not None and attention_mask.dim() == 2:
+            # Count real tokens only, so a left-padded row gets the positions it has alone (as generate does);
+            # without this, learned/sinusoidal positions make a classifier's output depend on the padding.
+            position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)[:, past_length:]
         query_length = inputs_embeds.shape[1]
         if position_ids is None:
             position_ids = torch.arange(past_length, past_length + query_length, device=inputs_embeds.device)[None]
