@@ -240,6 +240,49 @@ class PositionEncoding(nn.Module):
         return PositionSignals()
 
 
+class InputEmbeddingsMixin:
+    """The input side every stack shares: token embedding (optionally scaled), positions, embedding norm, dropout.
+
+    A mixin for the bare models rather than a submodule, so the parameters keep the names transformers looks for
+    (`embed_tokens` for `get_input_embeddings` and the tied-weight keys).
+    """
+
+    def build_input_layers(self, config, bidirectional: bool) -> None:
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.positions = PositionEncoding(config, bidirectional=bidirectional)
+        self.embedding_norm = build_norm(config) if config.embedding_norm else nn.Identity()
+        self.dropout = nn.Dropout(config.hidden_dropout)
+        self.embedding_scale = config.hidden_size**0.5 if config.scale_embeddings else 1.0
+
+    def embed_inputs(
+        self,
+        input_ids: torch.Tensor | None,
+        inputs_embeds: torch.Tensor | None,
+        position_ids: torch.Tensor | None,
+        past_length: int = 0,
+        extra_embeds: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, PositionSignals]:
+        """Hidden states entering the first block, and the position signals the blocks need.
+
+        `extra_embeds` (BERT's token-type embeddings) is added before the norm, like the position embedding.
+        """
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("Pass exactly one of input_ids or inputs_embeds.")
+        if inputs_embeds is None:
+            inputs_embeds = self.embed_tokens(input_ids)
+        if self.embedding_scale != 1.0:
+            inputs_embeds = inputs_embeds * self.embedding_scale
+        query_length = inputs_embeds.shape[1]
+        if position_ids is None:
+            position_ids = torch.arange(past_length, past_length + query_length, device=inputs_embeds.device)[None]
+        signals = self.positions(position_ids, query_length, past_length + query_length, inputs_embeds.dtype)
+        hidden_states = inputs_embeds
+        for added in (signals.added, extra_embeds):
+            if added is not None:
+                hidden_states = hidden_states + added
+        return self.dropout(self.embedding_norm(hidden_states)), signals
+
+
 # ----------------------------------------------------------------------------------------------- attention
 def eager_attention_forward(
     module: nn.Module,

@@ -17,7 +17,14 @@ from transformers.utils import can_return_tuple
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_decoder import ZooDecoderConfig
-from .layers import Attention, MixtureOfExperts, PositionEncoding, TransformerBlock, add_router_loss, build_norm
+from .layers import (
+    Attention,
+    InputEmbeddingsMixin,
+    MixtureOfExperts,
+    TransformerBlock,
+    add_router_loss,
+    build_norm,
+)
 
 
 class ZooDecoderPreTrainedModel(PreTrainedModel):
@@ -38,21 +45,17 @@ class ZooDecoderPreTrainedModel(PreTrainedModel):
     }
 
 
-class ZooDecoderModel(ZooDecoderPreTrainedModel):
+class ZooDecoderModel(InputEmbeddingsMixin, ZooDecoderPreTrainedModel):
     """Token embedding, positions, causal blocks and (for pre-norm) a final norm; returns hidden states."""
 
     def __init__(self, config: ZooDecoderConfig):
         super().__init__(config)
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.positions = PositionEncoding(config, bidirectional=False)
-        self.embedding_norm = build_norm(config) if config.embedding_norm else nn.Identity()
-        self.dropout = nn.Dropout(config.hidden_dropout)
+        self.build_input_layers(config, bidirectional=False)
         self.layers = nn.ModuleList(
             TransformerBlock(config, layer_idx, is_causal=True) for layer_idx in range(config.num_hidden_layers)
         )
         # Post-norm blocks already end in a norm; pre-norm stacks need one at the top.
         self.norm = build_norm(config) if config.norm_position == "pre" else nn.Identity()
-        self.embedding_scale = config.hidden_size**0.5 if config.scale_embeddings else 1.0
         self.gradient_checkpointing = False
         self.post_init()
 
@@ -67,12 +70,6 @@ class ZooDecoderModel(ZooDecoderPreTrainedModel):
         use_cache: bool | None = None,
         **kwargs,
     ) -> BaseModelOutputWithPast:
-        if (input_ids is None) == (inputs_embeds is None):
-            raise ValueError("Pass exactly one of input_ids or inputs_embeds.")
-        if inputs_embeds is None:
-            inputs_embeds = self.embed_tokens(input_ids)
-        if self.embedding_scale != 1.0:
-            inputs_embeds = inputs_embeds * self.embedding_scale
         use_cache = use_cache if use_cache is not None else self.config.use_cache
         if self.gradient_checkpointing and self.training:
             use_cache = False
@@ -84,16 +81,10 @@ class ZooDecoderModel(ZooDecoderPreTrainedModel):
             # Count real tokens only, so a left-padded row gets the positions it has alone (as generate does);
             # without this, learned/sinusoidal positions make a classifier's output depend on the padding.
             position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)[:, past_length:]
-        query_length = inputs_embeds.shape[1]
-        if position_ids is None:
-            position_ids = torch.arange(past_length, past_length + query_length, device=inputs_embeds.device)[None]
-        signals = self.positions(position_ids, query_length, past_length + query_length, inputs_embeds.dtype)
-        hidden_states = inputs_embeds if signals.added is None else inputs_embeds + signals.added
-        hidden_states = self.dropout(self.embedding_norm(hidden_states))
-
+        hidden_states, signals = self.embed_inputs(input_ids, inputs_embeds, position_ids, past_length)
         mask = create_causal_mask(
             config=self.config,
-            inputs_embeds=inputs_embeds,
+            inputs_embeds=hidden_states,
             attention_mask=attention_mask,
             past_key_values=past_key_values,
             position_ids=position_ids,
