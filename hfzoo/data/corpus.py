@@ -1,0 +1,319 @@
+"""Load a text corpus for pretraining or tokenizer training, from anywhere, with clear errors.
+
+``load_corpus()`` with no argument gives the embedded default corpus (stdlib docstrings);
+a local file or folder gives its texts; any other name goes to ``datasets.load_dataset`` (the
+Hub). Whatever the source, the result has its text in a ``text`` column and has ``train`` and
+``validation`` splits (a deterministic one is held out when the source has none).
+
+Local files are read by this module rather than by the ``datasets`` builders, so malformed input
+fails with the file and line in the message instead of deep inside pyarrow:
+
+* ``.txt``: **one example per line**, line breaks stripped, blank lines skipped (the
+  ``datasets`` "text" convention; put multi-line documents in ``.jsonl``);
+* ``.jsonl`` / ``.json``: JSON Lines, one object per line with a string ``text_column``;
+* ``.csv`` / ``.tsv``: a header row naming the columns, then one example per row;
+* ``.parquet``: a table with a string ``text_column``.
+
+Text files must be UTF-8 (a leading byte-order mark is accepted). Only the text is kept from local
+files (the default corpus and Hub datasets keep their other columns, e.g. labels); examples whose
+text is empty or whitespace-only are skipped. A folder is searched recursively; files whose path contains the word
+``validation``/``valid``/``val``/``dev`` or ``test`` form those splits, all others ``train``.
+Non-streaming loads are cached by ``datasets`` (keyed by each file's size and mtime); streaming
+loads read lazily, so their errors surface when iteration reaches the bad line.
+"""
+
+from __future__ import annotations
+
+import csv
+import glob
+import hashlib
+import json
+import logging
+import os
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+
+import datasets
+import numpy as np
+import pyarrow.parquet as pq
+
+from .default_corpus import load_default_corpus
+
+logger = logging.getLogger(__name__)
+
+FORMATS = {".txt": "txt", ".jsonl": "json", ".json": "json", ".csv": "csv", ".tsv": "tsv", ".parquet": "parquet"}
+_SPLIT_WORDS = {"train": "train", "validation": "validation", "valid": "validation", "val": "validation",
+                "dev": "validation", "test": "test"}  # fmt: skip
+# Bump when the readers change, so datasets' cache of an unchanged file is not reused.
+_READER_VERSION = 1
+
+Corpus = datasets.DatasetDict | datasets.Dataset | datasets.IterableDatasetDict | datasets.IterableDataset
+
+
+class CorpusError(ValueError):
+    """Malformed corpus input; the message names the file (and the line, where there is one)."""
+
+
+def _decoded_lines(path: str) -> Iterator[tuple[int, str]]:
+    """(line number, line with its terminator) for a UTF-8 file, checked line by line."""
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise CorpusError(
+                    f"{path}, line {lineno}: not valid UTF-8 (byte 0x{raw[e.start]:02x} at column {e.start + 1})"
+                ) from None
+            yield lineno, line.removeprefix("\ufeff") if lineno == 1 else line
+
+
+def _text_of(path: str, where: str, record: dict, text_column: str) -> dict | None:
+    """``{"text": ...}`` from one record; None if the text is blank."""
+    if text_column not in record:
+        raise CorpusError(f"{path}, {where}: no {text_column!r} column; the columns are: {', '.join(map(str, record)) or 'none'}")
+    text = record[text_column]
+    if not isinstance(text, str):
+        raise CorpusError(f"{path}, {where}: {text_column!r} is {type(text).__name__}, not a string")
+    return {"text": text} if text.strip() else None
+
+
+def _read_txt(path: str) -> Iterator[dict]:
+    for _, line in _decoded_lines(path):
+        text = line.rstrip("\r\n")
+        if text.strip():
+            yield {"text": text}
+
+
+def _read_json(path: str, text_column: str) -> Iterator[dict]:
+    for lineno, line in _decoded_lines(path):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line.rstrip("\r\n"))
+        except json.JSONDecodeError as e:
+            raise CorpusError(f"{path}, line {lineno}: malformed JSON ({e.msg} at column {e.pos + 1}); "
+                              "expected one JSON object per line") from None  # fmt: skip
+        if not isinstance(record, dict):
+            raise CorpusError(f"{path}, line {lineno}: expected a JSON object, found {type(record).__name__}")
+        if (example := _text_of(path, f"line {lineno}", record, text_column)) is not None:
+            yield example
+
+
+def _read_delimited(path: str, text_column: str, delimiter: str) -> Iterator[dict]:
+    reader = csv.reader((line for _, line in _decoded_lines(path)), delimiter=delimiter, strict=True)
+    try:
+        header = next(reader, None)
+        if header is None:
+            return
+        if text_column not in header:
+            raise CorpusError(f"{path}, line 1: no {text_column!r} column; the columns are: {', '.join(header)}")
+        for row in reader:
+            if not row:
+                continue
+            if len(row) != len(header):
+                raise CorpusError(f"{path}, line {reader.line_num}: {len(row)} fields, the header has {len(header)}")
+            if (example := _text_of(path, f"line {reader.line_num}", dict(zip(header, row)), text_column)):
+                yield example
+    except csv.Error as e:
+        raise CorpusError(f"{path}, line {reader.line_num}: malformed {Path(path).suffix[1:]} ({e})") from None
+
+
+def _read_parquet(path: str, text_column: str) -> Iterator[dict]:
+    parquet = pq.ParquetFile(path)
+    if text_column not in parquet.schema_arrow.names:
+        raise CorpusError(f"{path}: no {text_column!r} column; the columns are: {', '.join(parquet.schema_arrow.names)}")
+    row = 0
+    for batch in parquet.iter_batches(columns=[text_column]):
+        for record in batch.to_pylist():
+            row += 1
+            if (example := _text_of(path, f"row {row}", record, text_column)) is not None:
+                yield example
+
+
+def _read_file(path: str, text_column: str) -> Iterator[dict]:
+    fmt = FORMATS[Path(path).suffix.lower()]
+    if fmt == "txt":
+        examples = _read_txt(path)
+    elif fmt == "json":
+        examples = _read_json(path, text_column)
+    elif fmt == "parquet":
+        examples = _read_parquet(path, text_column)
+    else:
+        examples = _read_delimited(path, text_column, "," if fmt == "csv" else "\t")
+    empty = True
+    for example in examples:
+        empty = False
+        yield example
+    if empty:
+        raise CorpusError(f"{path}: empty corpus (no non-blank text in the file)")
+
+
+def _generate(files: list[tuple[str, int, int]], text_column: str) -> Iterator[dict]:
+    # Each file comes with its size and mtime so that datasets' cache key changes with it.
+    for path, _size, _mtime in files:
+        yield from _read_file(path, text_column)
+
+
+def _split_of(relative: str) -> str:
+    words = re.split(r"[^a-z]+", relative.lower())
+    return next((_SPLIT_WORDS[w] for w in reversed(words) if w in _SPLIT_WORDS), "train")
+
+
+def _expand(pattern: str) -> list[str]:
+    if any(c in pattern for c in "*?["):
+        return sorted(glob.glob(pattern, recursive=True))
+    if not os.path.exists(pattern):
+        raise FileNotFoundError(f"no such corpus file: {pattern}")
+    return [pattern]
+
+
+def _local_splits(
+    dataset: str | os.PathLike | None,
+    data_files: str | Sequence[str] | Mapping[str, str | Sequence[str]] | None,
+) -> dict[str, list[str]]:
+    """Split name -> files, from a file, a folder, or ``data_files``."""
+    if dataset is not None and os.path.isdir(dataset):
+        root = Path(dataset)
+        found = sorted(p for p in root.rglob("*") if p.suffix.lower() in FORMATS and p.is_file()
+                       and not any(part.startswith(".") for part in p.relative_to(root).parts))  # fmt: skip
+        if not found:
+            raise CorpusError(f"{root}: no corpus files ({', '.join(FORMATS)}) in this folder")
+        splits: dict[str, list[str]] = {}
+        for p in found:
+            splits.setdefault(_split_of(p.relative_to(root).as_posix()), []).append(str(p))
+        return splits
+    if dataset is not None:
+        data_files = str(dataset)
+    if isinstance(data_files, (str, os.PathLike)):
+        data_files = [data_files]
+    if not isinstance(data_files, Mapping):
+        data_files = {"train": data_files}
+    splits = {}
+    for name, patterns in data_files.items():
+        patterns = [patterns] if isinstance(patterns, (str, os.PathLike)) else patterns
+        files = [f for p in patterns for f in _expand(str(p))]
+        if not files:
+            raise FileNotFoundError(f"no corpus files match {patterns} (split {name!r})")
+        if unsupported := [f for f in files if Path(f).suffix.lower() not in FORMATS]:
+            raise CorpusError(f"{unsupported[0]}: unsupported file type; expected one of {', '.join(FORMATS)}")
+        splits.setdefault(_SPLIT_WORDS.get(name, name), []).extend(files)
+    return splits
+
+
+def _load_local(splits: dict[str, list[str]], text_column: str, streaming: bool) -> datasets.DatasetDict | datasets.IterableDatasetDict:
+    loaded = {}
+    for name, paths in splits.items():
+        files = [(os.path.abspath(p), os.stat(p).st_size, os.stat(p).st_mtime_ns) for p in paths]
+        gen_kwargs = {"files": files, "text_column": text_column}
+        if streaming:
+            loaded[name] = datasets.IterableDataset.from_generator(_generate, gen_kwargs=gen_kwargs, split=name)
+            continue
+        key = hashlib.sha1(repr((_READER_VERSION, name, files, text_column)).encode()).hexdigest()
+        try:
+            loaded[name] = datasets.Dataset.from_generator(_generate, gen_kwargs=gen_kwargs, split=name, fingerprint=key)
+        except datasets.exceptions.DatasetGenerationError as e:
+            if isinstance(e.__cause__, CorpusError):
+                raise e.__cause__ from None
+            raise
+    return (datasets.IterableDatasetDict if streaming else datasets.DatasetDict)(loaded)
+
+
+def _heldout(batch: dict[str, list], seed: int, fraction: float, keep: bool) -> list[bool]:
+    """For each text, whether it belongs to the held-out validation split (== ``keep``)."""
+    threshold = int(fraction * 2**64)
+    return [
+        (int.from_bytes(hashlib.sha1(f"{seed}\0{text}".encode()).digest()[:8], "big") < threshold) == keep
+        for text in batch["text"]
+    ]
+
+
+def _with_validation(
+    corpus: datasets.DatasetDict | datasets.IterableDatasetDict, name: str, fraction: float, seed: int
+) -> datasets.DatasetDict | datasets.IterableDatasetDict:
+    """Add a ``validation`` split held out from ``train`` if there is none.
+
+    Membership is decided by a seeded hash of each text, so it is the same streaming or not,
+    does not depend on the order of the examples, and duplicates never straddle the two splits.
+    """
+    if "validation" in corpus:
+        return corpus
+    if "train" not in corpus:
+        raise CorpusError(f"{name}: no 'train' split to hold a validation split out of; splits: {list(corpus)}")
+    logger.warning(
+        "%s has no validation split; holding out ~%.0f%% of 'train' as 'validation' (hash of the text, seed %d)",
+        name, 100 * fraction, seed,
+    )  # fmt: skip
+    train = corpus["train"]
+    if isinstance(train, datasets.IterableDataset):
+        kwargs = {"seed": seed, "fraction": fraction}
+        corpus["validation"] = train.filter(_heldout, batched=True, fn_kwargs={**kwargs, "keep": True})
+        corpus["train"] = train.filter(_heldout, batched=True, fn_kwargs={**kwargs, "keep": False})
+        return corpus
+    mask = np.concatenate(
+        [np.asarray(_heldout(batch, seed, fraction, True), dtype=bool)
+         for batch in train.select_columns("text").iter(batch_size=10_000)]
+    )  # fmt: skip
+    corpus["validation"] = train.select(np.flatnonzero(mask))
+    corpus["train"] = train.select(np.flatnonzero(~mask))
+    if len(corpus["validation"]) == 0:
+        logger.warning("%s: the held-out validation split is empty (only %d examples)", name, len(train))
+    return corpus
+
+
+def load_corpus(
+    dataset: str | os.PathLike | None = None,
+    *,
+    data_files: str | Sequence[str] | Mapping[str, str | Sequence[str]] | None = None,
+    text_column: str = "text",
+    split: str | None = None,
+    streaming: bool = False,
+    validation_fraction: float = 0.05,
+    seed: int = 0,
+) -> Corpus:
+    """Load a corpus with a ``text`` column and ``train``/``validation`` splits.
+
+    Args:
+        dataset: ``None`` for the default corpus (stdlib docstrings); a local file or folder
+            (see the module docstring for formats); otherwise a Hub dataset name.
+        data_files: local files (a path, glob, list, or split name -> paths) when ``dataset`` is
+            None; passed on to ``datasets.load_dataset`` with a Hub name.
+        text_column: the column holding the text; renamed to ``text`` in the result.
+        split: one split to return (e.g. ``"train"``); ``None`` returns them all as a dict.
+        streaming: return ``IterableDataset``s that read lazily.
+        validation_fraction, seed: how a validation split is held out of ``train`` when the
+            source has none.
+
+    Raises:
+        CorpusError: malformed local input (the message names the file and line).
+    """
+    if dataset is not None:
+        dataset = os.path.expanduser(dataset)
+    if dataset is None and data_files is None:
+        name = "default corpus"
+        corpus = load_default_corpus()
+        if streaming:
+            corpus = datasets.IterableDatasetDict({k: v.to_iterable_dataset() for k, v in corpus.items()})
+    elif dataset is None or os.path.exists(dataset):
+        if dataset is not None and data_files is not None:
+            raise ValueError("pass a local path or data_files, not both")
+        name = str(dataset if dataset is not None else data_files)
+        corpus = _load_local(_local_splits(dataset, data_files), text_column, streaming)
+    elif Path(dataset).suffix.lower() in FORMATS or dataset.startswith(("/", "./", "../")):
+        raise FileNotFoundError(f"no such corpus file or folder: {dataset}")
+    else:
+        name = dataset
+        corpus = datasets.load_dataset(dataset, data_files=data_files, streaming=streaming)
+        corpus = corpus.__class__({_SPLIT_WORDS.get(k, k): v for k, v in corpus.items()})
+        for split_name, part in corpus.items():
+            columns = part.column_names
+            if columns is not None and text_column not in columns:
+                raise CorpusError(f"{name} ({split_name}): no {text_column!r} column; the columns are: {', '.join(columns)}")
+            if text_column != "text":
+                corpus[split_name] = part.rename_column(text_column, "text")
+    corpus = _with_validation(corpus, name, validation_fraction, seed)
+    if split is None:
+        return corpus
+    if split not in corpus:
+        raise KeyError(f"{name} has no split {split!r}; splits: {', '.join(corpus)}")
+    return corpus[split]

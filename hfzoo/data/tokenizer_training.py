@@ -1,0 +1,160 @@
+"""Train a tokenizer from scratch for one of hfzoo's model families.
+
+Pretraining on a small or unusual corpus wants a vocabulary fitted to it. This module trains
+one with the ``tokenizers`` library (``bpe``: byte-level BPE that round-trips any text exactly;
+``wordpiece``: BERT-style; ``unigram``: SentencePiece-style) and wraps it in a
+:class:`transformers.PreTrainedTokenizerFast` with the special tokens each family expects, at
+fixed ids (pad is always 0), so it saves with ``save_pretrained`` and reloads with
+``AutoTokenizer.from_pretrained``:
+
+* ``decoder``: ``<pad>`` ``<s>`` ``</s>`` ``<unk>``; nothing added around a text (documents are
+  separated by ``</s>`` when packed); padding on the left for batched generation.
+* ``encoder``: ``[PAD]`` ``[UNK]`` ``[CLS]`` ``[SEP]`` ``[MASK]``; ``[CLS] a [SEP]`` and
+  ``[CLS] a [SEP] b [SEP]`` with ``token_type_ids`` 0/1, as BERT.
+* ``encoder_decoder``: ``<pad>`` ``</s>`` ``<unk>`` ``<mask>`` ``<extra_id_0>`` ... as T5
+  (``</s>`` appended; pad id 0 doubles as ``decoder_start_token_id``), ``<mask>`` for
+  BART-style denoising.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Literal
+
+import datasets
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from transformers import PreTrainedTokenizerFast
+
+Kind = Literal["bpe", "wordpiece", "unigram"]
+Family = Literal["decoder", "encoder", "encoder_decoder"]
+
+
+def _family_tokens(family: Family, num_sentinels: int) -> tuple[dict[str, str], list[str]]:
+    """Named special tokens (role -> token) and extra ones, in id order after the named ones."""
+    if family == "decoder":
+        return {"pad_token": "<pad>", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}, []
+    if family == "encoder":
+        names = ("pad_token", "unk_token", "cls_token", "sep_token", "mask_token")
+        return dict(zip(names, ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"))), []
+    if family == "encoder_decoder":
+        named = {"pad_token": "<pad>", "eos_token": "</s>", "unk_token": "<unk>", "mask_token": "<mask>"}
+        return named, [f"<extra_id_{i}>" for i in range(num_sentinels)]
+    raise ValueError(f"unknown family {family!r}; expected 'decoder', 'encoder' or 'encoder_decoder'")
+
+
+def _backend(kind: Kind, vocab_size: int, specials: list[str], unk: str, show_progress: bool):
+    """An untrained ``tokenizers.Tokenizer`` and the trainer that fits it."""
+    if kind == "bpe":
+        tokenizer = Tokenizer(models.BPE())
+        tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tokenizer.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(
+            vocab_size=vocab_size,
+            special_tokens=specials,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            show_progress=show_progress,
+        )
+    elif kind == "wordpiece":
+        tokenizer = Tokenizer(models.WordPiece(unk_token=unk))
+        tokenizer.normalizer = normalizers.BertNormalizer(lowercase=False, strip_accents=False)
+        tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        tokenizer.decoder = decoders.WordPiece()
+        trainer = trainers.WordPieceTrainer(
+            vocab_size=vocab_size, special_tokens=specials, show_progress=show_progress
+        )
+    elif kind == "unigram":
+        tokenizer = Tokenizer(models.Unigram())
+        tokenizer.normalizer = normalizers.NFKC()
+        tokenizer.pre_tokenizer = pre_tokenizers.Metaspace()
+        tokenizer.decoder = decoders.Metaspace()
+        trainer = trainers.UnigramTrainer(
+            vocab_size=vocab_size, special_tokens=specials, unk_token=unk, show_progress=show_progress
+        )
+    else:
+        raise ValueError(f"unknown kind {kind!r}; expected 'bpe', 'wordpiece' or 'unigram'")
+    return tokenizer, trainer
+
+
+def _post_processor(family: Family, tokenizer: Tokenizer) -> processors.PostProcessor | None:
+    if family == "encoder":
+        cls, sep = ("[CLS]", tokenizer.token_to_id("[CLS]")), ("[SEP]", tokenizer.token_to_id("[SEP]"))
+        return processors.TemplateProcessing(
+            single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[cls, sep]
+        )
+    if family == "encoder_decoder":
+        return processors.TemplateProcessing(
+            single="$A </s>", pair="$A </s> $B </s>", special_tokens=[("</s>", tokenizer.token_to_id("</s>"))]
+        )
+    return None  # decoder: packing inserts </s> between documents, nothing per text
+
+
+def train_tokenizer(
+    texts_iterator: Iterable[str] | Iterable[list[str]],
+    kind: Kind = "bpe",
+    vocab_size: int = 8000,
+    family: Family = "decoder",
+    num_sentinels: int = 100,
+    *,
+    length: int | None = None,
+    show_progress: bool = False,
+) -> PreTrainedTokenizerFast:
+    """Train a ``kind`` tokenizer on ``texts_iterator`` with ``family``'s special tokens.
+
+    Args:
+        texts_iterator: texts, or batches (lists) of texts; consumed once.
+        kind: ``"bpe"`` (byte-level, lossless), ``"wordpiece"`` or ``"unigram"``.
+        vocab_size: total vocabulary size, special tokens included (unigram may stop short
+            on a small corpus).
+        family: which special tokens and post-processing to set up (see the module docstring).
+        num_sentinels: number of ``<extra_id_i>`` tokens (``encoder_decoder`` only).
+        length: number of items in ``texts_iterator``, for the progress bar only.
+    """
+    named, extra = _family_tokens(family, num_sentinels)
+    specials = [*named.values(), *extra]
+    if vocab_size <= len(specials):
+        raise ValueError(f"vocab_size={vocab_size} leaves no room beside {len(specials)} special tokens")
+    tokenizer, trainer = _backend(kind, vocab_size, specials, named["unk_token"], show_progress)
+    tokenizer.train_from_iterator(texts_iterator, trainer=trainer, length=length)
+    tokenizer.post_processor = _post_processor(family, tokenizer)
+    model_input_names = ["input_ids", "token_type_ids", "attention_mask"]
+    if family != "encoder":
+        model_input_names.remove("token_type_ids")
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        **named,
+        extra_special_tokens=extra,
+        padding_side="left" if family == "decoder" else "right",
+        model_input_names=model_input_names,
+        clean_up_tokenization_spaces=False,
+    )
+
+
+def _text_batches(dataset: datasets.Dataset | datasets.IterableDataset, text_column: str, batch_size: int) -> Iterator[list[str]]:
+    for batch in dataset.iter(batch_size=batch_size):
+        yield batch[text_column]
+
+
+def train_tokenizer_on_corpus(
+    dataset: datasets.Dataset | datasets.IterableDataset,
+    kind: Kind = "bpe",
+    vocab_size: int = 8000,
+    family: Family = "decoder",
+    num_sentinels: int = 100,
+    *,
+    text_column: str = "text",
+    batch_size: int = 1000,
+    show_progress: bool = False,
+) -> PreTrainedTokenizerFast:
+    """:func:`train_tokenizer` on the ``text_column`` of a (streaming or not) dataset."""
+    if text_column not in (dataset.column_names or [text_column]):
+        raise KeyError(f"no column {text_column!r} in the dataset; columns: {dataset.column_names}")
+    length = len(dataset) if isinstance(dataset, datasets.Dataset) else None
+    return train_tokenizer(
+        _text_batches(dataset, text_column, batch_size),
+        kind,
+        vocab_size,
+        family,
+        num_sentinels,
+        length=length,
+        show_progress=show_progress,
+    )
