@@ -2,6 +2,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
+QUICKSTART_ARGS ?=
 PY := $(VENV)/bin/python
 # glibc would hand freed pages back to the OS after every step and re-fault them on the next
 # (15-35% of a CPU training step, see docs/performance.md); keep them mapped instead.
@@ -29,7 +30,7 @@ install: $(VENV)/.installed
 install-dev: $(VENV)/.installed-dev
 
 quickstart: install
-	$(VENV)/bin/hfzoo quickstart
+	$(VENV)/bin/hfzoo quickstart $(QUICKSTART_ARGS)
 
 test: install-dev
 	$(PY) -m pytest -q -m "not slow" --timeout=900 tests
