@@ -23,9 +23,10 @@ def _write_all_formats(directory) -> dict[str, object]:
     paths = {fmt: directory / f"corpus.{fmt}" for fmt in ("txt", "jsonl", "csv", "tsv", "parquet")}
     paths["txt"].write_text("\n".join(TEXTS[:2]) + "\n\n   \n" + "\n".join(TEXTS[2:]) + "\n", encoding="utf-8")
     paths["jsonl"].write_text("".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in enumerate(TEXTS)))
-    header, rows = "id,text\n", "".join(f'{i},"{t.replace(chr(34), 2 * chr(34))}"\n' for i, t in enumerate(TEXTS))
-    paths["csv"].write_text("\ufeff" + header + rows, encoding="utf-8")  # with a byte-order mark, as Excel writes
-    paths["tsv"].write_text("text\tid\n" + "".join(f'"{t.replace(chr(34), 2 * chr(34))}"\t{i}\n' for i, t in enumerate(TEXTS)))
+    quoted = ['"' + t.replace('"', '""') + '"' for t in TEXTS]
+    # A byte-order mark before the text column's name, as Excel writes CSV.
+    paths["csv"].write_text("\ufefftext,id\n" + "".join(f"{q},{i}\n" for i, q in enumerate(quoted)), encoding="utf-8")
+    paths["tsv"].write_text("id\ttext\n" + "".join(f"{i}\t{q}\n" for i, q in enumerate(quoted)))
     pq.write_table(pa.table({"text": TEXTS, "id": list(range(len(TEXTS)))}), paths["parquet"])
     return paths
 
@@ -86,6 +87,20 @@ def test_an_edited_file_is_reloaded_not_served_from_cache(tmp_path):
     assert load_corpus(path, split="train", validation_fraction=0.0)["text"][:] == ["after the edit"]
 
 
+def test_other_names_go_to_load_dataset(tmp_path):
+    # "json" is a datasets builder, so this takes the Hub path without a network.
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(json.dumps({"body": f"text {i}", "label": i % 2}) + "\n" for i in range(200)))
+    corpus = load_corpus("json", data_files=str(path), text_column="body")
+    assert set(corpus) == {"train", "validation"} and corpus["train"].column_names == ["text", "label"]
+    texts = [*corpus["train"]["text"], *corpus["validation"]["text"]]
+    assert sorted(texts) == sorted(f"text {i}" for i in range(200)) and len(corpus["validation"]) > 0
+    with pytest.raises(CorpusError, match="no 'content' column; the columns are: body, label"):
+        load_corpus("json", data_files=str(path), text_column="content")
+    with pytest.raises(FileNotFoundError, match="no such corpus file"):
+        load_corpus("./typo/corpus")
+
+
 def test_default_corpus_is_the_default():
     corpus = load_corpus()
     assert set(corpus) == {"train", "validation"} and "module" in corpus["train"].column_names
@@ -97,10 +112,10 @@ def test_default_corpus_is_the_default():
     "name, content, match",
     [
         ("bad.jsonl", b'{"text": "a"}\n{"text": "b"}\n{"text": "c",\n', r"bad\.jsonl, line 3: malformed JSON"),
-        ("bad.jsonl", b'{"text": "a"}\n\n{"body": "b", "id": 2}\n', r"bad\.jsonl, line 3: no 'text' column; the columns are: body, id"),
+        ("bad.jsonl", b'{"text": "a"}\n\n{"body": "b", "id": 2}\n', r"bad\.jsonl, line 3: no 'text' column; .*: body, id"),
         ("bad.jsonl", b'{"text": "a"}\n{"text": 5}\n', r"bad\.jsonl, line 2: 'text' is int, not a string"),
         ("bad.jsonl", b'{"text": "a"}\n["text"]\n', r"bad\.jsonl, line 2: expected a JSON object"),
-        ("bad.txt", b"fine\nalso fine\nbroken \xff\xfe here\n", r"bad\.txt, line 3: not valid UTF-8 \(byte 0xff at column 8\)"),
+        ("bad.txt", b"ok\nalso ok\nbroken \xff\xfe here\n", r"bad\.txt, line 3: not valid UTF-8 \(byte 0xff at column 8\)"),
         ("bad.csv", b"id,text\n1,ok\n2,caf\xe9\n", r"bad\.csv, line 3: not valid UTF-8"),
         ("bad.csv", b"id,body\n1,ok\n", r"bad\.csv, line 1: no 'text' column; the columns are: id, body"),
         ("bad.csv", b"id,text\n1,ok\n2,too,many\n", r"bad\.csv, line 3: 3 fields, the header has 2"),

@@ -26,7 +26,7 @@ def trained(corpus, tmp_path_factory):
 
     def get(kind: str, family: str):
         if (kind, family) not in cache:
-            tokenizer = train_tokenizer_on_corpus(corpus[0], kind, vocab_size=VOCAB_SIZE, family=family, num_sentinels=10)
+            tokenizer = train_tokenizer_on_corpus(corpus[0], kind, VOCAB_SIZE, family, num_sentinels=10)
             directory = tmp_path_factory.mktemp(f"{kind}-{family}")
             tokenizer.save_pretrained(directory)
             cache[kind, family] = tokenizer, AutoTokenizer.from_pretrained(directory)
@@ -56,7 +56,8 @@ def test_special_tokens_have_their_roles_and_fixed_ids(trained, kind, family):
     if family == "decoder":
         roles = {"pad_token": "<pad>", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}
     elif family == "encoder":
-        roles = {"pad_token": "[PAD]", "unk_token": "[UNK]", "cls_token": "[CLS]", "sep_token": "[SEP]", "mask_token": "[MASK]"}
+        roles = {"pad_token": "[PAD]", "unk_token": "[UNK]", "cls_token": "[CLS]", "sep_token": "[SEP]"}
+        roles["mask_token"] = "[MASK]"
     else:
         roles = {"pad_token": "<pad>", "eos_token": "</s>", "unk_token": "<unk>", "mask_token": "<mask>"}
     assert {role: getattr(tok, role) for role in roles} == roles

@@ -31,7 +31,7 @@ import json
 import logging
 import os
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import datasets
@@ -68,10 +68,14 @@ def _decoded_lines(path: str) -> Iterator[tuple[int, str]]:
             yield lineno, line.removeprefix("\ufeff") if lineno == 1 else line
 
 
+def _missing_column(where: str, text_column: str, columns: Iterable) -> CorpusError:
+    return CorpusError(f"{where}: no {text_column!r} column; the columns are: {', '.join(map(str, columns)) or 'none'}")
+
+
 def _text_of(path: str, where: str, record: dict, text_column: str) -> dict | None:
     """``{"text": ...}`` from one record; None if the text is blank."""
     if text_column not in record:
-        raise CorpusError(f"{path}, {where}: no {text_column!r} column; the columns are: {', '.join(map(str, record)) or 'none'}")
+        raise _missing_column(f"{path}, {where}", text_column, record)
     text = record[text_column]
     if not isinstance(text, str):
         raise CorpusError(f"{path}, {where}: {text_column!r} is {type(text).__name__}, not a string")
@@ -107,7 +111,7 @@ def _read_delimited(path: str, text_column: str, delimiter: str) -> Iterator[dic
         if header is None:
             return
         if text_column not in header:
-            raise CorpusError(f"{path}, line 1: no {text_column!r} column; the columns are: {', '.join(header)}")
+            raise _missing_column(f"{path}, line 1", text_column, header)
         for row in reader:
             if not row:
                 continue
@@ -122,7 +126,7 @@ def _read_delimited(path: str, text_column: str, delimiter: str) -> Iterator[dic
 def _read_parquet(path: str, text_column: str) -> Iterator[dict]:
     parquet = pq.ParquetFile(path)
     if text_column not in parquet.schema_arrow.names:
-        raise CorpusError(f"{path}: no {text_column!r} column; the columns are: {', '.join(parquet.schema_arrow.names)}")
+        raise _missing_column(path, text_column, parquet.schema_arrow.names)
     row = 0
     for batch in parquet.iter_batches(columns=[text_column]):
         for record in batch.to_pylist():
@@ -201,7 +205,9 @@ def _local_splits(
     return splits
 
 
-def _load_local(splits: dict[str, list[str]], text_column: str, streaming: bool) -> datasets.DatasetDict | datasets.IterableDatasetDict:
+def _load_local(
+    splits: dict[str, list[str]], text_column: str, streaming: bool
+) -> datasets.DatasetDict | datasets.IterableDatasetDict:
     loaded = {}
     for name, paths in splits.items():
         files = [(os.path.abspath(p), os.stat(p).st_size, os.stat(p).st_mtime_ns) for p in paths]
@@ -211,7 +217,9 @@ def _load_local(splits: dict[str, list[str]], text_column: str, streaming: bool)
             continue
         key = hashlib.sha1(repr((_READER_VERSION, name, files, text_column)).encode()).hexdigest()
         try:
-            loaded[name] = datasets.Dataset.from_generator(_generate, gen_kwargs=gen_kwargs, split=name, fingerprint=key)
+            loaded[name] = datasets.Dataset.from_generator(
+                _generate, gen_kwargs=gen_kwargs, split=name, fingerprint=key
+            )
         except datasets.exceptions.DatasetGenerationError as e:
             if isinstance(e.__cause__, CorpusError):
                 raise e.__cause__ from None
@@ -308,7 +316,7 @@ def load_corpus(
         for split_name, part in corpus.items():
             columns = part.column_names
             if columns is not None and text_column not in columns:
-                raise CorpusError(f"{name} ({split_name}): no {text_column!r} column; the columns are: {', '.join(columns)}")
+                raise _missing_column(f"{name} ({split_name})", text_column, columns)
             if text_column != "text":
                 corpus[split_name] = part.rename_column(text_column, "text")
     corpus = _with_validation(corpus, name, validation_fraction, seed)

@@ -27,7 +27,9 @@ def separator_id(tokenizer: PreTrainedTokenizerBase) -> int:
     return token_id
 
 
-def _tokenize(batch: dict[str, list], tokenizer: PreTrainedTokenizerBase, text_column: str, sep: int) -> dict[str, list]:
+def _tokenize(
+    batch: dict[str, list], tokenizer: PreTrainedTokenizerBase, text_column: str, sep: int
+) -> dict[str, list[list[int]]]:
     ids = tokenizer(batch[text_column], add_special_tokens=False)["input_ids"]
     return {"input_ids": [doc + [sep] for doc in ids]}
 

@@ -129,7 +129,9 @@ def train_tokenizer(
     )
 
 
-def _text_batches(dataset: datasets.Dataset | datasets.IterableDataset, text_column: str, batch_size: int) -> Iterator[list[str]]:
+def _text_batches(
+    dataset: datasets.Dataset | datasets.IterableDataset, text_column: str, batch_size: int
+) -> Iterator[list[str]]:
     for batch in dataset.iter(batch_size=batch_size):
         yield batch[text_column]
 
