@@ -16,10 +16,11 @@ fails with the file and line in the message instead of deep inside pyarrow:
 
 Text files must be UTF-8 (a leading byte-order mark is accepted). Only the text is kept from local
 files (the default corpus and Hub datasets keep their other columns, e.g. labels); examples whose
-text is empty or whitespace-only are skipped. A folder is searched recursively; files whose path contains the word
-``validation``/``valid``/``val``/``dev`` or ``test`` form those splits, all others ``train``.
-Non-streaming loads are cached by ``datasets`` (keyed by each file's size and mtime); streaming
-loads read lazily, so their errors surface when iteration reaches the bad line.
+text is empty or whitespace-only are skipped. A folder is searched recursively (hidden files
+skipped); a file whose path has the word ``validation``/``valid``/``val``/``dev`` or ``test`` (the
+last such word counts) goes to that split, any other to ``train``. Non-streaming loads are cached by
+``datasets``, keyed by each file's size and mtime; streaming loads read lazily, so their errors
+surface when iteration reaches the bad line.
 """
 
 from __future__ import annotations

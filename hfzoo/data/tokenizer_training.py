@@ -42,7 +42,9 @@ def _family_tokens(family: Family, num_sentinels: int) -> tuple[dict[str, str], 
     raise ValueError(f"unknown family {family!r}; expected 'decoder', 'encoder' or 'encoder_decoder'")
 
 
-def _backend(kind: Kind, vocab_size: int, specials: list[str], unk: str, show_progress: bool):
+def _backend(
+    kind: Kind, vocab_size: int, specials: list[str], unk: str, show_progress: bool
+) -> tuple[Tokenizer, trainers.Trainer]:
     """An untrained ``tokenizers.Tokenizer`` and the trainer that fits it."""
     if kind == "bpe":
         tokenizer = Tokenizer(models.BPE())
@@ -107,7 +109,7 @@ def train_tokenizer(
             on a small corpus).
         family: which special tokens and post-processing to set up (see the module docstring).
         num_sentinels: number of ``<extra_id_i>`` tokens (``encoder_decoder`` only).
-        length: number of items in ``texts_iterator``, for the progress bar only.
+        length: number of texts in ``texts_iterator``, for the progress bar only.
     """
     named, extra = _family_tokens(family, num_sentinels)
     specials = [*named.values(), *extra]
