@@ -17,10 +17,11 @@ from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokeni
 
 import hfzoo
 
-# The decoder presets every conformance test runs on.
-DECODER_PRESETS = ("gpt-tiny", "llama-tiny")
-
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+# Test models are tiny: a second intra-op thread buys nothing, and on a busy 2-core machine OpenMP's
+# thread hand-offs cost milliseconds per kernel (measured: one small SDPA call 27 ms with 2 threads, 5 us with 1).
+torch.set_num_threads(1)
 
 # Stdlib modules whose docstrings are the tokenizer's training text: real prose, present on every machine.
 _DOCSTRING_MODULES = ("argparse", "collections", "json", "pathlib", "textwrap", "functools", "dataclasses", "string")
@@ -76,6 +77,17 @@ def tokenizer(docstring_texts: list[str]) -> PreTrainedTokenizerFast:
     )
 
 
+@pytest.fixture(scope="session")
+def tokenizer_overrides(tokenizer: PreTrainedTokenizerFast) -> dict[str, int]:
+    """Config overrides that make a model's vocabulary and special tokens match the `tokenizer` fixture."""
+    return dict(
+        vocab_size=len(tokenizer),
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+
+
 def build_tiny_model(preset: str, auto_class=AutoModelForCausalLM, seed: int = 0, **overrides) -> PreTrainedModel:
     """A freshly initialised fp32 model of `preset` in eval mode, dropout 0 unless overridden."""
     overrides = {"hidden_dropout": 0.0, "attention_dropout": 0.0, **overrides}
@@ -83,6 +95,12 @@ def build_tiny_model(preset: str, auto_class=AutoModelForCausalLM, seed: int = 0
     torch.manual_seed(seed)
     # from_config shares/mutates its config (e.g. the attention implementation): give each model its own.
     return auto_class.from_config(copy.deepcopy(config)).eval()
+
+
+@pytest.fixture(params=["gpt-tiny", "llama-tiny"])
+def decoder_preset(request) -> str:
+    """The decoder presets every conformance test runs on: GPT-2 style and Llama style."""
+    return request.param
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,65 @@
+"""Config validation: a combination that cannot work fails when the config is made, naming what to change."""
+
+import json
+
+import pytest
+from transformers import AutoConfig
+
+import hfzoo
+from hfzoo import ZooDecoderConfig
+
+# (overrides, words the message must contain)
+INVALID = {
+    "hidden not divisible by heads": ({"hidden_size": 100, "num_attention_heads": 3}, ["hidden_size", "num_attention_heads"]),
+    "heads not divisible by kv heads": ({"num_attention_heads": 4, "num_key_value_heads": 3}, ["num_key_value_heads"]),
+    "unknown activation": ({"activation": "swish-ish"}, ["activation", "swish-ish", "swiglu"]),
+    "unknown norm type": ({"norm_type": "batchnorm"}, ["norm_type", "rmsnorm"]),
+    "unknown norm position": ({"norm_position": "sandwich"}, ["norm_position", "pre"]),
+    "unknown position kind": ({"position_embedding": "xpos"}, ["position_embedding", "rotary"]),
+    "hidden dropout of 1": ({"hidden_dropout": 1.0}, ["hidden_dropout"]),
+    "negative attention dropout": ({"attention_dropout": -0.1}, ["attention_dropout"]),
+    "odd rotary head dim": ({"hidden_size": 36, "num_attention_heads": 4, "position_embedding": "rotary"}, ["rotary", "9"]),
+    "a single expert": ({"num_experts": 1}, ["num_experts"]),
+    "top-k above experts": ({"num_experts": 2, "num_experts_per_tok": 3}, ["num_experts_per_tok"]),
+    "zero kv heads": ({"num_key_value_heads": 0}, ["num_key_value_heads"]),
+    "zero layers": ({"num_hidden_layers": 0}, ["num_hidden_layers"]),
+}
+
+
+@pytest.mark.parametrize("overrides, words", INVALID.values(), ids=INVALID.keys())
+def test_invalid_settings_raise_at_config_creation(overrides, words):
+    for make in (lambda: ZooDecoderConfig(**overrides), lambda: hfzoo.preset_config("llama-tiny", **overrides)):
+        with pytest.raises(ValueError) as error:
+            make()
+        assert all(word in str(error.value) for word in words), str(error.value)
+
+
+def test_defaults_are_valid_and_kv_heads_default_to_query_heads():
+    config = ZooDecoderConfig(num_attention_heads=8, hidden_size=64)
+    assert config.num_key_value_heads == 8
+    assert config.head_dim == 8
+
+
+@pytest.mark.parametrize("kv_heads", [1, 2, 4])
+def test_multi_query_grouped_and_multi_head_attention_are_valid(kv_heads):
+    assert ZooDecoderConfig(num_attention_heads=4, num_key_value_heads=kv_heads).num_key_value_heads == kv_heads
+
+
+@pytest.mark.parametrize("preset", ["gpt-tiny", "llama-tiny", "llama-moe-tiny"])
+def test_config_round_trips_through_config_json(preset, tmp_path):
+    config = hfzoo.preset_config(preset, num_labels=3)
+    config.save_pretrained(tmp_path)
+    loaded = AutoConfig.from_pretrained(tmp_path)
+    assert type(loaded) is ZooDecoderConfig
+    assert loaded.to_diff_dict() == config.to_diff_dict()
+    assert loaded.num_labels == 3
+
+
+def test_an_invalid_config_json_fails_on_load(tmp_path):
+    hfzoo.preset_config("gpt-tiny").save_pretrained(tmp_path)
+    path = tmp_path / "config.json"
+    values = json.loads(path.read_text())
+    values["norm_type"] = "groupnorm"
+    path.write_text(json.dumps(values))
+    with pytest.raises(ValueError, match="norm_type"):
+        AutoConfig.from_pretrained(tmp_path)
