@@ -1,0 +1,183 @@
+"""Model cards generated from what a run wrote: its config, its model config and its JSONL log.
+
+Nothing in a card is typed by hand: the metadata (`library_name`, tags, `pipeline_tag`, datasets,
+`model-index` with the final evaluation), the architecture table, the training configuration, the
+results and the loss curve (`loss_curve.png`, drawn with matplotlib's Agg canvas, so no display is
+needed) all come from the run's files, so a card cannot disagree with the run it describes.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+from huggingface_hub import EvalResult, ModelCardData
+from transformers import PreTrainedConfig
+
+from .presets import preset_description, preset_family
+from .training.config import CONFIG_FILE
+from .training.logging import read_log
+
+if TYPE_CHECKING:
+    from .training.config import PretrainConfig
+    from .training.objectives import Objective
+
+LOSS_CURVE = "loss_curve.png"
+CARD = "README.md"
+DEFAULT_CORPUS = "hfzoo default corpus (Python standard-library docstrings)"
+
+# Config fields shown in the architecture table, in this order, when the model config has them.
+ARCHITECTURE_FIELDS = (
+    "model_type", "num_hidden_layers", "num_decoder_layers", "hidden_size", "num_attention_heads",
+    "num_key_value_heads", "intermediate_size", "activation", "norm_type", "norm_position", "position_embedding",
+    "max_position_embeddings", "vocab_size", "tie_word_embeddings", "num_experts", "num_experts_per_tok",
+    "hidden_dropout", "attention_dropout",
+)  # fmt: skip
+
+
+def plot_loss_curve(records: list[dict[str, Any]], path: str | os.PathLike) -> Path:
+    """Training loss (and validation loss where evaluated) against optimizer steps, as a PNG."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(7, 4), dpi=110)
+    FigureCanvasAgg(figure)
+    axes = figure.add_subplot()
+    train = [r for r in records if r["event"] == "train"]
+    evals = [r for r in records if r["event"] == "eval"]
+    axes.plot([r["step"] for r in train], [r["loss"] for r in train], label="train loss")
+    if evals:
+        axes.plot([r["step"] for r in evals], [r["eval_loss"] for r in evals], "o-", label="validation loss")
+    axes.set_xlabel("optimizer step")
+    axes.set_ylabel("loss (nats/token)")
+    axes.grid(alpha=0.3)
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(path)
+    return Path(path)
+
+
+def _dataset(config: PretrainConfig) -> tuple[str, str, list[str] | None]:
+    """(name, type, Hub datasets metadata) of the training corpus."""
+    if config.dataset is None and config.data_files is None:
+        return DEFAULT_CORPUS, "hfzoo-default-corpus", None
+    source = config.dataset if config.dataset is not None else str(config.data_files)
+    if config.dataset is not None and not os.path.exists(config.dataset):  # a Hub dataset name
+        return config.dataset, config.dataset, [config.dataset]
+    return f"local files: {source}", "local", None
+
+
+def _metadata(config: PretrainConfig, objective: Objective, final_eval: dict[str, Any] | None, name: str) -> str:
+    dataset_name, dataset_type, datasets = _dataset(config)
+    results = []
+    if final_eval:
+        common = dict(task_type=objective.pipeline_tag, task_name=objective.task_name, dataset_type=dataset_type,
+                      dataset_name=dataset_name, dataset_split="validation")  # fmt: skip
+        results = [
+            EvalResult(**common, metric_type="perplexity", metric_value=round(final_eval["perplexity"], 4),
+                       metric_name="Perplexity"),
+            EvalResult(**common, metric_type="loss", metric_value=round(final_eval["eval_loss"], 4),
+                       metric_name="Validation loss"),
+        ]  # fmt: skip
+    data = ModelCardData(
+        library_name="transformers",
+        pipeline_tag=objective.pipeline_tag,
+        tags=["hfzoo", config.preset, preset_family(config.preset), objective.name, "pretraining"],
+        datasets=datasets,
+        model_name=name,
+        eval_results=results or None,
+    )
+    return data.to_yaml()
+
+
+def _table(rows: list[tuple[str, Any]], headers: tuple[str, str]) -> str:
+    lines = [f"| {headers[0]} | {headers[1]} |", "| --- | --- |"]
+    return "\n".join(lines + [f"| {key} | {value} |" for key, value in rows])
+
+
+def _usage(model_class: str, pipeline_tag: str, name: str) -> str:
+    load = (
+        f"model = {model_class}.from_pretrained(path)\n"
+        "tokenizer = AutoTokenizer.from_pretrained(path)\n"
+        f'generator = pipeline("{pipeline_tag}", model=model, tokenizer=tokenizer)'
+    )
+    return f"""With hfzoo installed (`import hfzoo` registers the architecture with the Auto classes):
+
+```python
+import hfzoo
+from transformers import {model_class}, AutoTokenizer, pipeline
+
+path = "{name}"  # this folder, or its Hub repository id
+{load}
+```
+
+Without hfzoo: the modeling code is saved next to the weights, so transformers runs it when you allow it:
+
+```python
+from transformers import {model_class}, AutoTokenizer
+
+model = {model_class}.from_pretrained("{name}", trust_remote_code=True)
+tokenizer = AutoTokenizer.from_pretrained("{name}")
+```"""
+
+
+def render_model_card(
+    config: PretrainConfig, objective: Objective, model_config: PreTrainedConfig, records: list[dict[str, Any]],
+    name: str,
+) -> str:  # fmt: skip
+    """The card's Markdown (with YAML front matter) for a finished run's log `records`."""
+    start = next(r for r in records if r["event"] == "start")
+    end = next((r for r in reversed(records) if r["event"] == "end"), {})
+    evals = [r for r in records if r["event"] == "eval"]
+    train = [r for r in records if r["event"] == "train"]
+    final_eval = evals[-1] if evals else None
+    dataset_name = _dataset(config)[0]
+    architecture = [("preset", f"`{config.preset}` ({preset_description(config.preset)})"),
+                    ("parameters", f"{start['parameters']:,}")]  # fmt: skip
+    shown = [key for key in ARCHITECTURE_FIELDS if hasattr(model_config, key)]
+    if not getattr(model_config, "num_experts", 0):
+        shown = [key for key in shown if not key.startswith("num_experts")]
+    architecture += [(key, getattr(model_config, key)) for key in shown]
+    run = [
+        ("objective", f"{objective.name} ({objective.task_name})"),
+        ("training data", dataset_name),
+        ("processes", f"{start['num_processes']} ({start['distributed_type']}, {start['device']})"),
+        ("mixed precision", start["mixed_precision"]),
+        ("global batch", f"{start['global_batch_size']} blocks x {config.block_size} tokens"),
+        ("optimizer steps", end.get("step", train[-1]["step"] if train else 0)),
+        ("tokens seen", f"{end.get('tokens_seen', 0):,}"),
+        ("wall time", f"{end.get('elapsed', 0.0):.1f} s"),
+    ]
+    if train:
+        speeds = sorted(r["tokens_per_s"] for r in train)
+        run.append(("throughput (median)", f"{speeds[len(speeds) // 2]:,.0f} tokens/s"))
+    sections = [
+        f"---\n{_metadata(config, objective, final_eval, name).rstrip()}\n---",
+        f"# {name}\n\nA `{config.preset}` model pretrained from scratch with hfzoo's pretraining recipe "
+        f"({objective.task_name.lower()} on {dataset_name}).",
+        "## Results\n\n" + (
+            _table([(f"step {r['step']}", f"loss {r['eval_loss']:.4f}, perplexity {r['perplexity']:.2f}") for r in evals],
+                   ("evaluation", "validation"))
+            if evals else "No evaluation was run."
+        ) + f"\n\n![loss curve]({LOSS_CURVE})",
+        "## Architecture\n\n" + _table(architecture, ("field", "value")),
+        "## Training\n\n" + _table(run, ("setting", "value")),
+        f"Full configuration (`{CONFIG_FILE}`):\n\n```yaml\n"
+        + yaml.safe_dump(config.to_dict(), sort_keys=False) + "```",
+        "## How to use\n\n" + _usage(objective.auto_class.__name__, objective.pipeline_tag, name),
+    ]  # fmt: skip
+    return "\n\n".join(sections) + "\n"
+
+
+def write_model_card(
+    output_dir: str | os.PathLike, config: PretrainConfig, objective: Objective, model_config: PreTrainedConfig
+) -> Path:
+    """Write `README.md` and `loss_curve.png` into `output_dir` from its `log.jsonl`; returns the card's path."""
+    output_dir = Path(output_dir)
+    records = read_log(output_dir)
+    plot_loss_curve(records, output_dir / LOSS_CURVE)
+    card = output_dir / CARD
+    card.write_text(render_model_card(config, objective, model_config, records, output_dir.name), encoding="utf-8")
+    return card

@@ -1,0 +1,228 @@
+"""Pretrain a preset from scratch: config -> corpus -> tokenizer -> collator -> model -> AdamW -> loop -> save.
+
+Read `pretrain` top to bottom; it is the recipe. It runs unchanged as one process, under
+`accelerate launch` (DDP, FSDP, DeepSpeed: see recipes/configs/accelerate/) and under `torchrun`:
+
+    python recipes/pretrain.py --config recipes/configs/gpt-small-clm.yaml
+    accelerate launch recipes/pretrain.py --config recipes/configs/gpt-small-clm.yaml --max_steps 200
+    torchrun --nproc_per_node 2 recipes/pretrain.py --config ...   # 2 CPU processes (gloo) or GPUs
+    hfzoo pretrain --preset gpt-tiny --objective clm --max_steps 50
+
+A run killed at any point continues with `--resume` and ends with the weights an uninterrupted run
+would have had (same seed, same number of processes): see `checkpointing` for what that takes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+import yaml
+from accelerate import Accelerator
+from accelerate.utils import DataLoaderConfiguration, DistributedType, gather_object, set_seed
+from torch.utils.data import DataLoader
+from transformers import AutoTokenizer, PreTrainedTokenizerBase
+
+from ..cards import write_model_card
+from ..data.corpus import load_corpus
+from ..data.packing import pack
+from ..data.tokenizer_training import train_tokenizer_on_corpus
+from ..presets import FAMILY_CONFIGS, preset_config, preset_family
+from .checkpointing import Progress, checkpoint_to_resume, load_checkpoint, save_checkpoint
+from .config import CONFIG_FILE, PretrainConfig, parse_args
+from .logging import RunLogger
+from .loop import EvalShard, TrainMeter, build_optimizer, build_scheduler, count_tokens, evaluate, parameter_checksum, to_device
+from .objectives import get_objective
+
+logger = logging.getLogger(__name__)
+
+
+def _first(dataset, limit: int | None):
+    return dataset.select(range(min(limit, len(dataset)))) if limit is not None else dataset
+
+
+def _tokenizer(config: PretrainConfig, family: str, train_texts, output_dir: Path, accelerator: Accelerator,
+               resuming: bool) -> PreTrainedTokenizerBase:  # fmt: skip
+    """The named tokenizer, or one trained on the training texts and saved in `output_dir` right away.
+
+    Trained once, by the main process: the other processes and a resumed run load the saved copy, so
+    every process and every resume uses the same vocabulary.
+    """
+    if config.tokenizer:
+        return AutoTokenizer.from_pretrained(config.tokenizer)
+    with accelerator.main_process_first():
+        if accelerator.is_main_process and not resuming:
+            vocab_size = config.vocab_size or preset_config(config.preset).vocab_size
+            tokenizer = train_tokenizer_on_corpus(train_texts, config.tokenizer_kind, vocab_size, family)
+            tokenizer.save_pretrained(output_dir)
+            return tokenizer
+    return AutoTokenizer.from_pretrained(output_dir)
+
+
+def _special_token_ids(tokenizer: PreTrainedTokenizerBase, family: str) -> dict[str, int]:
+    """The tokenizer's special ids as model config fields (T5's convention: decoding starts from pad)."""
+    ids = {
+        "pad_token_id": tokenizer.pad_token_id,
+        "bos_token_id": tokenizer.bos_token_id,
+        "eos_token_id": tokenizer.eos_token_id if tokenizer.eos_token_id is not None else tokenizer.sep_token_id,
+        "decoder_start_token_id": tokenizer.pad_token_id,
+    }
+    fields = {f.name for f in dataclasses.fields(FAMILY_CONFIGS[family])}
+    return {key: value for key, value in ids.items() if key in fields and value is not None}
+
+
+def pretrain(config: PretrainConfig) -> Path:
+    """Train `config.preset` on `config.objective`; returns the output folder holding model, tokenizer and card."""
+    objective = get_objective(config.objective, config.preset)
+    family = preset_family(config.preset)
+    output_dir = Path(config.output_dir)
+    resume_from = checkpoint_to_resume(output_dir, config.resume)
+
+    # --- Accelerator: one process, DDP, FSDP or DeepSpeed, decided by how the script was launched.
+    # A seedable sampler reshuffles each epoch from (seed, epoch), so a resumed run sees the same order.
+    accelerator = Accelerator(
+        cpu=config.cpu if config.cpu is not None else not torch.accelerator.is_available(),
+        mixed_precision=config.mixed_precision,
+        gradient_accumulation_steps=config.gradient_accumulation_steps,
+        dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True, data_seed=config.seed),
+    )
+    set_seed(config.seed)  # same initial weights on every process
+    if accelerator.is_main_process:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        (output_dir / CONFIG_FILE).write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
+
+    # --- Corpus: `train` and `validation` splits of raw text.
+    with accelerator.main_process_first():  # the main process fills datasets' cache, the others read it
+        corpus = load_corpus(config.dataset, data_files=config.data_files, text_column=config.text_column,
+                             seed=config.seed)  # fmt: skip
+    train_texts = _first(corpus["train"], config.max_train_samples)
+    eval_texts = _first(corpus["validation"], config.max_eval_samples)
+
+    # --- Tokenizer, then the corpus packed into fixed-length blocks of token ids.
+    tokenizer = _tokenizer(config, family, train_texts, output_dir, accelerator, resuming=resume_from is not None)
+    with accelerator.main_process_first():
+        train_blocks = pack(train_texts, tokenizer, config.block_size)
+        eval_blocks = pack(eval_texts, tokenizer, config.block_size)
+    if len(train_blocks) < config.per_device_batch_size * accelerator.num_processes:
+        raise ValueError(f"the training corpus packs into {len(train_blocks)} blocks of {config.block_size} tokens, "
+                         "fewer than one batch; use more data or a smaller block_size/per_device_batch_size")  # fmt: skip
+
+    # --- Model: the preset, with the tokenizer's vocabulary and special ids, randomly initialised.
+    model_config = preset_config(
+        config.preset, vocab_size=len(tokenizer), **_special_token_ids(tokenizer, family), **config.model
+    )
+    model = objective.auto_class.from_config(model_config)
+
+    # --- Collators: all randomness (masks, spans) from a generator per process, saved in checkpoints.
+    collator_generator = torch.Generator().manual_seed(config.seed + accelerator.process_index)
+    collator = objective.make_collator(tokenizer, config.collator, collator_generator)
+
+    # --- Data loaders: they yield lists of examples; the loop collates (see hfzoo.training.loop).
+    # Each loader has its own generator so that creating an iterator does not draw from the global RNG
+    # (which drives dropout and must continue exactly after a resume).
+    train_loader = DataLoader(train_blocks, batch_size=config.per_device_batch_size, shuffle=True, drop_last=True,
+                              collate_fn=list, generator=torch.Generator().manual_seed(config.seed))  # fmt: skip
+    eval_loader = DataLoader(EvalShard(eval_blocks, accelerator.process_index, accelerator.num_processes),
+                             batch_size=config.per_device_batch_size, collate_fn=list,
+                             generator=torch.Generator().manual_seed(config.seed))  # fmt: skip
+
+    # --- AdamW, linear warmup + cosine decay. The scheduler is stepped by hand once per optimizer step
+    # (accelerate would step a prepared one once per process) and registered so checkpoints include it.
+    optimizer = build_optimizer(model, config.learning_rate, config.weight_decay,
+                                (config.adam_beta1, config.adam_beta2), config.adam_epsilon)  # fmt: skip
+    scheduler = build_scheduler(optimizer, config.warmup_steps, config.max_steps, config.min_lr_ratio)
+    model, optimizer, train_loader = accelerator.prepare(model, optimizer, train_loader)
+    accelerator.register_for_checkpointing(scheduler)
+    set_seed(config.seed, device_specific=True)  # dropout: a different stream on each process
+
+    progress = Progress()
+    if resume_from is not None:
+        progress = load_checkpoint(accelerator, resume_from, collator_generator)
+    log = RunLogger(output_dir, enabled=accelerator.is_main_process, max_steps=config.max_steps,
+                    start_step=progress.step, elapsed=progress.elapsed, tensorboard=config.tensorboard)  # fmt: skip
+    global_batch = config.per_device_batch_size * config.gradient_accumulation_steps * accelerator.num_processes
+    log.write(
+        "start", step=progress.step, resumed_from=str(resume_from) if resume_from else None,
+        num_processes=accelerator.num_processes, distributed_type=accelerator.distributed_type.value,
+        device=str(accelerator.device), mixed_precision=accelerator.mixed_precision, global_batch_size=global_batch,
+        tokens_per_step=global_batch * config.block_size, parameters=accelerator.unwrap_model(model).num_parameters(),
+        train_blocks=len(train_blocks), eval_blocks=len(eval_blocks), config=config.to_dict(),
+    )  # fmt: skip
+
+    def run_evaluation() -> dict[str, float]:
+        eval_collator = objective.make_collator(tokenizer, config.collator, torch.Generator().manual_seed(config.seed))
+        metrics = evaluate(model, eval_loader, eval_collator, accelerator, shifts_labels=objective.shifts_labels,
+                           max_batches=config.eval_batches)  # fmt: skip
+        log.write("eval", step=progress.step, **metrics)
+        return metrics
+
+    # --- The loop: micro-batches accumulate into optimizer steps; eval, checkpoint and log between steps.
+    meter, metrics = TrainMeter(accelerator), {}
+    meter.load_state(progress.meter)
+    model.train()
+    while progress.step < config.max_steps:
+        train_loader.set_epoch(progress.epoch)
+        # After a resume, skip the micro-batches of this epoch that the checkpoint had already trained on.
+        batches = accelerator.skip_first_batches(train_loader, progress.batches_in_epoch) if progress.batches_in_epoch else train_loader
+        for features in batches:
+            progress.batches_in_epoch += 1
+            batch = to_device(collator(features), accelerator.device)
+            with accelerator.accumulate(model):
+                loss = model(**batch).loss
+                accelerator.backward(loss)
+                grad_norm = None
+                if accelerator.sync_gradients and config.max_grad_norm is not None:
+                    grad_norm = accelerator.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+                optimizer.step()
+                optimizer.zero_grad()
+            meter.add(loss, count_tokens(batch))
+            if not accelerator.sync_gradients:
+                continue
+            if not accelerator.optimizer_step_was_skipped:  # fp16 overflow: the schedule waits too
+                scheduler.step()
+            progress.step += 1
+            log.advance()
+            if progress.step % config.log_every == 0 or progress.step == config.max_steps:
+                mean_loss, tokens, tokens_per_s = meter.report()
+                progress.tokens_seen += tokens
+                log.train(progress.step, mean_loss, scheduler.get_last_lr()[0],
+                          None if grad_norm is None else float(grad_norm), tokens_per_s, progress.tokens_seen)  # fmt: skip
+            if progress.step % config.eval_every == 0 or progress.step == config.max_steps:
+                with meter.paused():
+                    metrics = run_evaluation()
+            if progress.step % config.save_every == 0 and progress.step < config.max_steps:
+                with meter.paused():
+                    progress.elapsed, progress.meter = log.elapsed, meter.state()
+                    path = save_checkpoint(accelerator, output_dir, progress, collator_generator, config.keep_checkpoints)
+                    log.write("checkpoint", step=progress.step, path=str(path))
+            if progress.step >= config.max_steps:
+                break
+        else:
+            progress.epoch, progress.batches_in_epoch = progress.epoch + 1, 0
+
+    # --- Save: weights (safetensors) + tokenizer + model card, loadable with the Auto classes.
+    accelerator.wait_for_everyone()
+    unwrapped = accelerator.unwrap_model(model)
+    # Replicated weights must agree bit for bit; sharded ones (FSDP, DeepSpeed) have nothing to compare.
+    sharded = accelerator.distributed_type in (DistributedType.FSDP, DistributedType.DEEPSPEED)
+    checksums = None if sharded else gather_object([parameter_checksum(unwrapped)])
+    unwrapped.save_pretrained(output_dir, is_main_process=accelerator.is_main_process,
+                              save_function=accelerator.save, state_dict=accelerator.get_state_dict(model))  # fmt: skip
+    log.write("end", step=progress.step, tokens_seen=progress.tokens_seen, elapsed=round(log.elapsed, 3),
+              parameter_checksums=checksums, **metrics)  # fmt: skip
+    log.close()
+    if accelerator.is_main_process:
+        tokenizer.save_pretrained(output_dir)
+        write_model_card(output_dir, config, objective, unwrapped.config)
+    accelerator.wait_for_everyone()
+    accelerator.end_training()
+    return output_dir
+
+
+def main(argv: Sequence[str] | None = None) -> Path:
+    """Entry point of `recipes/pretrain.py` and `hfzoo pretrain`: parse `argv`, then `pretrain`."""
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    return pretrain(parse_args(argv))

@@ -1,0 +1,208 @@
+"""The pretraining recipe end to end, as users run it.
+
+One reference run (in-process, through `hfzoo.training.pretrain.main`, the function `hfzoo pretrain` calls)
+is compared with: `python recipes/pretrain.py` killed by SIGKILL and resumed; a run whose checkpoint
+rename crashed mid-save and was resumed; and the same training as two real DDP processes (`accelerate
+launch` with recipes/configs/accelerate/cpu_ddp.yaml, gloo). All on gpt-tiny with recipes/configs/test-gpt-tiny-clm.yaml (shuffling, dropout 0.1 and gradient
+accumulation 2 on; ~6 optimizer steps per epoch, so runs cross epoch boundaries).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from accelerate.state import AcceleratorState, GradientState
+from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from hfzoo.cards import LOSS_CURVE
+from hfzoo.data.corpus import load_corpus
+from hfzoo.data.packing import pack
+from hfzoo.training import checkpointing, list_checkpoints
+from hfzoo.training.logging import read_log
+from hfzoo.training.pretrain import main
+
+REPO = Path(__file__).resolve().parents[1]
+RECIPE = REPO / "recipes" / "pretrain.py"
+CONFIG = REPO / "recipes" / "configs" / "test-gpt-tiny-clm.yaml"
+ACCELERATE_CPU_DDP = REPO / "recipes" / "configs" / "accelerate" / "cpu_ddp.yaml"
+BIN = Path(sys.executable).parent
+NO_DROPOUT = ["--model.hidden_dropout", "0", "--model.attention_dropout", "0"]
+
+
+def recipe_env(threads: int | None = None) -> dict[str, str]:
+    """Training subprocesses as the Makefile starts them: freed pages stay mapped (performance notes), offline.
+
+    Threads default to this process's count: float sums are split by thread, so runs compared bit for bit
+    with the in-process reference must use as many.
+    """
+    return {
+        **os.environ,
+        "MALLOC_MMAP_THRESHOLD_": "17179869184",
+        "MALLOC_TRIM_THRESHOLD_": "17179869184",
+        "HF_HUB_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "OMP_NUM_THREADS": str(threads or torch.get_num_threads()),
+    }
+
+
+def run_in_process(*args: str) -> Path:
+    """`main(argv)` in this process; accelerate's process-wide state is reset after, as a new process would be."""
+    try:
+        return main(["--config", str(CONFIG), *args])
+    finally:
+        GradientState._reset_state()
+        AcceleratorState._reset_state(reset_partial_state=True)
+
+
+def weights(output_dir: Path) -> dict[str, torch.Tensor]:
+    return load_file(output_dir / "model.safetensors")
+
+
+def max_weight_difference(a: Path, b: Path) -> float:
+    wa, wb = weights(a), weights(b)
+    assert wa.keys() == wb.keys()
+    return max((wa[k] - wb[k]).abs().max().item() for k in wa)
+
+
+def train_losses(output_dir: Path) -> dict[int, float]:
+    return {r["step"]: r["loss"] for r in read_log(output_dir) if r["event"] == "train"}
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> Path:
+    """An uninterrupted run of the test config (20 steps, checkpoints every 4)."""
+    return run_in_process("--output_dir", str(tmp_path_factory.mktemp("reference")))
+
+
+def test_output_folder_has_model_tokenizer_card_and_logs(reference):
+    for name in ("model.safetensors", "config.json", "tokenizer.json", "README.md", LOSS_CURVE, "log.jsonl"):
+        assert (reference / name).is_file(), name
+    assert (reference / LOSS_CURVE).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    records = read_log(reference)
+    train = [r for r in records if r["event"] == "train"]
+    assert [r["step"] for r in train] == list(range(1, 21))
+    assert {"step", "loss", "lr", "tokens_per_s", "elapsed"} <= train[0].keys()
+    assert train[-1]["loss"] < train[0]["loss"] - 0.5  # it learns
+    assert [r["step"] for r in records if r["event"] == "eval"] == [10, 20]
+    assert [r["step"] for r in records if r["event"] == "checkpoint"] == [4, 8, 12, 16]
+    assert [p.name for p in list_checkpoints(reference)] == ["step-00000012", "step-00000016"]  # keep_checkpoints: 2
+
+
+def test_saved_model_reloads_with_auto_classes_and_reproduces_the_logged_eval_loss(reference):
+    model = AutoModelForCausalLM.from_pretrained(reference).eval()
+    tokenizer = AutoTokenizer.from_pretrained(reference)
+    # Rebuild the validation blocks as the recipe did and recompute the loss it logged at the end.
+    texts = load_corpus(split="validation", seed=11).select(range(10))
+    blocks = torch.tensor(pack(texts, tokenizer, 32)["input_ids"])
+    with torch.no_grad():
+        losses = [(model(input_ids=b, labels=b).loss.item(), b[:, 1:].numel()) for b in blocks.split(4)]
+    loss = sum(l * n for l, n in losses) / sum(n for _, n in losses)
+    final_eval = [r for r in read_log(reference) if r["event"] == "eval"][-1]
+    assert loss == pytest.approx(final_eval["eval_loss"], abs=1e-5)
+    assert final_eval["perplexity"] == pytest.approx(math.exp(loss), rel=1e-5)
+
+
+def test_model_card_is_generated_from_the_run(reference):
+    card = (reference / "README.md").read_text()
+    metadata = yaml.safe_load(card.split("---\n")[1])
+    assert metadata["library_name"] == "transformers"
+    assert metadata["pipeline_tag"] == "text-generation"
+    assert {"hfzoo", "gpt-tiny", "clm"} <= set(metadata["tags"])
+    final_eval = [r for r in read_log(reference) if r["event"] == "eval"][-1]
+    metrics = {m["type"]: m["value"] for m in metadata["model-index"][0]["results"][0]["metrics"]}
+    assert metrics["perplexity"] == pytest.approx(final_eval["perplexity"], abs=1e-4)
+    config = json.loads((reference / "config.json").read_text())
+    assert f"| hidden_size | {config['hidden_size']} |" in card
+    assert f"| vocab_size | {config['vocab_size']} |" in card
+    assert "trust_remote_code=True" in card and "AutoModelForCausalLM" in card
+    assert f"![loss curve]({LOSS_CURVE})" in card
+
+
+def test_sigkill_then_resume_gives_identical_weights(reference, tmp_path):
+    out = tmp_path / "killed"
+    with open(tmp_path / "killed.log", "w") as log:
+        process = subprocess.Popen([sys.executable, str(RECIPE), "--config", str(CONFIG), "--output_dir", str(out)],
+                                   env=recipe_env(), stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+        deadline = time.monotonic() + 120
+        while not list_checkpoints(out) and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.005)
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait()
+    assert process.returncode == -signal.SIGKILL, (tmp_path / "killed.log").read_text()[-3000:]
+    assert not (out / "model.safetensors").exists(), "the run finished before it was killed"
+    killed_at = max(r["step"] for r in read_log(out) if r["event"] == "train")
+    assert (out / "tokenizer.json").read_text() == (reference / "tokenizer.json").read_text()
+
+    resumed = subprocess.run([sys.executable, str(RECIPE), "--config", str(CONFIG), "--output_dir", str(out), "--resume"],
+                             env=recipe_env(), capture_output=True, text=True)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    start = [r for r in read_log(out) if r["event"] == "start"][-1]
+    assert start["resumed_from"] is not None and start["step"] >= 4
+    print(f"killed after step {killed_at}; resumed from step {start['step']}")
+    assert max_weight_difference(out, reference) <= 1e-6
+    assert train_losses(out) == train_losses(reference)  # one record per step, each as uninterrupted
+
+
+def test_crash_during_checkpoint_rename_leaves_a_partial_checkpoint_that_resume_ignores(reference, tmp_path, monkeypatch):
+    out = tmp_path / "crashed"
+    real_replace = os.replace
+
+    def crash_on_step_8(src, dst):
+        if Path(dst).name == "step-00000008":
+            raise OSError("simulated crash while publishing the checkpoint")
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(checkpointing.os, "replace", crash_on_step_8)
+    with pytest.raises(OSError, match="simulated crash"):
+        run_in_process("--output_dir", str(out))
+    monkeypatch.setattr(checkpointing.os, "replace", real_replace)
+    partial = out / "checkpoints" / ".tmp-step-00000008"
+    assert partial.is_dir() and (partial / "model.safetensors").is_file()  # written, never published
+    assert [p.name for p in list_checkpoints(out)] == ["step-00000004"]
+
+    run_in_process("--output_dir", str(out), "--resume")
+    start = [r for r in read_log(out) if r["event"] == "start"][-1]
+    assert start["step"] == 4 and start["resumed_from"].endswith("step-00000004")
+    assert not partial.exists()  # cleaned up by the next save
+    assert max_weight_difference(out, reference) <= 1e-6
+
+
+def test_two_ddp_processes_match_one_process_with_the_same_global_batch(tmp_path):
+    """`accelerate launch` with the ready CPU config starts two real processes; the recipe puts them on gloo.
+
+    Tolerance: both runs see the same 8 blocks per micro-batch and average the same per-token losses;
+    only the order of float32 additions differs (DDP all-reduces two half-batch gradient sums), which
+    moves the loss by ~1e-6 over these steps; 1e-4 leaves room without hiding a wrong batch (one
+    different block changes the loss by >1e-2).
+    """
+    steps = ["--max_steps", "8", "--save_every", "100", "--eval_every", "8", *NO_DROPOUT]
+    ddp = tmp_path / "ddp"
+    result = subprocess.run(
+        [str(BIN / "accelerate"), "launch", "--config_file", str(ACCELERATE_CPU_DDP), str(RECIPE), "--config", str(CONFIG),
+         "--output_dir", str(ddp), "--per_device_batch_size", "2", *steps],
+        env=recipe_env(threads=1), capture_output=True, text=True,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    single = run_in_process("--output_dir", str(tmp_path / "single"), "--per_device_batch_size", "4", *steps)
+
+    records = read_log(ddp)
+    start, end = records[0], records[-1]
+    assert (start["num_processes"], start["distributed_type"], start["global_batch_size"]) == (2, "MULTI_CPU", 8)
+    checksums = end["parameter_checksums"]
+    assert len(checksums) == 2 and checksums[0] == checksums[1]  # both ranks hold identical weights
+    ddp_losses, single_losses = train_losses(ddp), train_losses(single)
+    assert list(ddp_losses) == list(single_losses) == list(range(1, 9))  # crosses an epoch boundary
+    for step in ddp_losses:
+        assert ddp_losses[step] == pytest.approx(single_losses[step], abs=1e-4), step
+    assert end["eval_loss"] == pytest.approx(read_log(single)[-1]["eval_loss"], abs=1e-4)
