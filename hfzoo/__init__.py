@@ -3,6 +3,7 @@
 Importing hfzoo registers every family with transformers' Auto classes and PEFT's default targets.
 """
 
+from . import adapters  # registers the bottleneck adapters as PEFT method "BOTTLENECK"
 from .models.configuration_decoder import ZooDecoderConfig
 from .models.modeling_decoder import (
     ZooDecoderForCausalLM,
