@@ -16,7 +16,8 @@ from torch import nn
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache, EncoderDecoderCache
 from transformers.modeling_layers import GradientCheckpointingLayer
-from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
+from transformers.utils.output_capturing import OutputRecorder
 
 from .component_options import GATED_ACTIVATIONS
 
@@ -452,3 +453,26 @@ class TransformerBlock(GradientCheckpointingLayer):
         output = self.mlp(hidden_states)
         # Router logits are recorded by the model's output capture (index 1 of the MoE output).
         return output[0] if isinstance(output, tuple) else output
+
+
+# ----------------------------------------------------------------------------------------------- model base
+class ZooPreTrainedModel(PreTrainedModel):
+    """Capability flags shared by the families' `PreTrainedModel` bases (each adds its `config` annotation).
+
+    Every family stacks `TransformerBlock`s whose attention dispatches through transformers' registry, so the same
+    attention backends, checkpointing, device-map splitting and output recording apply to all of them.
+    """
+
+    base_model_prefix = "model"
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["TransformerBlock"]
+    _supports_sdpa = True
+    _supports_flash_attn = True
+    _supports_flex_attn = True
+    _supports_attention_backend = True
+    _can_compile_fullgraph = False
+    _can_record_outputs = {
+        "hidden_states": TransformerBlock,
+        "attentions": OutputRecorder(Attention, index=1),
+        "router_logits": OutputRecorder(MixtureOfExperts, index=1),
+    }

@@ -2,7 +2,7 @@
 
 import torch
 from torch import nn
-from transformers import GenerationMixin, PreTrainedModel
+from transformers import GenerationMixin
 from transformers.cache_utils import Cache, DynamicCache
 from transformers.masking_utils import create_causal_mask
 from transformers.modeling_outputs import (
@@ -14,35 +14,15 @@ from transformers.modeling_outputs import (
     TokenClassifierOutput,
 )
 from transformers.utils import can_return_tuple
-from transformers.utils.output_capturing import OutputRecorder, capture_outputs
+from transformers.utils.output_capturing import capture_outputs
 
 from .configuration_decoder import ZooDecoderConfig
-from .layers import (
-    Attention,
-    InputEmbeddingsMixin,
-    MixtureOfExperts,
-    TransformerBlock,
-    add_router_loss,
-    build_norm,
-)
+from .layers import InputEmbeddingsMixin, TransformerBlock, ZooPreTrainedModel, add_router_loss, build_norm
 
 
-class ZooDecoderPreTrainedModel(PreTrainedModel):
+class ZooDecoderPreTrainedModel(ZooPreTrainedModel):
     config: ZooDecoderConfig
-    base_model_prefix = "model"
-    supports_gradient_checkpointing = True
-    _no_split_modules = ["TransformerBlock"]
     _skip_keys_device_placement = ["past_key_values"]
-    _supports_sdpa = True
-    _supports_flash_attn = True
-    _supports_flex_attn = True
-    _supports_attention_backend = True
-    _can_compile_fullgraph = False
-    _can_record_outputs = {
-        "hidden_states": TransformerBlock,
-        "attentions": OutputRecorder(Attention, index=1),
-        "router_logits": OutputRecorder(MixtureOfExperts, index=1),
-    }
 
 
 class ZooDecoderModel(InputEmbeddingsMixin, ZooDecoderPreTrainedModel):
