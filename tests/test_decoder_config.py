@@ -10,7 +10,10 @@ from hfzoo import ZooDecoderConfig
 
 # (overrides, words the message must contain)
 INVALID = {
-    "hidden not divisible by heads": ({"hidden_size": 100, "num_attention_heads": 3}, ["hidden_size", "num_attention_heads"]),
+    "hidden not divisible by heads": (
+        {"hidden_size": 100, "num_attention_heads": 3},
+        ["hidden_size", "num_attention_heads"],
+    ),
     "heads not divisible by kv heads": ({"num_attention_heads": 4, "num_key_value_heads": 3}, ["num_key_value_heads"]),
     "unknown activation": ({"activation": "swish-ish"}, ["activation", "swish-ish", "swiglu"]),
     "unknown norm type": ({"norm_type": "batchnorm"}, ["norm_type", "rmsnorm"]),
@@ -18,7 +21,10 @@ INVALID = {
     "unknown position kind": ({"position_embedding": "xpos"}, ["position_embedding", "rotary"]),
     "hidden dropout of 1": ({"hidden_dropout": 1.0}, ["hidden_dropout"]),
     "negative attention dropout": ({"attention_dropout": -0.1}, ["attention_dropout"]),
-    "odd rotary head dim": ({"hidden_size": 36, "num_attention_heads": 4, "position_embedding": "rotary"}, ["rotary", "9"]),
+    "odd rotary head dim": (
+        {"hidden_size": 36, "num_attention_heads": 4, "position_embedding": "rotary"},
+        ["rotary", "9"],
+    ),
     "a single expert": ({"num_experts": 1}, ["num_experts"]),
     "top-k above experts": ({"num_experts": 2, "num_experts_per_tok": 3}, ["num_experts_per_tok"]),
     "zero kv heads": ({"num_key_value_heads": 0}, ["num_key_value_heads"]),

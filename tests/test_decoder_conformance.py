@@ -60,7 +60,12 @@ def test_beam_search_and_sampling_give_the_right_shapes(decoder_preset, tiny_mod
     model = tiny_model(decoder_preset, pad_token_id=PAD)
     input_ids, attention_mask = left_pad(PROMPTS[:2])
     beams = model.generate(
-        input_ids, attention_mask=attention_mask, num_beams=3, num_return_sequences=2, max_new_tokens=5, min_new_tokens=5
+        input_ids,
+        attention_mask=attention_mask,
+        num_beams=3,
+        num_return_sequences=2,
+        max_new_tokens=5,
+        min_new_tokens=5,
     )
     assert beams.shape == (2 * 2, input_ids.shape[1] + 5)
     torch.manual_seed(0)
