@@ -11,6 +11,15 @@ from .models.modeling_decoder import (
     ZooDecoderForTokenClassification,
     ZooDecoderModel,
 )
+from .models.configuration_encoder import ZooEncoderConfig
+from .models.modeling_encoder import (
+    ZooEncoderForMaskedLM,
+    ZooEncoderForMultipleChoice,
+    ZooEncoderForQuestionAnswering,
+    ZooEncoderForSequenceClassification,
+    ZooEncoderForTokenClassification,
+    ZooEncoderModel,
+)
 from .presets import list_presets, preset_config
 from .registration import register as _register
 
@@ -24,6 +33,13 @@ __all__ = [
     "ZooDecoderForCausalLM",
     "ZooDecoderForSequenceClassification",
     "ZooDecoderForTokenClassification",
+    "ZooEncoderConfig",
+    "ZooEncoderModel",
+    "ZooEncoderForMaskedLM",
+    "ZooEncoderForSequenceClassification",
+    "ZooEncoderForTokenClassification",
+    "ZooEncoderForQuestionAnswering",
+    "ZooEncoderForMultipleChoice",
     "list_presets",
     "preset_config",
 ]

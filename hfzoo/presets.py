@@ -9,9 +9,11 @@ from dataclasses import fields
 from transformers import PreTrainedConfig
 
 from .models.configuration_decoder import ZooDecoderConfig
+from .models.configuration_encoder import ZooEncoderConfig
 
 FAMILY_CONFIGS: dict[str, type[PreTrainedConfig]] = {
     "decoder": ZooDecoderConfig,
+    "encoder": ZooEncoderConfig,
 }
 # The Auto class of each family's pretraining model (language-model head).
 FAMILY_LM_AUTO_CLASS: dict[str, str] = {
@@ -31,6 +33,21 @@ _LLAMA = dict(
 )
 _TINY = dict(vocab_size=4096, hidden_size=128, num_hidden_layers=4, num_attention_heads=4, max_position_embeddings=512)
 _SMALL = dict(vocab_size=16384, hidden_size=384, num_hidden_layers=6, num_attention_heads=6, max_position_embeddings=1024)
+_BERT = dict(
+    activation="gelu", norm_type="layernorm", norm_position="post", norm_eps=1e-12, position_embedding="learned",
+    attention_bias=True, mlp_bias=True, embedding_norm=True, tie_word_embeddings=True, type_vocab_size=2,
+    add_pooling_layer=True, max_position_embeddings=512,
+)
+# RoBERTa: BERT's architecture; type_vocab_size=0 because its single token-type row is a constant the learned
+# positions absorb, and 0 makes a BERT-style tokenizer's segment ids harmless instead of out of range.
+_ROBERTA = {**_BERT, "type_vocab_size": 0, "norm_eps": 1e-5}
+# ModernBERT without its alternating sliding-window attention (every layer attends globally here).
+_MODERNBERT = dict(
+    activation="geglu", norm_type="layernorm", norm_bias=False, norm_position="pre", norm_eps=1e-5,
+    position_embedding="rotary", rope_theta=160000.0, attention_bias=False, mlp_bias=False, embedding_norm=True,
+    tie_word_embeddings=True, type_vocab_size=0, add_pooling_layer=False, hidden_dropout=0.0, attention_dropout=0.0,
+)
+_BERT_BASE = dict(vocab_size=30522, hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072)
 
 # name -> (family, flag values, what it follows)
 PRESETS: dict[str, tuple[str, dict, str]] = {
@@ -69,6 +86,40 @@ PRESETS: dict[str, tuple[str, dict, str]] = {
         {**_LLAMA, "vocab_size": 32000, "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
          "num_key_value_heads": 4, "intermediate_size": 2048, "max_position_embeddings": 2048},
         "Llama-style at ~125M parameters",
+    ),
+    "bert-tiny": (
+        "encoder", {**_BERT, **_TINY, "intermediate_size": 512}, "BERT (Devlin et al., 2019), test size"
+    ),
+    "bert-small": (
+        "encoder", {**_BERT, **_SMALL, "intermediate_size": 1536, "max_position_embeddings": 512},
+        "BERT (Devlin et al., 2019), CPU-trainable size",
+    ),
+    "bert-base": ("encoder", {**_BERT, **_BERT_BASE}, "BERT-base 110M dimensions (Devlin et al., 2019)"),
+    "roberta-tiny": (
+        "encoder", {**_ROBERTA, **_TINY, "intermediate_size": 512},
+        "RoBERTa (Liu et al., 2019): BERT without token types, trained without NSP, with dynamic masking; test size",
+    ),
+    "roberta-small": (
+        "encoder", {**_ROBERTA, **_SMALL, "intermediate_size": 1536, "max_position_embeddings": 514},
+        "RoBERTa (Liu et al., 2019): trained without NSP, with dynamic masking; CPU-trainable size",
+    ),
+    "roberta-base": (
+        "encoder", {**_ROBERTA, **_BERT_BASE, "vocab_size": 50265, "max_position_embeddings": 514},
+        "RoBERTa-base 125M dimensions (Liu et al., 2019): trained without NSP, with dynamic masking",
+    ),
+    "modernbert-tiny": (
+        "encoder", {**_MODERNBERT, **_TINY, "intermediate_size": 192},
+        "ModernBERT (Warner et al., 2024): pre-norm, bias-free, rotary, GeGLU, global attention only; test size",
+    ),
+    "modernbert-small": (
+        "encoder", {**_MODERNBERT, **_SMALL, "intermediate_size": 576},
+        "ModernBERT (Warner et al., 2024), global attention only; CPU-trainable size",
+    ),
+    "modernbert-base": (
+        "encoder",
+        {**_MODERNBERT, "vocab_size": 50368, "hidden_size": 768, "num_hidden_layers": 22, "num_attention_heads": 12,
+         "intermediate_size": 1152, "max_position_embeddings": 8192},
+        "ModernBERT-base 149M dimensions (Warner et al., 2024), global attention only",
     ),
 }
 

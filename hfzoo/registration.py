@@ -11,6 +11,9 @@ from transformers import (
     AutoConfig,
     AutoModel,
     AutoModelForCausalLM,
+    AutoModelForMaskedLM,
+    AutoModelForMultipleChoice,
+    AutoModelForQuestionAnswering,
     AutoModelForSequenceClassification,
     AutoModelForTokenClassification,
 )
@@ -22,6 +25,15 @@ from .models.modeling_decoder import (
     ZooDecoderForTokenClassification,
     ZooDecoderModel,
 )
+from .models.configuration_encoder import ZooEncoderConfig
+from .models.modeling_encoder import (
+    ZooEncoderForMaskedLM,
+    ZooEncoderForMultipleChoice,
+    ZooEncoderForQuestionAnswering,
+    ZooEncoderForSequenceClassification,
+    ZooEncoderForTokenClassification,
+    ZooEncoderModel,
+)
 
 AUTO_CLASSES = {
     ZooDecoderConfig: {
@@ -29,6 +41,14 @@ AUTO_CLASSES = {
         AutoModelForCausalLM: ZooDecoderForCausalLM,
         AutoModelForSequenceClassification: ZooDecoderForSequenceClassification,
         AutoModelForTokenClassification: ZooDecoderForTokenClassification,
+    },
+    ZooEncoderConfig: {
+        AutoModel: ZooEncoderModel,
+        AutoModelForMaskedLM: ZooEncoderForMaskedLM,
+        AutoModelForSequenceClassification: ZooEncoderForSequenceClassification,
+        AutoModelForTokenClassification: ZooEncoderForTokenClassification,
+        AutoModelForQuestionAnswering: ZooEncoderForQuestionAnswering,
+        AutoModelForMultipleChoice: ZooEncoderForMultipleChoice,
     },
 }
 

@@ -1,0 +1,38 @@
+"""Configuration of the encoder-only family (BERT, RoBERTa and ModernBERT-style encoders as presets)."""
+
+from .configuration_common import ZooTransformerConfig
+
+
+class ZooEncoderConfig(ZooTransformerConfig):
+    r"""
+    Encoder-only transformer: bidirectional self-attention blocks over token (+ segment + position) embeddings, with
+    heads for masked-LM pretraining and for classification, tagging, extractive QA and multiple choice. BERT (Devlin
+    et al., 2019), RoBERTa (Liu et al., 2019) and ModernBERT (Warner et al., 2024) are presets of these flags; see
+    `hfzoo.list_presets()`. Component arguments are documented on `ZooTransformerConfig`; the encoder adds:
+
+    Args:
+        type_vocab_size (`int`, defaults to 2): number of token types (BERT's segment A/B embeddings, added to the token
+            embeddings). 0 means no token-type embedding: `token_type_ids` are then accepted and ignored, so a
+            BERT-style tokenizer that emits segment ids for sentence pairs still works (RoBERTa and ModernBERT drop
+            segments).
+        add_pooling_layer (`bool`, defaults to `True`): BERT's pooler, a dense layer + tanh on the first ([CLS]) token,
+            trained by next-sentence prediction in the paper and used by the sequence-classification and
+            multiple-choice heads. Without it those heads read the first token's hidden state directly.
+        classifier_dropout (`float`, *optional*): dropout before the classification, tagging and multiple-choice
+            projections; `None` uses `hidden_dropout`.
+    """
+
+    model_type = "hfzoo_encoder"
+
+    type_vocab_size: int = 2
+    add_pooling_layer: bool = True
+    classifier_dropout: float | None = None
+
+    def __post_init__(self, **kwargs):
+        super().__post_init__(**kwargs)
+        if self.type_vocab_size < 0:
+            raise ValueError(f"type_vocab_size must be >= 0 (0 = no token types), got {self.type_vocab_size}.")
+        if self.classifier_dropout is not None and not 0.0 <= self.classifier_dropout < 1.0:
+            raise ValueError(
+                f"classifier_dropout must be in [0, 1) or None (= hidden_dropout), got {self.classifier_dropout}."
+            )

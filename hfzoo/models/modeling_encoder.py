@@ -1,0 +1,365 @@
+"""Encoder-only family: BERT-, RoBERTa- and ModernBERT-style bidirectional transformers as native HF models."""
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers.activations import ACT2FN
+from transformers.masking_utils import create_bidirectional_mask
+from transformers.modeling_outputs import (
+    BaseModelOutputWithPooling,
+    MaskedLMOutput,
+    MultipleChoiceModelOutput,
+    QuestionAnsweringModelOutput,
+    SequenceClassifierOutput,
+    TokenClassifierOutput,
+)
+from transformers.utils import ModelOutput, can_return_tuple
+from transformers.utils.output_capturing import capture_outputs
+
+from .component_options import GATED_ACTIVATIONS
+from .configuration_encoder import ZooEncoderConfig
+from .layers import InputEmbeddingsMixin, TransformerBlock, ZooPreTrainedModel, add_router_loss, build_norm
+
+
+@dataclass
+class ZooEncoderModelOutput(BaseModelOutputWithPooling):
+    """`BaseModelOutputWithPooling` plus the per-layer router logits of a mixture-of-experts encoder."""
+
+    router_logits: tuple[torch.FloatTensor, ...] | None = None
+
+
+@dataclass
+class ZooMaskedLMOutput(MaskedLMOutput):
+    """`MaskedLMOutput` plus, for mixture-of-experts encoders, the load-balancing loss (already inside `loss`).
+
+    In training with `labels`, `logits` holds only the labelled positions: shape `[num_labelled, vocab_size]`, rows in
+    the order of `labels[labels != -100]` (row-major over batch and sequence). Everywhere else it is the full
+    `[batch, seq, vocab_size]`.
+    """
+
+    aux_loss: torch.FloatTensor | None = None
+    router_logits: tuple[torch.FloatTensor, ...] | None = None
+
+
+class ZooEncoderPreTrainedModel(ZooPreTrainedModel):
+    config: ZooEncoderConfig
+
+    def _encode(
+        self,
+        input_ids: torch.Tensor | None,
+        attention_mask: torch.Tensor | None,
+        token_type_ids: torch.Tensor | None,
+        position_ids: torch.Tensor | None,
+        inputs_embeds: torch.Tensor | None,
+        **kwargs,
+    ) -> ZooEncoderModelOutput:
+        """Run the heads' shared encoder, recording router logits when the feed-forward is a mixture of experts."""
+        if self.config.num_experts:
+            kwargs["output_router_logits"] = True
+        return self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            **kwargs,
+        )
+
+
+class ZooEncoderPooler(nn.Module):
+    """BERT's pooler: dense + tanh on the first ([CLS]) token, the sentence representation its heads classify."""
+
+    def __init__(self, config: ZooEncoderConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.dense(hidden_states[:, 0]))
+
+
+class ZooEncoderModel(InputEmbeddingsMixin, ZooEncoderPreTrainedModel):
+    """Token (+ token-type) embeddings, positions, bidirectional blocks, a final norm for pre-norm, optional pooler.
+
+    `add_pooling_layer` overrides `config.add_pooling_layer`: heads that never read the pooler (masked LM, token
+    classification, QA) build the model without it, as BERT does, so no untrained weights sit in their checkpoints.
+    """
+
+    def __init__(self, config: ZooEncoderConfig, add_pooling_layer: bool | None = None):
+        super().__init__(config)
+        self.build_input_layers(config, bidirectional=True)
+        if config.type_vocab_size:
+            self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(
+            TransformerBlock(config, layer_idx, is_causal=False) for layer_idx in range(config.num_hidden_layers)
+        )
+        # Post-norm blocks already end in a norm; pre-norm stacks need one at the top.
+        self.norm = build_norm(config) if config.norm_position == "pre" else nn.Identity()
+        add_pooling_layer = config.add_pooling_layer if add_pooling_layer is None else add_pooling_layer
+        self.pooler = ZooEncoderPooler(config) if add_pooling_layer else None
+        self.gradient_checkpointing = False
+        self.post_init()
+
+    def _token_type_embeds(self, token_type_ids: torch.Tensor | None) -> torch.Tensor | None:
+        """Segment embeddings; without ids every token is segment 0 (one broadcast row, no index tensor)."""
+        if not self.config.type_vocab_size:
+            return None  # RoBERTa/ModernBERT-style: a tokenizer's segment ids carry no signal here.
+        if token_type_ids is None:
+            return self.token_type_embeddings.weight[0]
+        if int(token_type_ids.max()) >= self.config.type_vocab_size:
+            raise ValueError(
+                f"token_type_ids go up to {int(token_type_ids.max())} but type_vocab_size="
+                f"{self.config.type_vocab_size}; pass segment ids below type_vocab_size or raise it in the config."
+            )
+        return self.token_type_embeddings(token_type_ids)
+
+    @capture_outputs
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        **kwargs,
+    ) -> ZooEncoderModelOutput:
+        hidden_states, signals = self.embed_inputs(
+            input_ids, inputs_embeds, position_ids, extra_embeds=self._token_type_embeds(token_type_ids)
+        )
+        # Every position sees every other, so an encoder is bounded by its training length whatever the position kind.
+        if hidden_states.shape[1] > self.config.max_position_embeddings:
+            raise ValueError(
+                f"Input has {hidden_states.shape[1]} tokens but max_position_embeddings="
+                f"{self.config.max_position_embeddings}; truncate it (tokenizer truncation=True, max_length=...)."
+            )
+        mask = create_bidirectional_mask(config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask)
+        for layer in self.layers:
+            hidden_states = layer(hidden_states, mask, signals, **kwargs)
+        hidden_states = self.norm(hidden_states)
+        pooled = self.pooler(hidden_states) if self.pooler is not None else None
+        return ZooEncoderModelOutput(last_hidden_state=hidden_states, pooler_output=pooled)
+
+
+def sentence_representation(outputs: ZooEncoderModelOutput) -> torch.Tensor:
+    """The pooler's output, or the first token's hidden state for encoders without a pooler (RoBERTa/ModernBERT)."""
+    return outputs.pooler_output if outputs.pooler_output is not None else outputs.last_hidden_state[:, 0]
+
+
+def classifier_dropout(config: ZooEncoderConfig) -> nn.Dropout:
+    return nn.Dropout(config.hidden_dropout if config.classifier_dropout is None else config.classifier_dropout)
+
+
+def task_output(output_cls: type[ModelOutput], config: ZooEncoderConfig, loss, outputs, **fields) -> ModelOutput:
+    """How every task head ends: the MoE load-balancing loss joins the task loss; recorded states pass through."""
+    loss, _ = add_router_loss(config, loss, outputs)
+    return output_cls(loss=loss, hidden_states=outputs.hidden_states, attentions=outputs.attentions, **fields)
+
+
+class ZooEncoderLMHead(nn.Module):
+    """BERT's masked-LM head: dense + activation + norm, then the vocabulary projection (tied to the embedding)."""
+
+    def __init__(self, config: ZooEncoderConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size, bias=config.mlp_bias)
+        # A gated feed-forward activation names its gate's function (geglu -> gelu); the head is not gated.
+        self.act_fn = ACT2FN[GATED_ACTIVATIONS.get(config.activation, config.activation)]
+        self.norm = build_norm(config)
+        # The per-token output bias is kept even in bias-free presets: BERT and ModernBERT both have it.
+        self.decoder = nn.Linear(config.hidden_size, config.vocab_size)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.decoder(self.norm(self.act_fn(self.dense(hidden_states))))
+
+
+class ZooEncoderForMaskedLM(ZooEncoderPreTrainedModel):
+    """Masked-LM pretraining (BERT). The masking itself lives in the data collator; the model only takes `labels`.
+
+    Performance: in training with `labels`, only positions with `labels != -100` (~15% under BERT's masking) go
+    through the head's vocabulary projection, the largest single matmul of MLM training; see `ZooMaskedLMOutput` for
+    the shape of `logits` then. In eval mode or without labels the full logits are computed.
+    """
+
+    _tied_weights_keys = {"lm_head.decoder.weight": "model.embed_tokens.weight"}
+
+    def __init__(self, config: ZooEncoderConfig):
+        super().__init__(config)
+        self.model = ZooEncoderModel(config, add_pooling_layer=False)
+        self.lm_head = ZooEncoderLMHead(config)
+        self.post_init()
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.lm_head.decoder
+
+    def set_output_embeddings(self, new_embeddings: nn.Linear) -> None:
+        self.lm_head.decoder = new_embeddings
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        **kwargs,
+    ) -> ZooMaskedLMOutput:
+        outputs = self._encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs)
+        hidden_states = outputs.last_hidden_state
+        if labels is not None and self.training:
+            labelled = labels != -100
+            hidden_states, labels = hidden_states[labelled], labels[labelled]
+        logits = self.lm_head(hidden_states)
+        loss = None if labels is None else self.loss_function(logits, labels, self.config.vocab_size, **kwargs)
+        loss, aux_loss = add_router_loss(self.config, loss, outputs)
+        return ZooMaskedLMOutput(
+            loss=loss,
+            logits=logits,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+            aux_loss=aux_loss,
+            router_logits=outputs.router_logits,
+        )
+
+
+class ZooEncoderForSequenceClassification(ZooEncoderPreTrainedModel):
+    """Classifies the sentence representation (pooled [CLS]); regression, single- or multi-label by `problem_type`."""
+
+    def __init__(self, config: ZooEncoderConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.model = ZooEncoderModel(config)
+        self.dropout = classifier_dropout(config)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        **kwargs,
+    ) -> SequenceClassifierOutput:
+        outputs = self._encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs)
+        logits = self.classifier(self.dropout(sentence_representation(outputs)))
+        loss = None if labels is None else self.loss_function(labels=labels, pooled_logits=logits, config=self.config)
+        return task_output(SequenceClassifierOutput, self.config, loss, outputs, logits=logits)
+
+
+class ZooEncoderForTokenClassification(ZooEncoderPreTrainedModel):
+    """Tags every token (NER, POS); positions labelled -100 are ignored by the loss."""
+
+    def __init__(self, config: ZooEncoderConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.model = ZooEncoderModel(config, add_pooling_layer=False)
+        self.dropout = classifier_dropout(config)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        **kwargs,
+    ) -> TokenClassifierOutput:
+        outputs = self._encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs)
+        logits = self.classifier(self.dropout(outputs.last_hidden_state))
+        loss = None if labels is None else self.loss_function(logits, labels, self.config)
+        return task_output(TokenClassifierOutput, self.config, loss, outputs, logits=logits)
+
+
+class ZooEncoderForQuestionAnswering(ZooEncoderPreTrainedModel):
+    """Extractive QA (SQuAD): start and end logits per token; the loss averages the two cross-entropies.
+
+    Targets are `start_positions` / `end_positions` (token indices), the names transformers' QA data preparation and
+    `Trainer` use; positions outside the sequence are ignored, as in BERT.
+    """
+
+    def __init__(self, config: ZooEncoderConfig):
+        super().__init__(config)
+        self.model = ZooEncoderModel(config, add_pooling_layer=False)
+        self.qa_outputs = nn.Linear(config.hidden_size, 2)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        start_positions: torch.Tensor | None = None,
+        end_positions: torch.Tensor | None = None,
+        **kwargs,
+    ) -> QuestionAnsweringModelOutput:
+        outputs = self._encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs)
+        start_logits, end_logits = (
+            logits.contiguous() for logits in self.qa_outputs(outputs.last_hidden_state).unbind(dim=-1)
+        )
+        loss = None
+        if start_positions is not None and end_positions is not None:
+            loss = self.loss_function(start_logits, end_logits, start_positions, end_positions)
+        return task_output(
+            QuestionAnsweringModelOutput, self.config, loss, outputs, start_logits=start_logits, end_logits=end_logits
+        )
+
+
+class ZooEncoderForMultipleChoice(ZooEncoderPreTrainedModel):
+    """Scores each of `num_choices` (prompt, choice) encodings, inputs shaped `[batch, num_choices, seq]` (SWAG).
+
+    Each choice is encoded as its own sequence; one linear layer scores its sentence representation and a softmax over
+    the choices gives the cross-entropy loss against `labels` (the index of the right choice).
+    """
+
+    def __init__(self, config: ZooEncoderConfig):
+        super().__init__(config)
+        self.model = ZooEncoderModel(config)
+        self.dropout = classifier_dropout(config)
+        self.classifier = nn.Linear(config.hidden_size, 1)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        **kwargs,
+    ) -> MultipleChoiceModelOutput:
+        num_choices = (input_ids if input_ids is not None else inputs_embeds).shape[1]
+        # Each choice is its own sequence: [batch, choices, ...] -> [batch * choices, ...].
+        input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds = (
+            None if tensor is None else tensor.flatten(0, 1)
+            for tensor in (input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds)
+        )
+        outputs = self._encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs)
+        logits = self.classifier(self.dropout(sentence_representation(outputs))).view(-1, num_choices)
+        # transformers has no shared multiple-choice loss; BERT uses plain cross-entropy over the choices.
+        loss = None if labels is None else F.cross_entropy(logits, labels.to(logits.device))
+        return task_output(MultipleChoiceModelOutput, self.config, loss, outputs, logits=logits)
+
+
+__all__ = [
+    "ZooEncoderPreTrainedModel",
+    "ZooEncoderModel",
+    "ZooEncoderForMaskedLM",
+    "ZooEncoderForSequenceClassification",
+    "ZooEncoderForTokenClassification",
+    "ZooEncoderForQuestionAnswering",
+    "ZooEncoderForMultipleChoice",
+]
