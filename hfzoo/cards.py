@@ -30,11 +30,25 @@ DEFAULT_CORPUS = "hfzoo default corpus (Python standard-library docstrings)"
 
 # Config fields shown in the architecture table, in this order, when the model config has them.
 ARCHITECTURE_FIELDS = (
-    "model_type", "num_hidden_layers", "num_decoder_layers", "hidden_size", "num_attention_heads",
-    "num_key_value_heads", "intermediate_size", "activation", "norm_type", "norm_position", "position_embedding",
-    "max_position_embeddings", "vocab_size", "tie_word_embeddings", "num_experts", "num_experts_per_tok",
-    "hidden_dropout", "attention_dropout",
-)  # fmt: skip
+    "model_type",
+    "num_hidden_layers",
+    "num_decoder_layers",
+    "hidden_size",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "intermediate_size",
+    "activation",
+    "norm_type",
+    "norm_position",
+    "position_embedding",
+    "max_position_embeddings",
+    "vocab_size",
+    "tie_word_embeddings",
+    "num_experts",
+    "num_experts_per_tok",
+    "hidden_dropout",
+    "attention_dropout",
+)
 
 
 def plot_loss_curve(records: list[dict[str, Any]], path: str | os.PathLike) -> Path:
@@ -73,14 +87,27 @@ def _metadata(config: PretrainConfig, objective: Objective, final_eval: dict[str
     dataset_name, dataset_type, datasets = _dataset(config)
     results = []
     if final_eval:
-        common = dict(task_type=objective.pipeline_tag, task_name=objective.task_name, dataset_type=dataset_type,
-                      dataset_name=dataset_name, dataset_split="validation")  # fmt: skip
+        common = dict(
+            task_type=objective.pipeline_tag,
+            task_name=objective.task_name,
+            dataset_type=dataset_type,
+            dataset_name=dataset_name,
+            dataset_split="validation",
+        )
         results = [
-            EvalResult(**common, metric_type="perplexity", metric_value=round(final_eval["perplexity"], 4),
-                       metric_name="Perplexity"),
-            EvalResult(**common, metric_type="loss", metric_value=round(final_eval["eval_loss"], 4),
-                       metric_name="Validation loss"),
-        ]  # fmt: skip
+            EvalResult(
+                **common,
+                metric_type="perplexity",
+                metric_value=round(final_eval["perplexity"], 4),
+                metric_name="Perplexity",
+            ),
+            EvalResult(
+                **common,
+                metric_type="loss",
+                metric_value=round(final_eval["eval_loss"], 4),
+                metric_name="Validation loss",
+            ),
+        ]
     data = ModelCardData(
         library_name="transformers",
         pipeline_tag=objective.pipeline_tag,
@@ -124,9 +151,12 @@ tokenizer = AutoTokenizer.from_pretrained("{name}")
 
 
 def render_model_card(
-    config: PretrainConfig, objective: Objective, model_config: PreTrainedConfig, records: list[dict[str, Any]],
+    config: PretrainConfig,
+    objective: Objective,
+    model_config: PreTrainedConfig,
+    records: list[dict[str, Any]],
     name: str,
-) -> str:  # fmt: skip
+) -> str:
     """The card's Markdown (with YAML front matter) for a finished run's log `records`."""
     start = next(r for r in records if r["event"] == "start")
     end = next((r for r in reversed(records) if r["event"] == "end"), {})
@@ -134,8 +164,10 @@ def render_model_card(
     train = [r for r in records if r["event"] == "train"]
     final_eval = evals[-1] if evals else None
     dataset_name = _dataset(config)[0]
-    architecture = [("preset", f"`{config.preset}` ({preset_description(config.preset)})"),
-                    ("parameters", f"{start['parameters']:,}")]  # fmt: skip
+    architecture = [
+        ("preset", f"`{config.preset}` ({preset_description(config.preset)})"),
+        ("parameters", f"{start['parameters']:,}"),
+    ]
     shown = [key for key in ARCHITECTURE_FIELDS if hasattr(model_config, key)]
     if not getattr(model_config, "num_experts", 0):
         shown = [key for key in shown if not key.startswith("num_experts")]
@@ -153,21 +185,22 @@ def render_model_card(
     if train:
         speeds = sorted(r["tokens_per_s"] for r in train)
         run.append(("throughput (median)", f"{speeds[len(speeds) // 2]:,.0f} tokens/s"))
+    results = "No evaluation was run."
+    if evals:
+        rows = [(f"step {r['step']}", f"loss {r['eval_loss']:.4f}, perplexity {r['perplexity']:.2f}") for r in evals]
+        results = _table(rows, ("evaluation", "validation"))
     sections = [
         f"---\n{_metadata(config, objective, final_eval, name).rstrip()}\n---",
         f"# {name}\n\nA `{config.preset}` model pretrained from scratch with hfzoo's pretraining recipe "
         f"({objective.task_name.lower()} on {dataset_name}).",
-        "## Results\n\n" + (
-            _table([(f"step {r['step']}", f"loss {r['eval_loss']:.4f}, perplexity {r['perplexity']:.2f}") for r in evals],
-                   ("evaluation", "validation"))
-            if evals else "No evaluation was run."
-        ) + f"\n\n![loss curve]({LOSS_CURVE})",
+        f"## Results\n\n{results}\n\n![loss curve]({LOSS_CURVE})",
         "## Architecture\n\n" + _table(architecture, ("field", "value")),
         "## Training\n\n" + _table(run, ("setting", "value")),
         f"Full configuration (`{CONFIG_FILE}`):\n\n```yaml\n"
-        + yaml.safe_dump(config.to_dict(), sort_keys=False) + "```",
+        + yaml.safe_dump(config.to_dict(), sort_keys=False)
+        + "```",
         "## How to use\n\n" + _usage(objective.auto_class.__name__, objective.pipeline_tag, name),
-    ]  # fmt: skip
+    ]
     return "\n\n".join(sections) + "\n"
 
 

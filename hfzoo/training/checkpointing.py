@@ -108,8 +108,9 @@ def load_checkpoint(accelerator: Accelerator, path: str | os.PathLike, collator_
     """Restore what `save_checkpoint` saved (into the prepared model, optimizer and registered objects)."""
     path = Path(path)
     if not (path / PROGRESS_FILE).is_file():
-        raise FileNotFoundError(f"{path} is not a complete checkpoint (no {PROGRESS_FILE}); complete ones are "
-                                f"{CHECKPOINTS}/step-N folders")  # fmt: skip
+        raise FileNotFoundError(
+            f"{path} is not a complete checkpoint (no {PROGRESS_FILE}); complete ones are {CHECKPOINTS}/step-N folders"
+        )
     generator_file = path / f"collator_rng_{accelerator.process_index}.pt"
     if not generator_file.is_file():
         raise FileNotFoundError(

@@ -86,9 +86,20 @@ class PretrainConfig:
 
 FIELDS = {f.name: f for f in dataclasses.fields(PretrainConfig)}
 _TYPES = typing.get_type_hints(PretrainConfig)
-_POSITIVE = ("block_size", "per_device_batch_size", "gradient_accumulation_steps", "max_steps", "log_every",
-             "eval_every", "save_every", "keep_checkpoints", "max_train_samples", "max_eval_samples",
-             "eval_batches", "vocab_size")  # fmt: skip
+_POSITIVE = (
+    "block_size",
+    "per_device_batch_size",
+    "gradient_accumulation_steps",
+    "max_steps",
+    "log_every",
+    "eval_every",
+    "save_every",
+    "keep_checkpoints",
+    "max_train_samples",
+    "max_eval_samples",
+    "eval_batches",
+    "vocab_size",
+)
 
 
 def _type_name(hint: Any) -> str:
@@ -144,12 +155,14 @@ def validate(config: PretrainConfig) -> None:
         if not getattr(config, key):
             raise ValueError(f"config key {key!r} is required (give it in the YAML file or as --{key}).")
     if config.preset not in list_presets():
-        raise ValueError(f"config key 'preset': unknown value {config.preset!r}. Valid presets: {', '.join(list_presets())}.")
+        raise ValueError(
+            f"config key 'preset': unknown value {config.preset!r}. Valid presets: {', '.join(list_presets())}."
+        )
     try:
         model_config = preset_config(config.preset, **config.model)
     except (ValueError, TypeError) as error:  # an unknown field or a bad value; the message says which
         raise ValueError(f"config key 'model': {error}") from None
-    get_objective(config.objective, config.preset)
+    get_objective(config.objective, config.preset).check_collator_options(config.collator)
     for key in _POSITIVE:
         value = getattr(config, key)
         if value is not None and value < 1:
@@ -165,7 +178,9 @@ def validate(config: PretrainConfig) -> None:
             f"config key 'mixed_precision' must be one of {', '.join(MIXED_PRECISION)}, got {config.mixed_precision!r}."
         )
     if config.tokenizer_kind not in ("bpe", "wordpiece", "unigram"):
-        raise ValueError(f"config key 'tokenizer_kind' must be bpe, wordpiece or unigram, got {config.tokenizer_kind!r}.")
+        raise ValueError(
+            f"config key 'tokenizer_kind' must be bpe, wordpiece or unigram, got {config.tokenizer_kind!r}."
+        )
     limit = model_config.max_position_embeddings
     if model_config.position_embedding == "learned" and config.block_size > limit:
         raise ValueError(
@@ -211,7 +226,9 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     text = Path(path).read_text(encoding="utf-8")
     values = yaml.safe_load(text) or {}
     if not isinstance(values, dict):
-        raise ValueError(f"{path}: a config file must be a YAML mapping of keys to values, got {type(values).__name__}.")
+        raise ValueError(
+            f"{path}: a config file must be a YAML mapping of keys to values, got {type(values).__name__}."
+        )
     return values
 
 

@@ -89,7 +89,9 @@ class RunLogger:
         elif not start_step:
             self.path.write_text("", encoding="utf-8")
         if tensorboard:
-            self.tensorboard = _tensorboard_writer(Path(output_dir) / "tensorboard", start_step + 1 if start_step else None)
+            self.tensorboard = _tensorboard_writer(
+                Path(output_dir) / "tensorboard", start_step + 1 if start_step else None
+            )
         self.bar = tqdm(total=max_steps, initial=start_step, desc="pretrain", dynamic_ncols=True)
 
     @property
@@ -108,9 +110,19 @@ class RunLogger:
                 if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
                     self.tensorboard.add_scalar(f"{event}/{key}", value, fields["step"])
 
-    def train(self, step: int, loss: float, lr: float, grad_norm: float | None, tokens_per_s: float, tokens_seen: int) -> None:
-        self.write("train", step=step, loss=loss, lr=lr, grad_norm=grad_norm, tokens_per_s=tokens_per_s,
-                   tokens_seen=tokens_seen, elapsed=round(self.elapsed, 3))  # fmt: skip
+    def train(
+        self, step: int, loss: float, lr: float, grad_norm: float | None, tokens_per_s: float, tokens_seen: int
+    ) -> None:
+        self.write(
+            "train",
+            step=step,
+            loss=loss,
+            lr=lr,
+            grad_norm=grad_norm,
+            tokens_per_s=tokens_per_s,
+            tokens_seen=tokens_seen,
+            elapsed=round(self.elapsed, 3),
+        )
         if self.bar is not None:
             self.bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{tokens_per_s:,.0f}", refresh=False)
 

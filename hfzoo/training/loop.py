@@ -46,7 +46,9 @@ def to_device(batch: dict, device: torch.device) -> dict[str, torch.Tensor]:
 def count_tokens(batch: dict[str, torch.Tensor]) -> torch.Tensor:
     """Input tokens of a batch (padding excluded), as a tensor so counting never syncs the device."""
     mask = batch.get("attention_mask")
-    return mask.sum() if mask is not None else torch.tensor(batch["input_ids"].numel(), device=batch["input_ids"].device)
+    return (
+        mask.sum() if mask is not None else torch.tensor(batch["input_ids"].numel(), device=batch["input_ids"].device)
+    )
 
 
 class TrainMeter:

@@ -7,7 +7,6 @@ the model card need to know about an objective is a row here, so adding one is o
 
 from __future__ import annotations
 
-import importlib
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,6 +14,7 @@ from dataclasses import dataclass
 import torch
 from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSeq2SeqLM, PreTrainedTokenizerBase
 
+from ..data.collators import CausalLMCollator, DenoisingCollator, MaskedLMCollator, SpanCorruptionCollator
 from ..presets import list_presets, preset_family
 
 
@@ -25,46 +25,41 @@ class Objective:
     name: str
     family: str  # the preset family whose models can be trained with it
     auto_class: type  # the Auto class that builds and reloads the model
-    collator: str  # "module:Class" of its collator in hfzoo.data.collators (imported on first use)
+    collator: type  # its collator class, from hfzoo.data.collators
     pipeline_tag: str  # for the model card metadata
     task_name: str  # human-readable, for the model card's model-index
     shifts_labels: bool  # causal LMs predict token t+1 from position t, so the first label is never a target
 
-    def make_collator(self, tokenizer: PreTrainedTokenizerBase, options: dict, generator: torch.Generator) -> Callable:
-        """The objective's collator, drawing all its randomness from `generator` (so it can be checkpointed).
-
-        `options` are the collator's own arguments (config key `collator`); a wrong one is named in the error.
-        """
-        module_name, class_name = self.collator.split(":")
-        try:
-            collator_cls = getattr(importlib.import_module(module_name), class_name)
-        except (ImportError, AttributeError):
-            raise NotImplementedError(f"objective {self.name!r} needs {self.collator}, which does not exist yet") from None
-        parameters = inspect.signature(collator_cls).parameters
-        unknown = sorted(set(options) - set(parameters) - {"tokenizer", "generator"})
+    def check_collator_options(self, options: dict) -> None:
+        """Raise if `options` (config key `collator`) holds an argument the collator does not take."""
+        parameters = [p for p in inspect.signature(self.collator).parameters if p not in ("tokenizer", "generator")]
+        unknown = sorted(set(options) - set(parameters))
         if unknown:
-            valid = [p for p in parameters if p not in ("tokenizer", "generator")]
-            raise ValueError(f"config key 'collator': {class_name} has no option {', '.join(map(repr, unknown))}. "
-                             f"Valid options: {', '.join(valid) or 'none'}.")  # fmt: skip
-        seeded = {"generator": generator} if "generator" in parameters else {}  # deterministic collators take none
-        return collator_cls(tokenizer, **seeded, **options)
+            raise ValueError(
+                f"config key 'collator': {self.collator.__name__} has no option {', '.join(map(repr, unknown))}. "
+                f"Valid options: {', '.join(parameters) or 'none'}."
+            )
+
+    def make_collator(self, tokenizer: PreTrainedTokenizerBase, options: dict, generator: torch.Generator) -> Callable:
+        """The objective's collator, drawing all its randomness from `generator` (so it can be checkpointed)."""
+        self.check_collator_options(options)
+        seeded = "generator" in inspect.signature(self.collator).parameters  # deterministic collators take none
+        return self.collator(tokenizer, **options, **({"generator": generator} if seeded else {}))
 
 
-_COLLATORS = "hfzoo.data.collators"
-OBJECTIVES: dict[str, Objective] = {
-    o.name: o
-    for o in (
-        Objective("clm", "decoder", AutoModelForCausalLM, f"{_COLLATORS}.clm:CausalLMCollator", "text-generation",
-                  "Causal language modeling", shifts_labels=True),
-        Objective("mlm", "encoder", AutoModelForMaskedLM, f"{_COLLATORS}.mlm:MaskedLMCollator", "fill-mask",
-                  "Masked language modeling", shifts_labels=False),
-        Objective("span_corruption", "encoder_decoder", AutoModelForSeq2SeqLM,
-                  f"{_COLLATORS}.span_corruption:SpanCorruptionCollator", "text2text-generation",
-                  "Span corruption (T5)", shifts_labels=False),
-        Objective("denoising", "encoder_decoder", AutoModelForSeq2SeqLM, f"{_COLLATORS}.denoising:DenoisingCollator",
-                  "text2text-generation", "Denoising autoencoding (BART)", shifts_labels=False),
-    )
-}  # fmt: skip
+# fmt: off
+OBJECTIVES: dict[str, Objective] = {o.name: o for o in (
+    #         name               family             auto class             collator
+    Objective("clm",             "decoder",         AutoModelForCausalLM,  CausalLMCollator,
+              "text-generation",      "Causal language modeling",      shifts_labels=True),
+    Objective("mlm",             "encoder",         AutoModelForMaskedLM,  MaskedLMCollator,
+              "fill-mask",            "Masked language modeling",      shifts_labels=False),
+    Objective("span_corruption", "encoder_decoder", AutoModelForSeq2SeqLM, SpanCorruptionCollator,
+              "text2text-generation", "Span corruption (T5)",          shifts_labels=False),
+    Objective("denoising",       "encoder_decoder", AutoModelForSeq2SeqLM, DenoisingCollator,
+              "text2text-generation", "Denoising autoencoding (BART)", shifts_labels=False),
+)}
+# fmt: on
 
 
 def get_objective(name: str, preset: str) -> Objective:

@@ -34,7 +34,16 @@ from ..presets import FAMILY_CONFIGS, preset_config, preset_family
 from .checkpointing import Progress, checkpoint_to_resume, load_checkpoint, save_checkpoint
 from .config import CONFIG_FILE, PretrainConfig, parse_args
 from .logging import RunLogger
-from .loop import EvalShard, TrainMeter, build_optimizer, build_scheduler, count_tokens, evaluate, parameter_checksum, to_device
+from .loop import (
+    EvalShard,
+    TrainMeter,
+    build_optimizer,
+    build_scheduler,
+    count_tokens,
+    evaluate,
+    parameter_checksum,
+    to_device,
+)
 from .objectives import get_objective
 
 logger = logging.getLogger(__name__)
@@ -44,8 +53,9 @@ def _first(dataset, limit: int | None):
     return dataset.select(range(min(limit, len(dataset)))) if limit is not None else dataset
 
 
-def _tokenizer(config: PretrainConfig, family: str, train_texts, output_dir: Path, accelerator: Accelerator,
-               resuming: bool) -> PreTrainedTokenizerBase:  # fmt: skip
+def _tokenizer(
+    config: PretrainConfig, family: str, train_texts, output_dir: Path, accelerator: Accelerator, resuming: bool
+) -> PreTrainedTokenizerBase:
     """The named tokenizer, or one trained on the training texts and saved in `output_dir` right away.
 
     Trained once, by the main process: the other processes and a resumed run load the saved copy, so
@@ -96,8 +106,9 @@ def pretrain(config: PretrainConfig) -> Path:
 
     # --- Corpus: `train` and `validation` splits of raw text.
     with accelerator.main_process_first():  # the main process fills datasets' cache, the others read it
-        corpus = load_corpus(config.dataset, data_files=config.data_files, text_column=config.text_column,
-                             seed=config.seed)  # fmt: skip
+        corpus = load_corpus(
+            config.dataset, data_files=config.data_files, text_column=config.text_column, seed=config.seed
+        )
     train_texts = _first(corpus["train"], config.max_train_samples)
     eval_texts = _first(corpus["validation"], config.max_eval_samples)
 
@@ -107,8 +118,10 @@ def pretrain(config: PretrainConfig) -> Path:
         train_blocks = pack(train_texts, tokenizer, config.block_size)
         eval_blocks = pack(eval_texts, tokenizer, config.block_size)
     if len(train_blocks) < config.per_device_batch_size * accelerator.num_processes:
-        raise ValueError(f"the training corpus packs into {len(train_blocks)} blocks of {config.block_size} tokens, "
-                         "fewer than one batch; use more data or a smaller block_size/per_device_batch_size")  # fmt: skip
+        raise ValueError(
+            f"the training corpus packs into {len(train_blocks)} blocks of {config.block_size} tokens, "
+            "fewer than one batch; use more data or a smaller block_size/per_device_batch_size"
+        )
 
     # --- Model: the preset, with the tokenizer's vocabulary and special ids, randomly initialised.
     model_config = preset_config(
@@ -123,16 +136,26 @@ def pretrain(config: PretrainConfig) -> Path:
     # --- Data loaders: they yield lists of examples; the loop collates (see hfzoo.training.loop).
     # Each loader has its own generator so that creating an iterator does not draw from the global RNG
     # (which drives dropout and must continue exactly after a resume).
-    train_loader = DataLoader(train_blocks, batch_size=config.per_device_batch_size, shuffle=True, drop_last=True,
-                              collate_fn=list, generator=torch.Generator().manual_seed(config.seed))  # fmt: skip
-    eval_loader = DataLoader(EvalShard(eval_blocks, accelerator.process_index, accelerator.num_processes),
-                             batch_size=config.per_device_batch_size, collate_fn=list,
-                             generator=torch.Generator().manual_seed(config.seed))  # fmt: skip
+    train_loader = DataLoader(
+        train_blocks,
+        batch_size=config.per_device_batch_size,
+        shuffle=True,
+        drop_last=True,
+        collate_fn=list,
+        generator=torch.Generator().manual_seed(config.seed),
+    )
+    eval_loader = DataLoader(
+        EvalShard(eval_blocks, accelerator.process_index, accelerator.num_processes),
+        batch_size=config.per_device_batch_size,
+        collate_fn=list,
+        generator=torch.Generator().manual_seed(config.seed),
+    )
 
     # --- AdamW, linear warmup + cosine decay. The scheduler is stepped by hand once per optimizer step
     # (accelerate would step a prepared one once per process) and registered so checkpoints include it.
-    optimizer = build_optimizer(model, config.learning_rate, config.weight_decay,
-                                (config.adam_beta1, config.adam_beta2), config.adam_epsilon)  # fmt: skip
+    optimizer = build_optimizer(
+        model, config.learning_rate, config.weight_decay, (config.adam_beta1, config.adam_beta2), config.adam_epsilon
+    )
     scheduler = build_scheduler(optimizer, config.warmup_steps, config.max_steps, config.min_lr_ratio)
     model, optimizer, train_loader = accelerator.prepare(model, optimizer, train_loader)
     accelerator.register_for_checkpointing(scheduler)
@@ -141,21 +164,44 @@ def pretrain(config: PretrainConfig) -> Path:
     progress = Progress()
     if resume_from is not None:
         progress = load_checkpoint(accelerator, resume_from, collator_generator)
-    log = RunLogger(output_dir, enabled=accelerator.is_main_process, max_steps=config.max_steps,
-                    start_step=progress.step, elapsed=progress.elapsed, tensorboard=config.tensorboard)  # fmt: skip
+    log = RunLogger(
+        output_dir,
+        enabled=accelerator.is_main_process,
+        max_steps=config.max_steps,
+        start_step=progress.step,
+        elapsed=progress.elapsed,
+        tensorboard=config.tensorboard,
+    )
     global_batch = config.per_device_batch_size * config.gradient_accumulation_steps * accelerator.num_processes
     log.write(
-        "start", step=progress.step, resumed_from=str(resume_from) if resume_from else None,
-        num_processes=accelerator.num_processes, distributed_type=accelerator.distributed_type.value,
-        device=str(accelerator.device), mixed_precision=accelerator.mixed_precision, global_batch_size=global_batch,
-        tokens_per_step=global_batch * config.block_size, parameters=accelerator.unwrap_model(model).num_parameters(),
-        train_blocks=len(train_blocks), eval_blocks=len(eval_blocks), config=config.to_dict(),
-    )  # fmt: skip
+        "start",
+        step=progress.step,
+        resumed_from=str(resume_from) if resume_from else None,
+        num_processes=accelerator.num_processes,
+        distributed_type=accelerator.distributed_type.value,
+        device=str(accelerator.device),
+        mixed_precision=accelerator.mixed_precision,
+        global_batch_size=global_batch,
+        tokens_per_step=global_batch * config.block_size,
+        parameters=accelerator.unwrap_model(model).num_parameters(),
+        train_blocks=len(train_blocks),
+        eval_blocks=len(eval_blocks),
+        config=config.to_dict(),
+    )
 
     def run_evaluation() -> dict[str, float]:
+        if not len(eval_blocks):
+            logger.warning("no validation blocks (validation texts shorter than one block): evaluation skipped")
+            return {}
         eval_collator = objective.make_collator(tokenizer, config.collator, torch.Generator().manual_seed(config.seed))
-        metrics = evaluate(model, eval_loader, eval_collator, accelerator, shifts_labels=objective.shifts_labels,
-                           max_batches=config.eval_batches)  # fmt: skip
+        metrics = evaluate(
+            model,
+            eval_loader,
+            eval_collator,
+            accelerator,
+            shifts_labels=objective.shifts_labels,
+            max_batches=config.eval_batches,
+        )
         log.write("eval", step=progress.step, **metrics)
         return metrics
 
@@ -166,7 +212,9 @@ def pretrain(config: PretrainConfig) -> Path:
     while progress.step < config.max_steps:
         train_loader.set_epoch(progress.epoch)
         # After a resume, skip the micro-batches of this epoch that the checkpoint had already trained on.
-        batches = accelerator.skip_first_batches(train_loader, progress.batches_in_epoch) if progress.batches_in_epoch else train_loader
+        batches = train_loader
+        if progress.batches_in_epoch:
+            batches = accelerator.skip_first_batches(train_loader, progress.batches_in_epoch)
         for features in batches:
             progress.batches_in_epoch += 1
             batch = to_device(collator(features), accelerator.device)
@@ -188,15 +236,23 @@ def pretrain(config: PretrainConfig) -> Path:
             if progress.step % config.log_every == 0 or progress.step == config.max_steps:
                 mean_loss, tokens, tokens_per_s = meter.report()
                 progress.tokens_seen += tokens
-                log.train(progress.step, mean_loss, scheduler.get_last_lr()[0],
-                          None if grad_norm is None else float(grad_norm), tokens_per_s, progress.tokens_seen)  # fmt: skip
+                log.train(
+                    progress.step,
+                    mean_loss,
+                    scheduler.get_last_lr()[0],
+                    None if grad_norm is None else float(grad_norm),
+                    tokens_per_s,
+                    progress.tokens_seen,
+                )
             if progress.step % config.eval_every == 0 or progress.step == config.max_steps:
                 with meter.paused():
                     metrics = run_evaluation()
             if progress.step % config.save_every == 0 and progress.step < config.max_steps:
                 with meter.paused():
                     progress.elapsed, progress.meter = log.elapsed, meter.state()
-                    path = save_checkpoint(accelerator, output_dir, progress, collator_generator, config.keep_checkpoints)
+                    path = save_checkpoint(
+                        accelerator, output_dir, progress, collator_generator, config.keep_checkpoints
+                    )
                     log.write("checkpoint", step=progress.step, path=str(path))
             if progress.step >= config.max_steps:
                 break
@@ -209,10 +265,20 @@ def pretrain(config: PretrainConfig) -> Path:
     # Replicated weights must agree bit for bit; sharded ones (FSDP, DeepSpeed) have nothing to compare.
     sharded = accelerator.distributed_type in (DistributedType.FSDP, DistributedType.DEEPSPEED)
     checksums = None if sharded else gather_object([parameter_checksum(unwrapped)])
-    unwrapped.save_pretrained(output_dir, is_main_process=accelerator.is_main_process,
-                              save_function=accelerator.save, state_dict=accelerator.get_state_dict(model))  # fmt: skip
-    log.write("end", step=progress.step, tokens_seen=progress.tokens_seen, elapsed=round(log.elapsed, 3),
-              parameter_checksums=checksums, **metrics)  # fmt: skip
+    unwrapped.save_pretrained(
+        output_dir,
+        is_main_process=accelerator.is_main_process,
+        save_function=accelerator.save,
+        state_dict=accelerator.get_state_dict(model),
+    )
+    log.write(
+        "end",
+        step=progress.step,
+        tokens_seen=progress.tokens_seen,
+        elapsed=round(log.elapsed, 3),
+        parameter_checksums=checksums,
+        **metrics,
+    )
     log.close()
     if accelerator.is_main_process:
         tokenizer.save_pretrained(output_dir)
@@ -224,5 +290,6 @@ def pretrain(config: PretrainConfig) -> Path:
 
 def main(argv: Sequence[str] | None = None) -> Path:
     """Entry point of `recipes/pretrain.py` and `hfzoo pretrain`: parse `argv`, then `pretrain`."""
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("hfzoo").setLevel(logging.INFO)
     return pretrain(parse_args(argv))
