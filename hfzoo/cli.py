@@ -1,6 +1,7 @@
 """The `hfzoo` command: `hfzoo presets`, `hfzoo quickstart`, and the recipes as subcommands."""
 
 import argparse
+import importlib
 import sys
 
 from .presets import PRESETS, count_parameters, list_presets, preset_config, preset_family
@@ -53,9 +54,22 @@ def _quickstart(args: argparse.Namespace) -> None:
     run_quickstart(output_dir=args.output_dir, steps=args.steps)
 
 
+# Subcommands that run a recipe with all remaining arguments (`hfzoo pretrain --help` lists its keys).
+RECIPES = {
+    "pretrain": ("hfzoo.training.pretrain", "pretrain a preset from scratch (recipes/pretrain.py)"),
+}
+
+
 def main(argv: list[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in RECIPES:
+        # Recipes parse their own arguments (any config key can be overridden), so hand them all over.
+        importlib.import_module(RECIPES[argv[0]][0]).main(argv[1:])
+        return
     parser = argparse.ArgumentParser(prog="hfzoo", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
+    for name, (_, help_text) in RECIPES.items():
+        commands.add_parser(name, help=help_text, add_help=False)
     commands.add_parser("presets", help="list the model presets").set_defaults(func=_presets)
     quickstart = commands.add_parser("quickstart", help="the end-to-end tour on the embedded default corpus")
     quickstart.add_argument("--output_dir", default="runs/quickstart")
