@@ -20,6 +20,12 @@ from .models.modeling_encoder import (
     ZooEncoderForTokenClassification,
     ZooEncoderModel,
 )
+from .models.configuration_encoder_decoder import ZooEncoderDecoderConfig
+from .models.modeling_encoder_decoder import (
+    ZooEncoderDecoderForConditionalGeneration,
+    ZooEncoderDecoderForSequenceClassification,
+    ZooEncoderDecoderModel,
+)
 from .presets import list_presets, preset_config
 from .registration import register as _register
 
@@ -40,6 +46,10 @@ __all__ = [
     "ZooEncoderForTokenClassification",
     "ZooEncoderForQuestionAnswering",
     "ZooEncoderForMultipleChoice",
+    "ZooEncoderDecoderConfig",
+    "ZooEncoderDecoderModel",
+    "ZooEncoderDecoderForConditionalGeneration",
+    "ZooEncoderDecoderForSequenceClassification",
     "list_presets",
     "preset_config",
 ]

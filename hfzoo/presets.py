@@ -10,10 +10,12 @@ from transformers import PreTrainedConfig
 
 from .models.configuration_decoder import ZooDecoderConfig
 from .models.configuration_encoder import ZooEncoderConfig
+from .models.configuration_encoder_decoder import ZooEncoderDecoderConfig
 
 FAMILY_CONFIGS: dict[str, type[PreTrainedConfig]] = {
     "decoder": ZooDecoderConfig,
     "encoder": ZooEncoderConfig,
+    "encoder_decoder": ZooEncoderDecoderConfig,
 }
 # The Auto class of each family's pretraining model (language-model head).
 FAMILY_LM_AUTO_CLASS: dict[str, str] = {
@@ -48,6 +50,24 @@ _MODERNBERT = dict(
     tie_word_embeddings=True, type_vocab_size=0, add_pooling_layer=False, hidden_dropout=0.0, attention_dropout=0.0,
 )
 _BERT_BASE = dict(vocab_size=30522, hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072)
+# Encoder-decoder presets: the depth is per stack (num_hidden_layers encoder blocks, as many decoder blocks).
+_T5 = dict(
+    activation="geglu", norm_type="rmsnorm", norm_position="pre", norm_eps=1e-6, position_embedding="relative",
+    relative_attention_num_buckets=32, relative_attention_max_distance=128, attention_bias=False, mlp_bias=False,
+    share_embeddings=True, tie_word_embeddings=False, decoder_start_token_id=0,
+)
+_BART = dict(
+    activation="gelu", norm_type="layernorm", norm_position="post", norm_eps=1e-5, position_embedding="learned",
+    embedding_norm=True, attention_bias=True, mlp_bias=True, share_embeddings=True, tie_word_embeddings=True,
+    decoder_start_token_id=1,  # BART starts the decoder from </s> (id 1 in hfzoo's encoder-decoder tokenizers)
+)
+_TRANSFORMER = dict(
+    activation="relu", norm_type="layernorm", norm_position="post", norm_eps=1e-6, position_embedding="sinusoidal",
+    scale_embeddings=True, attention_bias=True, mlp_bias=True, share_embeddings=True, tie_word_embeddings=True,
+    attention_dropout=0.0, decoder_start_token_id=0,
+)
+_SEQ2SEQ_TINY = {**_TINY, "num_hidden_layers": 2}
+_SEQ2SEQ_SMALL = {**_SMALL, "num_hidden_layers": 4}
 
 # name -> (family, flag values, what it follows)
 PRESETS: dict[str, tuple[str, dict, str]] = {
@@ -120,6 +140,48 @@ PRESETS: dict[str, tuple[str, dict, str]] = {
         {**_MODERNBERT, "vocab_size": 50368, "hidden_size": 768, "num_hidden_layers": 22, "num_attention_heads": 12,
          "intermediate_size": 1152, "max_position_embeddings": 8192},
         "ModernBERT-base 149M dimensions (Warner et al., 2024), global attention only",
+    ),
+    "t5-tiny": (
+        "encoder_decoder", {**_T5, **_SEQ2SEQ_TINY, "intermediate_size": 256},
+        "T5 v1.1 (Raffel et al., 2020): pre-RMSNorm, relative bias, GeGLU, untied head; test size",
+    ),
+    "t5-small": (
+        "encoder_decoder", {**_T5, **_SEQ2SEQ_SMALL, "intermediate_size": 1024},
+        "T5 v1.1 (Raffel et al., 2020), CPU-trainable size",
+    ),
+    "t5-base": (
+        "encoder_decoder",
+        {**_T5, "vocab_size": 32128, "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
+         "intermediate_size": 2048, "max_position_embeddings": 512},
+        "T5 v1.1-base 248M dimensions (Raffel et al., 2020)",
+    ),
+    "bart-tiny": (
+        "encoder_decoder", {**_BART, **_SEQ2SEQ_TINY, "intermediate_size": 512},
+        "BART (Lewis et al., 2020): post-LayerNorm, learned positions, embedding norm, tied embeddings; test size",
+    ),
+    "bart-small": (
+        "encoder_decoder", {**_BART, **_SEQ2SEQ_SMALL, "intermediate_size": 1536},
+        "BART (Lewis et al., 2020), CPU-trainable size",
+    ),
+    "bart-base": (
+        "encoder_decoder",
+        {**_BART, "vocab_size": 50265, "hidden_size": 768, "num_hidden_layers": 6, "num_attention_heads": 12,
+         "intermediate_size": 3072, "max_position_embeddings": 1024},
+        "BART-base 139M dimensions (Lewis et al., 2020)",
+    ),
+    "transformer-tiny": (
+        "encoder_decoder", {**_TRANSFORMER, **_SEQ2SEQ_TINY, "intermediate_size": 512},
+        "The Transformer (Vaswani et al., 2017): post-norm, sinusoidal positions, ReLU, shared embeddings; test size",
+    ),
+    "transformer-small": (
+        "encoder_decoder", {**_TRANSFORMER, **_SEQ2SEQ_SMALL, "intermediate_size": 1536},
+        "The Transformer (Vaswani et al., 2017), CPU-trainable size",
+    ),
+    "transformer-base": (
+        "encoder_decoder",
+        {**_TRANSFORMER, "vocab_size": 37000, "hidden_size": 512, "num_hidden_layers": 6, "num_attention_heads": 8,
+         "intermediate_size": 2048, "max_position_embeddings": 1024},
+        "Transformer base 63M dimensions (Vaswani et al., 2017), 37000-token shared BPE of WMT en-de",
     ),
 }
 

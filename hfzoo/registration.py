@@ -14,6 +14,7 @@ from transformers import (
     AutoModelForMaskedLM,
     AutoModelForMultipleChoice,
     AutoModelForQuestionAnswering,
+    AutoModelForSeq2SeqLM,
     AutoModelForSequenceClassification,
     AutoModelForTokenClassification,
 )
@@ -34,6 +35,12 @@ from .models.modeling_encoder import (
     ZooEncoderForTokenClassification,
     ZooEncoderModel,
 )
+from .models.configuration_encoder_decoder import ZooEncoderDecoderConfig
+from .models.modeling_encoder_decoder import (
+    ZooEncoderDecoderForConditionalGeneration,
+    ZooEncoderDecoderForSequenceClassification,
+    ZooEncoderDecoderModel,
+)
 
 AUTO_CLASSES = {
     ZooDecoderConfig: {
@@ -50,6 +57,11 @@ AUTO_CLASSES = {
         AutoModelForQuestionAnswering: ZooEncoderForQuestionAnswering,
         AutoModelForMultipleChoice: ZooEncoderForMultipleChoice,
     },
+    ZooEncoderDecoderConfig: {
+        AutoModel: ZooEncoderDecoderModel,
+        AutoModelForSeq2SeqLM: ZooEncoderDecoderForConditionalGeneration,
+        AutoModelForSequenceClassification: ZooEncoderDecoderForSequenceClassification,
+    },
 }
 
 # model_type -> module names PEFT targets when the user names none.
@@ -58,6 +70,15 @@ PEFT_DEFAULT_TARGETS = {
     "TRANSFORMERS_MODELS_TO_ADALORA_TARGET_MODULES_MAPPING": ["qkv_proj"],
     "TRANSFORMERS_MODELS_TO_IA3_TARGET_MODULES_MAPPING": ["qkv_proj", "down_proj"],
     "TRANSFORMERS_MODELS_TO_IA3_FEEDFORWARD_MODULES_MAPPING": ["down_proj"],
+}
+# Per-family replacements of the defaults above: the encoder-decoder also adapts how the decoder reads the source
+# (cross-attention's q_proj and fused kv_proj).
+PEFT_FAMILY_TARGETS = {
+    ZooEncoderDecoderConfig.model_type: {
+        "TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING": ["qkv_proj", "q_proj", "kv_proj"],
+        "TRANSFORMERS_MODELS_TO_ADALORA_TARGET_MODULES_MAPPING": ["qkv_proj", "q_proj", "kv_proj"],
+        "TRANSFORMERS_MODELS_TO_IA3_TARGET_MODULES_MAPPING": ["qkv_proj", "kv_proj", "down_proj"],
+    },
 }
 
 
@@ -68,5 +89,6 @@ def register() -> None:
         for auto_cls, model_cls in heads.items():
             auto_cls.register(config_cls, model_cls, exist_ok=True)
             model_cls.register_for_auto_class(auto_cls.__name__)
-        for mapping_name, targets in PEFT_DEFAULT_TARGETS.items():
+        family_targets = {**PEFT_DEFAULT_TARGETS, **PEFT_FAMILY_TARGETS.get(config_cls.model_type, {})}
+        for mapping_name, targets in family_targets.items():
             getattr(peft_constants, mapping_name).setdefault(config_cls.model_type, list(targets))
