@@ -69,3 +69,14 @@ def test_an_invalid_config_json_fails_on_load(tmp_path):
     path.write_text(json.dumps(values))
     with pytest.raises(ValueError, match="norm_type"):
         AutoConfig.from_pretrained(tmp_path)
+
+
+def test_position_bias_refuses_kernels_that_would_drop_it():
+    """ALiBi and T5 biases reach the kernel as `position_bias`; flash/flex would ignore it silently."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_config(hfzoo.preset_config("gpt-tiny", position_embedding="alibi"))
+    model.config._attn_implementation_internal = "flex_attention"
+    with pytest.raises(ValueError, match="position_embedding='alibi'.*'sdpa' or 'eager'"):
+        model(torch.ones(1, 3, dtype=torch.long))

@@ -222,6 +222,12 @@ class PositionEncoding(nn.Module):
         if self.kind == "rotary":
             return PositionSignals(rotary=rotary_angles(position_ids, config.head_dim, config.rope_theta, dtype))
         if self.kind in ("alibi", "relative"):
+            if config._attn_implementation not in ("eager", "sdpa"):
+                # Flash kernels would silently drop the bias; only eager and sdpa add it to the scores.
+                raise ValueError(
+                    f"position_embedding={self.kind!r} adds a bias to the attention scores, which "
+                    f"attn_implementation={config._attn_implementation!r} does not support; use 'sdpa' or 'eager'."
+                )
             device = position_ids.device
             # Queries are the last `query_length` of `key_length` positions (a cache holds the earlier ones).
             query_pos = torch.arange(key_length - query_length, key_length, device=device)[:, None]
