@@ -21,6 +21,7 @@ from .training.config import CONFIG_FILE
 from .training.logging import read_log
 
 if TYPE_CHECKING:
+    from .finetuning.config import FinetuneConfig
     from .training.config import PretrainConfig
     from .training.objectives import Objective
 
@@ -128,7 +129,7 @@ def _usage(model_class: str, pipeline_tag: str, name: str) -> str:
     load = (
         f"model = {model_class}.from_pretrained(path)\n"
         "tokenizer = AutoTokenizer.from_pretrained(path)\n"
-        f'generator = pipeline("{pipeline_tag}", model=model, tokenizer=tokenizer)'
+        f'pipe = pipeline("{pipeline_tag}", model=model, tokenizer=tokenizer)'
     )
     return f"""With hfzoo installed (`import hfzoo` registers the architecture with the Auto classes):
 
@@ -213,4 +214,92 @@ def write_model_card(
     plot_loss_curve(records, output_dir / LOSS_CURVE)
     card = output_dir / CARD
     card.write_text(render_model_card(config, objective, model_config, records, output_dir.name), encoding="utf-8")
+    return card
+
+
+# --- Fine-tuning cards (hfzoo.training.finetune): the same principle, from the run's metrics.json and log.jsonl.
+
+# Validation metrics a fine-tuning run can report, with their display names, in display order.
+FINETUNE_METRICS = {
+    "accuracy": "Accuracy",
+    "f1": "F1",
+    "matthews_correlation": "Matthews correlation",
+    "precision": "Precision",
+    "recall": "Recall",
+    "exact_match": "Exact match",
+    "bleu": "BLEU",
+}
+
+
+def _finetune_usage(summary: dict[str, Any], name: str) -> str:
+    auto_class = summary["auto_class"]
+    if summary["method"] == "full":
+        load = f'model = {auto_class}.from_pretrained("{name}")'
+        imports = f"from transformers import {auto_class}, AutoTokenizer"
+    else:  # the base with the same head shape, then the adapter (which restores the trained head)
+        kwargs = "".join(f", {key}={value!r}" for key, value in summary["model_kwargs"].items())
+        load = f'base = {auto_class}.from_pretrained("{summary["model"]}"{kwargs})\nmodel = PeftModel.from_pretrained(base, "{name}")'
+        imports = f"from peft import PeftModel\nfrom transformers import {auto_class}, AutoTokenizer"
+    return f"""```python
+import hfzoo  # registers hfzoo's architectures and its bottleneck adapters with transformers and PEFT
+{imports}
+
+{load}
+tokenizer = AutoTokenizer.from_pretrained("{name}")
+```"""
+
+
+def render_finetune_card(config: FinetuneConfig, summary: dict[str, Any], records: list[dict[str, Any]], name: str) -> str:
+    """The card of a fine-tuning run: `summary` is its metrics.json, `records` its log, `config` its FinetuneConfig."""
+    metrics = [(key, summary[key]) for key in FINETUNE_METRICS if key in summary]
+    dataset = config.dataset or config.train_file
+    is_hub_dataset = config.dataset is not None and not os.path.exists(config.dataset)
+    common = dict(task_type=summary["pipeline_tag"], task_name=summary["task"], dataset_type=dataset,
+                  dataset_name=dataset, dataset_split="validation")  # fmt: skip
+    data = ModelCardData(
+        library_name="transformers" if summary["method"] == "full" else "peft",
+        base_model=None if os.path.exists(summary["model"]) else summary["model"],
+        pipeline_tag=summary["pipeline_tag"],
+        tags=["hfzoo", "fine-tuning", summary["task"], summary["method"]],
+        datasets=[config.dataset] if is_hub_dataset else None,
+        model_name=name,
+        eval_results=[
+            EvalResult(**common, metric_type=key, metric_value=round(value, 4), metric_name=FINETUNE_METRICS[key])
+            for key, value in metrics
+        ] or None,
+    )
+    train = [r for r in records if r["event"] == "train"]
+    results = _table([(FINETUNE_METRICS[key], f"{value:.4f}") for key, value in metrics], ("metric", "validation"))
+    parameters = [
+        ("method", summary["method"]),
+        ("trainable parameters", f"{summary['trainable_parameters']:,}"),
+        ("total parameters", f"{summary['total_parameters']:,}"),
+        ("trainable fraction", f"{100 * summary['trainable_fraction']:.3f}%"),
+    ]
+    run = [
+        ("base model", f"`{summary['model']}` ({summary['family']})"),
+        ("data", f"{dataset}: {summary['train_examples']} training, {summary['eval_examples']} validation examples"),
+        ("optimizer steps", f"{summary['steps']} ({summary['epochs']} epochs)"),
+        ("final training loss", f"{train[-1]['loss']:.4f}" if train else "not logged"),
+    ]
+    sections = [
+        f"---\n{data.to_yaml().rstrip()}\n---",
+        f"# {name}\n\n`{summary['model']}` fine-tuned for {summary['task']} with hfzoo's fine-tuning recipe "
+        f"(method: {summary['method']}; {100 * summary['trainable_fraction']:.3f}% of the parameters trained).",
+        f"## Results\n\nOn {summary['eval_examples']} validation examples:\n\n{results}\n\n![loss curve]({LOSS_CURVE})",
+        "## Parameters\n\n" + _table(parameters, ("", "value")),
+        "## Training\n\n" + _table(run, ("setting", "value")),
+        f"Full configuration (`{CONFIG_FILE}`):\n\n```yaml\n" + yaml.safe_dump(config.to_dict(), sort_keys=False) + "```",
+        "## How to use\n\n" + _finetune_usage(summary, name),
+    ]
+    return "\n\n".join(sections) + "\n"
+
+
+def write_finetune_card(output_dir: str | os.PathLike, config: FinetuneConfig, summary: dict[str, Any]) -> Path:
+    """Write `README.md` and `loss_curve.png` (training loss) for a fine-tuning run into `output_dir`."""
+    output_dir = Path(output_dir)
+    records = read_log(output_dir)
+    plot_loss_curve([r for r in records if r["event"] == "train"], output_dir / LOSS_CURVE)
+    card = output_dir / CARD
+    card.write_text(render_finetune_card(config, summary, records, output_dir.name), encoding="utf-8")
     return card

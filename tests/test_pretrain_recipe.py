@@ -149,12 +149,8 @@ def test_sigkill_then_resume_gives_identical_weights(reference, tmp_path):
     killed_at = max(r["step"] for r in read_log(out) if r["event"] == "train")
     assert (out / "tokenizer.json").read_text() == (reference / "tokenizer.json").read_text()
 
-    resumed = subprocess.run(
-        [sys.executable, str(RECIPE), "--config", str(CONFIG), "--output_dir", str(out), "--resume"],
-        env=recipe_env(),
-        capture_output=True,
-        text=True,
-    )
+    resume = [sys.executable, str(RECIPE), "--config", str(CONFIG), "--output_dir", str(out), "--resume"]
+    resumed = subprocess.run(resume, env=recipe_env(), capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     start = [r for r in read_log(out) if r["event"] == "start"][-1]
     assert start["resumed_from"] is not None and start["step"] >= 4
@@ -222,25 +218,9 @@ def test_two_ddp_processes_match_one_process_with_the_same_global_batch(tmp_path
     """
     steps = ["--max_steps", "8", "--save_every", "100", "--eval_every", "8", *NO_DROPOUT]
     ddp = tmp_path / "ddp"
-    result = subprocess.run(
-        [
-            str(BIN / "accelerate"),
-            "launch",
-            "--config_file",
-            str(ACCELERATE_CPU_DDP),
-            str(RECIPE),
-            "--config",
-            str(CONFIG),
-            "--output_dir",
-            str(ddp),
-            "--per_device_batch_size",
-            "2",
-            *steps,
-        ],
-        env=recipe_env(threads=1),
-        capture_output=True,
-        text=True,
-    )
+    launch = [str(BIN / "accelerate"), "launch", "--config_file", str(ACCELERATE_CPU_DDP)]
+    recipe = [str(RECIPE), "--config", str(CONFIG), "--output_dir", str(ddp), "--per_device_batch_size", "2", *steps]
+    result = subprocess.run([*launch, *recipe], env=recipe_env(threads=1), capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     single = run_in_process("--output_dir", str(tmp_path / "single"), "--per_device_batch_size", "4", *steps)
 

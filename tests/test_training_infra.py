@@ -22,6 +22,7 @@ from hfzoo.training.checkpointing import Progress, checkpoint_to_resume, load_ch
 from hfzoo.training.config import from_dict
 from hfzoo.training.logging import RunLogger, read_log
 from hfzoo.training.loop import EvalShard, TrainMeter, build_optimizer, build_scheduler, evaluate
+from hfzoo.training.pretrain import main
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -98,6 +99,17 @@ def test_unknown_command_line_key_and_stray_argument_are_errors():
         parse_args(["--preset", "gpt-tiny", "--objective", "clm", "--max_step", "5"])
     with pytest.raises(ValueError, match="unexpected argument 'gpt-tiny'"):
         parse_args(["gpt-tiny"])
+
+
+def test_bad_yaml_and_missing_file_are_reported_by_the_recipe_entry_point(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("preset: gpt-tiny\nobjective: [clm\n")
+    with pytest.raises(SystemExit, match=r"pretrain: .*bad.yaml: not valid YAML"):
+        main(["--config", str(bad)])
+    with pytest.raises(SystemExit, match=r"pretrain: .*No such file"):
+        main(["--config", str(tmp_path / "missing.yaml")])
+    with pytest.raises(SystemExit, match=r"pretrain: objective: 'mlm' trains encoder models"):
+        main(["--preset", "gpt-tiny", "--objective", "mlm"])
 
 
 def test_help_lists_every_key_with_its_default(capsys):

@@ -133,10 +133,10 @@ def _coerce(key: str, value: Any, hint: Any) -> Any:
     raise ValueError(f"config key {key!r} must be {_type_name(hint)}, got {value!r} ({type(value).__name__}).")
 
 
-def _unknown_key(key: str) -> ValueError:
-    close = difflib.get_close_matches(key, FIELDS, n=1)
+def _unknown_key(key: str, fields: dict = FIELDS) -> ValueError:
+    close = difflib.get_close_matches(key, fields, n=1)
     hint = f" Did you mean {close[0]!r}?" if close else ""
-    return ValueError(f"unknown config key {key!r}.{hint} Valid keys: {', '.join(FIELDS)}.")
+    return ValueError(f"unknown config key {key!r}.{hint} Valid keys: {', '.join(fields)}.")
 
 
 def from_dict(values: dict[str, Any]) -> PretrainConfig:
@@ -193,8 +193,11 @@ def _parse_value(raw: str) -> Any:
     return yaml.safe_load(raw) if raw.strip() else raw
 
 
-def _overrides(argv: Sequence[str]) -> tuple[str | None, dict[str, Any]]:
-    """(--config path, {key: value}) from `--key value`, `--key=value`, `--flag` and `--a.b value` tokens."""
+def _overrides(argv: Sequence[str], fields: dict = FIELDS, types: dict = _TYPES) -> tuple[str | None, dict[str, Any]]:
+    """(--config path, {key: value}) from `--key value`, `--key=value`, `--flag` and `--a.b value` tokens.
+
+    `fields`/`types` describe the config dataclass (default: `PretrainConfig`; the fine-tuning recipe passes its own).
+    """
     config_file, values, i = None, {}, 0
     while i < len(argv):
         token = argv[i]
@@ -210,9 +213,9 @@ def _overrides(argv: Sequence[str]) -> tuple[str | None, dict[str, Any]]:
             config_file = raw
             continue
         name, _, entry = key.partition(".")
-        if name not in FIELDS:
-            raise _unknown_key(name)
-        value = raw if _TYPES[name] == str | None or _TYPES[name] is str else _parse_value(raw)
+        if name not in fields:
+            raise _unknown_key(name, fields)
+        value = raw if types[name] == str | None or types[name] is str else _parse_value(raw)
         if entry:
             if not isinstance(values.setdefault(name, {}), dict):
                 raise ValueError(f"config key {name!r} is not a mapping; cannot set {key!r}.")
@@ -224,7 +227,10 @@ def _overrides(argv: Sequence[str]) -> tuple[str | None, dict[str, Any]]:
 
 def load_yaml(path: str | Path) -> dict[str, Any]:
     text = Path(path).read_text(encoding="utf-8")
-    values = yaml.safe_load(text) or {}
+    try:
+        values = yaml.safe_load(text) or {}
+    except yaml.YAMLError as error:
+        raise ValueError(f"{path}: not valid YAML ({error})") from None
     if not isinstance(values, dict):
         raise ValueError(
             f"{path}: a config file must be a YAML mapping of keys to values, got {type(values).__name__}."
@@ -232,9 +238,9 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     return values
 
 
-def usage() -> str:
-    lines = ["usage: pretrain [--config FILE] [--key value ...]", "", "keys (default):"]
-    for name, f in FIELDS.items():
+def usage(fields: dict = FIELDS, command: str = "pretrain") -> str:
+    lines = [f"usage: {command} [--config FILE] [--key value ...]", "", "keys (default):"]
+    for name, f in fields.items():
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
         lines.append(f"  --{name:<28} {f.metadata['help']} ({default!r})")
     return "\n".join(lines)

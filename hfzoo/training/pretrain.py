@@ -15,6 +15,7 @@ would have had (same seed, same number of processes): see `checkpointing` for wh
 from __future__ import annotations
 
 import dataclasses
+import gc
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -44,7 +45,7 @@ from .loop import (
     parameter_checksum,
     to_device,
 )
-from .objectives import get_objective
+from .objectives import Objective, get_objective
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +83,17 @@ def _special_token_ids(tokenizer: PreTrainedTokenizerBase, family: str) -> dict[
     }
     fields = {f.name for f in dataclasses.fields(FAMILY_CONFIGS[family])}
     return {key: value for key, value in ids.items() if key in fields and value is not None}
+
+
+def _validate(model, loader, objective: Objective, tokenizer, config: PretrainConfig, accelerator: Accelerator) -> dict:
+    """Validation loss/perplexity; the collator is re-seeded each time, so every evaluation masks alike."""
+    if not len(loader.dataset):
+        logger.warning("no validation blocks (the validation texts are shorter than one block): evaluation skipped")
+        return {}
+    collator = objective.make_collator(tokenizer, config.collator, torch.Generator().manual_seed(config.seed))
+    return evaluate(
+        model, loader, collator, accelerator, shifts_labels=objective.shifts_labels, max_batches=config.eval_batches
+    )
 
 
 def pretrain(config: PretrainConfig) -> Path:
@@ -189,22 +201,6 @@ def pretrain(config: PretrainConfig) -> Path:
         config=config.to_dict(),
     )
 
-    def run_evaluation() -> dict[str, float]:
-        if not len(eval_blocks):
-            logger.warning("no validation blocks (validation texts shorter than one block): evaluation skipped")
-            return {}
-        eval_collator = objective.make_collator(tokenizer, config.collator, torch.Generator().manual_seed(config.seed))
-        metrics = evaluate(
-            model,
-            eval_loader,
-            eval_collator,
-            accelerator,
-            shifts_labels=objective.shifts_labels,
-            max_batches=config.eval_batches,
-        )
-        log.write("eval", step=progress.step, **metrics)
-        return metrics
-
     # --- The loop: micro-batches accumulate into optimizer steps; eval, checkpoint and log between steps.
     meter, metrics = TrainMeter(accelerator), {}
     meter.load_state(progress.meter)
@@ -246,7 +242,9 @@ def pretrain(config: PretrainConfig) -> Path:
                 )
             if progress.step % config.eval_every == 0 or progress.step == config.max_steps:
                 with meter.paused():
-                    metrics = run_evaluation()
+                    metrics = _validate(model, eval_loader, objective, tokenizer, config, accelerator)
+                    if metrics:
+                        log.write("eval", step=progress.step, **metrics)
             if progress.step % config.save_every == 0 and progress.step < config.max_steps:
                 with meter.paused():
                     progress.elapsed, progress.meter = log.elapsed, meter.state()
@@ -284,6 +282,11 @@ def pretrain(config: PretrainConfig) -> Path:
         tokenizer.save_pretrained(output_dir)
         write_model_card(output_dir, config, objective, unwrapped.config)
     accelerator.wait_for_everyone()
+    # A DDP wrapper that outlives its process group can hang in gloo's destructor at exit (pytorch#75097):
+    # release it (and the cycles its hooks form) while every process is still here, then end.
+    del model, batches
+    accelerator.free_memory()
+    gc.collect()
     accelerator.end_training()
     return output_dir
 
@@ -292,4 +295,8 @@ def main(argv: Sequence[str] | None = None) -> Path:
     """Entry point of `recipes/pretrain.py` and `hfzoo pretrain`: parse `argv`, then `pretrain`."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("hfzoo").setLevel(logging.INFO)
-    return pretrain(parse_args(argv))
+    try:
+        config = parse_args(argv)
+    except (ValueError, FileNotFoundError) as error:  # a bad config: say what is wrong, not where in the parser
+        raise SystemExit(f"pretrain: {error}") from None
+    return pretrain(config)
