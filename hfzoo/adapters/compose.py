@@ -1,0 +1,478 @@
+"""Composition of task adapters: `compose(base_model, {"name": peft_folder, ...}, method, **options)`.
+
+Every module that any adapter targets is replaced by one `ComposedLayer` holding all adapters' weights for that
+module stacked (see `stacked.py`), so each method is batched tensor ops, with no Python loop over adapters on the
+forward path and never a second pass through the model (`routing.py`). A composition is a small spec
+(`composition.json`) plus the weights it trained (`composition.safetensors`: routers, fusion, `trainable_modules`)
+plus a copy of every adapter folder, written by `ComposedModel.save_pretrained` and read by `load_composition`.
+
+Adapters may mix kinds (LoRA and bottleneck): each contributes its own delta to the modules it targets (LoRA from
+the module input, bottleneck from the module output), also when both kinds target the same module, and the
+routers and fusion weigh all adapters present at a module alike. PEFT-merging (`merge=...`) is LoRA only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+from peft import PeftModel
+from peft.tuners.lora import LoraLayer
+from safetensors.torch import load_file, save_file
+from torch import nn
+from transformers import PreTrainedModel
+
+from .routing import (
+    GRANULARITIES,
+    MASK_KEYS,
+    AdapterFusion,
+    ComposedLayer,
+    FixedSelection,
+    HardRouter,
+    RoutingContext,
+    SoftRouter,
+    WeightedAverage,
+)
+from .stacked import (
+    ADAPTER_CONFIG,
+    ADAPTER_WEIGHTS,
+    LoraFactors,
+    StackedAdapters,
+    TaskAdapter,
+    check_fits,
+    linear_shape,
+    output_width,
+    read_adapter,
+)
+
+BASE = "__base__"  # the adapter name meaning "no adapter" in `adapter_names`
+COMPOSITION_CONFIG = "composition.json"
+COMPOSITION_WEIGHTS = "composition.safetensors"
+FORMAT = "hfzoo-composition"
+# method -> its options and their defaults (every method also takes `trainable_modules`).
+METHOD_OPTIONS: dict[str, dict[str, Any]] = {
+    "fixed": {},
+    "average": {"weights": None, "merge": None, "density": None, "seed": 0},
+    "soft": {"granularity": "token"},
+    "hard": {"granularity": "token", "top_k": 1, "temperature": 1.0},
+    "fusion": {"temperature": 1.0},
+}
+MERGES = ("linear", "ties", "dare_linear", "dare_ties", "cat")
+_MERGED = "__merged__"
+# Config fields recorded with a composition and compared on load (those a model's config has).
+_FINGERPRINT_FIELDS = (
+    "model_type", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+    "num_key_value_heads", "vocab_size",
+)
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+def compose(
+    base_model: PreTrainedModel, adapters: Mapping[str, str | os.PathLike], method: str, **options: Any
+) -> ComposedModel:
+    """Compose the PEFT adapters `adapters` (name -> folder with `adapter_config.json` + `adapter_model.safetensors`,
+    LoRA or bottleneck) on `base_model`, which is modified in place (like `get_peft_model`; `unload()` restores it).
+
+    Methods and their options:
+        "fixed": each example names its adapter: `forward(..., adapter_names=[...])` / `generate(...)`, one name
+            per example ("__base__": none; one name for the whole batch also works). Mixed batches gather the
+            stacked weights per row, costing about one adapter.
+        "average": `y + sum_n w_n delta_n` at every adapted module: the weighted mean of the adapters' outputs when
+            `weights` (default uniform) sum to 1; exact for LoRA as one concatenated low-rank product.
+            `merge="linear"|"ties"|"dare_linear"|"dare_ties"|"cat"` instead merges the LoRA adapters into one with
+            PEFT's `add_weighted_adapter` (`density` for ties/dare, `seed` makes DARE's random pruning repeatable).
+            Only `cat` is the weighted delta; PEFT's `linear` weighs the A and B factors separately, so its delta
+            is not `sum_n w_n delta_n` (and ties/dare prune).
+        "soft": a router per adapted module (a Linear from the module input to one logit per adapter there,
+            zero-initialised = uniform mixture) and a softmax mixture of all adapters, computed as one batched
+            low-rank product; `granularity="token"` (default) or `"sequence"` (mean over non-padded tokens; in
+            `generate` a sequence is routed by its prompt).
+        "hard": the same router, top-`top_k` (default 1) adapters; training uses straight-through Gumbel-softmax
+            (`temperature`), inference computes only the chosen adapters (gathered per sequence or token).
+        "fusion": AdapterFusion per adapted module (see `AdapterFusion`), `temperature` of its softmax.
+        A module that only one adapter targets applies that adapter as is under soft, hard and fusion (a softmax
+        over one adapter is 1, so a router or fusion there would learn nothing).
+        `trainable_modules=[...]` (all methods): modules to train with the composition and save with it, e.g. a
+            fresh classification head (`"score"`, `"classifier"`); they must not contain adapted modules. An
+            adapter's own saved copy of such a module (`modules_to_save`) is then not used.
+
+    The base model and the adapters are frozen; routers, fusion and `trainable_modules` are trainable. Adapters'
+    own copies of heads (`modules_to_save`, nn.Linear) are used per row by "fixed" and averaged by "average"; the
+    routed methods compose for a new task and require such a head in `trainable_modules`. Adapter dropout is not
+    applied (the adapters are frozen). Modules whose input rows are not examples (experts inside a mixture of
+    experts; "fixed" raises for them) support "average" and token-level routing only.
+    """
+    if not adapters:
+        raise ValueError("compose() needs at least one adapter")
+    for name in adapters:
+        if name == BASE or not _NAME.fullmatch(name):
+            raise ValueError(f"adapter name {name!r}: use letters, digits, '_', '.', '-' (and not {BASE!r})")
+    options = _resolve_options(method, len(adapters), options)
+    loaded = [read_adapter(name, folder) for name, folder in adapters.items()]
+    return _compose(base_model, method, options, loaded)
+
+
+def _resolve_options(method: str, num_adapters: int, options: dict[str, Any]) -> dict[str, Any]:
+    """The method's options with defaults filled in, validated (they are saved in `composition.json`)."""
+    if method not in METHOD_OPTIONS:
+        raise ValueError(f"unknown composition method {method!r}; choose one of {sorted(METHOD_OPTIONS)}")
+    allowed = {**METHOD_OPTIONS[method], "trainable_modules": []}
+    unknown = sorted(set(options) - set(allowed))
+    if unknown:
+        raise ValueError(f"method {method!r} takes the options {sorted(allowed)}, not {unknown}")
+    resolved = {**allowed, **options}
+    resolved["trainable_modules"] = list(resolved["trainable_modules"])
+    if "weights" in resolved:
+        weights = resolved["weights"] or [1.0 / num_adapters] * num_adapters
+        if len(weights) != num_adapters:
+            raise ValueError(f"weights has {len(weights)} entries for {num_adapters} adapters")
+        resolved["weights"] = [float(w) for w in weights]
+    if resolved.get("merge") not in (None, *MERGES):
+        raise ValueError(f"merge must be one of {MERGES} (or None: output averaging), got {resolved['merge']!r}")
+    if resolved.get("granularity", "token") not in GRANULARITIES:
+        raise ValueError(f"granularity must be one of {GRANULARITIES}, got {resolved['granularity']!r}")
+    if not (isinstance(resolved.get("top_k", 1), int) and 1 <= resolved.get("top_k", 1) <= num_adapters):
+        raise ValueError(f"top_k must be an integer from 1 to the number of adapters ({num_adapters})")
+    if resolved.get("temperature", 1.0) <= 0:
+        raise ValueError(f"temperature must be positive, got {resolved['temperature']}")
+    return resolved
+
+
+def _compose(base_model: PreTrainedModel, method: str, options: dict, adapters: list[TaskAdapter]) -> ComposedModel:
+    if isinstance(base_model, PeftModel):
+        raise ValueError("compose() takes the plain transformers model, not a PeftModel (call `unload()` first)")
+    if any(isinstance(module, ComposedLayer) for module in base_model.modules()):
+        raise ValueError("this base model is already composed; call `unload()` on its ComposedModel first")
+    trainable = _trainable_paths(base_model, options["trainable_modules"])
+    for adapter in adapters:
+        adapter.heads = {path: params for path, params in adapter.heads.items() if path not in trainable}
+        if method in ("soft", "hard", "fusion") and adapter.heads:
+            raise ValueError(
+                f"adapter {adapter.name!r} saves its own {sorted(adapter.heads)} (modules_to_save); a {method!r} "
+                "composition trains for a new task: name that module in trainable_modules to train one for it"
+            )
+        check_fits(adapter, base_model)
+    requires_grad = {name: p.requires_grad for name, p in base_model.named_parameters()}
+    stacked, weights = adapters, options.get("weights")
+    if options.get("merge"):
+        merged = _merge_with_peft(base_model, adapters, options)
+        # the originals keep their heads (averaged as outputs), their LoRA deltas come from the merged adapter
+        stacked = [TaskAdapter(a.name, a.folder, a.kind, a.config, {}, a.heads) for a in adapters] + [merged]
+        weights = weights + [1.0]
+    paths = sorted({path for adapter in stacked for path in (*adapter.modules, *adapter.heads)})
+    for path in trainable:
+        inside = [p for p in paths if p == path or p.startswith(path + ".")]
+        if inside:
+            raise ValueError(
+                f"trainable_modules: {path} contains adapted modules {inside}; name modules the adapters do not touch"
+            )
+    fingerprint = _fingerprint(base_model, paths)
+    config = base_model.config
+    encoder = base_model.get_encoder() if getattr(config, "is_encoder_decoder", False) else None
+    encoder_modules = set(encoder.modules()) if encoder is not None else set()
+    context, layers = RoutingContext(), {}
+    for path in paths:
+        module = base_model.get_submodule(path)
+        entries = [(i, a) for i, a in enumerate(stacked) if path in a.modules or path in a.heads]
+        stack = StackedAdapters(path, module, output_width(module, base_model), entries, len(stacked))
+        combiner = _combiner(method, options, stack, module, base_model, weights)
+        combiner.to(next(module.parameters()).device, next(module.parameters()).dtype)
+        on_decoder_side = encoder is not None and module not in encoder_modules
+        mask_key = "decoder_attention_mask" if on_decoder_side else "attention_mask"
+        layers[path] = ComposedLayer(module, stack, combiner, context, mask_key).train(base_model.training)
+        parent, _, child = path.rpartition(".")
+        setattr(base_model.get_submodule(parent), child, layers[path])
+    base_model.requires_grad_(False)
+    for path in trainable:
+        base_model.get_submodule(path).requires_grad_(True)
+    for layer in layers.values():
+        layer.combiner.requires_grad_(True)
+    composed = ComposedModel(
+        base_model, method, options, adapters, layers, trainable, context, fingerprint, requires_grad
+    )
+    composed.training = base_model.training  # new modules follow the base model's train/eval mode
+    return composed
+
+
+def _trainable_paths(model: nn.Module, names: list[str]) -> list[str]:
+    paths = []
+    for name in names:
+        found = [path for path, _ in model.named_modules() if path and (path == name or path.endswith("." + name))]
+        if not found:
+            raise ValueError(f"trainable_modules: {type(model).__name__} has no module named {name!r}")
+        paths += [path for path in found if path not in paths]
+    return paths
+
+
+def _combiner(
+    method: str, options: dict, stack: StackedAdapters, module: nn.Module, model: nn.Module, weights: list | None
+) -> nn.Module:
+    shape = linear_shape(module)
+    in_features = shape[1] if shape else model.config.hidden_size
+    if method == "fixed":
+        return FixedSelection()
+    if method == "average":
+        return WeightedAverage(torch.tensor([weights[index] for index in stack.members]))
+    if stack.size == 1:  # nothing to route or fuse: a softmax over one adapter is 1
+        return WeightedAverage(torch.ones(1))
+    if method == "soft":
+        return SoftRouter(in_features, stack.size, options["granularity"])
+    if method == "hard":
+        return HardRouter(in_features, stack.size, options["granularity"], options["top_k"], options["temperature"])
+    return AdapterFusion(stack.width, options["temperature"])
+
+
+def _merge_with_peft(base_model: PreTrainedModel, adapters: list[TaskAdapter], options: dict) -> TaskAdapter:
+    """Merge the LoRA adapters into one with PEFT's `add_weighted_adapter`, then give the base model back intact."""
+    for adapter in adapters:
+        if adapter.kind != "lora":
+            raise ValueError(
+                f"merge={options['merge']!r} merges LoRA adapters through PEFT; adapter {adapter.name!r} is a "
+                f"{adapter.kind} adapter (use merge=None: output averaging)"
+            )
+    requires_grad = {name: p.requires_grad for name, p in base_model.named_parameters()}
+    merged = TaskAdapter(_MERGED, None, "lora", {"merge": options["merge"]})
+    peft_model = PeftModel.from_pretrained(base_model, adapters[0].folder, adapter_name=adapters[0].name)
+    try:
+        for adapter in adapters[1:]:
+            peft_model.load_adapter(adapter.folder, adapter_name=adapter.name)
+        density = {} if options["density"] is None else {"density": options["density"]}
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(options["seed"])
+            peft_model.add_weighted_adapter(
+                [a.name for a in adapters], options["weights"], _MERGED, combination_type=options["merge"], **density
+            )
+        for path, module in peft_model.base_model.model.named_modules():
+            if isinstance(module, LoraLayer) and _MERGED in module.lora_A:
+                A, B = module.lora_A[_MERGED].weight.detach().clone(), module.lora_B[_MERGED].weight.detach().clone()
+                merged.modules[path] = LoraFactors(A, B, module.scaling[_MERGED])
+    finally:
+        peft_model.unload()
+        for name, parameter in base_model.named_parameters():
+            parameter.requires_grad_(requires_grad[name])
+    return merged
+
+
+# ----------------------------------------------------------------------------------------------- fingerprint
+def _module_shape(module: nn.Module, model: nn.Module) -> list[int]:
+    shape = linear_shape(module)
+    return list(shape) if shape else [output_width(module, model)]
+
+
+def _fingerprint(model: PreTrainedModel, paths: list[str]) -> dict:
+    """What the composition depends on: the model type, its sizes, the adapted modules' shapes [out, in]."""
+    config = {
+        key: getattr(model.config, key) for key in _FINGERPRINT_FIELDS if getattr(model.config, key, None) is not None
+    }
+    modules = {path: _module_shape(model.get_submodule(path), model) for path in paths}
+    return {"class": type(model).__name__, "config": config, "modules": modules}
+
+
+def _check_fingerprint(saved: dict, model: PreTrainedModel) -> None:
+    differs = "the base model differs from the one the composition was saved with"
+    for key, expected in saved["config"].items():
+        found = getattr(model.config, key, None)
+        if found != expected:
+            raise ValueError(f"{differs}: config.{key} is {found!r}, expected {expected!r}")
+    for path, expected in saved["modules"].items():
+        try:
+            module = model.get_submodule(path)
+        except AttributeError:
+            raise ValueError(f"{differs}: it has no module {path} ({type(model).__name__})") from None
+        found = _module_shape(module, model)
+        if found != expected:
+            raise ValueError(f"{differs}: {path} has shape {found}, expected {expected}")
+
+
+# ----------------------------------------------------------------------------------------------- the model
+class ComposedModel(nn.Module):
+    """A base model with composed adapters; behaves like the transformers model it wraps.
+
+    `forward(**kwargs)` returns the base model's outputs, `generate(...)` its generations, and any other attribute
+    (`config`, `device`, `generation_config`, ...) falls back to the base model. "fixed" compositions take
+    `adapter_names=[...]` in both.
+    """
+
+    def __init__(
+        self, base_model: PreTrainedModel, method: str, options: dict, adapters: list[TaskAdapter],
+        layers: dict[str, ComposedLayer], trainable_modules: list[str], context: RoutingContext, fingerprint: dict,
+        requires_grad: dict[str, bool],
+    ) -> None:
+        super().__init__()
+        self.base_model = base_model
+        self.method, self.options, self.adapters = method, options, adapters
+        self.composed_layers, self.trainable_modules = layers, trainable_modules
+        self.routing_context, self.fingerprint, self._requires_grad = context, fingerprint, requires_grad
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            if name == "base_model":
+                raise
+            return getattr(self.base_model, name)
+
+    @property
+    def adapter_names(self) -> list[str]:
+        return [adapter.name for adapter in self.adapters]
+
+    def forward(self, *args: Any, adapter_names: list[str] | None = None, **kwargs: Any) -> Any:
+        with self._routing(adapter_names, kwargs, generating=False):
+            return self.base_model(*args, **kwargs)
+
+    def generate(self, *args: Any, adapter_names: list[str] | None = None, **kwargs: Any) -> Any:
+        """The base model's `generate`; beam search and `num_return_sequences` repeat each example's adapter."""
+        with self._routing(adapter_names, kwargs, generating=True):
+            return self.base_model.generate(*args, **kwargs)
+
+    @contextmanager
+    def _routing(self, adapter_names: list[str] | None, kwargs: dict, generating: bool) -> Iterator[None]:
+        context = self.routing_context
+        if self.method == "fixed":
+            if adapter_names is None:
+                raise ValueError(
+                    "a 'fixed' composition needs adapter_names=[...]: one adapter name (or '__base__') per example"
+                )
+            context.adapter_index = self._adapter_index(adapter_names)
+        elif adapter_names is not None:
+            raise ValueError(
+                f"adapter_names picks adapters per example in a 'fixed' composition; this one is {self.method!r}"
+            )
+        per_call = self.method == "fixed" or self.options.get("granularity") == "sequence"
+        checkpointing = any(getattr(module, "gradient_checkpointing", False) for module in self.base_model.modules())
+        if per_call and self.training and checkpointing:
+            raise ValueError(
+                f"a {self.method!r} composition routes by per-call inputs, which gradient checkpointing's recomputed "
+                "forward would not see; disable gradient checkpointing (or use token granularity)"
+            )
+        context.masks = {key: kwargs[key] for key in MASK_KEYS if isinstance(kwargs.get(key), torch.Tensor)}
+        context.sequence_cache = {} if generating else None
+        try:
+            yield
+        finally:
+            context.reset()
+
+    def _adapter_index(self, adapter_names: list[str]) -> torch.Tensor:
+        index = {name: i for i, name in enumerate(self.adapter_names)}
+        index[BASE] = len(self.adapters)
+        unknown = sorted({name for name in adapter_names if name not in index})
+        if unknown:
+            raise ValueError(
+                f"unknown adapter(s) {unknown} in adapter_names; composed: {self.adapter_names} (and {BASE!r})"
+            )
+        return torch.tensor([index[name] for name in adapter_names], device=self.base_model.device)
+
+    def get_nb_trainable_parameters(self) -> tuple[int, int]:
+        """(trainable, all) parameter counts; the stacked adapters count as frozen parameters."""
+        parameters = list(self.parameters())
+        return sum(p.numel() for p in parameters if p.requires_grad), sum(p.numel() for p in parameters)
+
+    def print_trainable_parameters(self) -> None:
+        trainable, total = self.get_nb_trainable_parameters()
+        share = 100 * trainable / total
+        print(f"trainable params: {trainable:,d} || all params: {total:,d} || trainable%: {share:.4f}")
+
+    def unload(self) -> PreTrainedModel:
+        """Put the base model's own modules back (and their requires_grad flags) and return it."""
+        for path, layer in self.composed_layers.items():
+            parent, _, child = path.rpartition(".")
+            setattr(self.base_model.get_submodule(parent), child, layer.base_layer)
+        for name, parameter in self.base_model.named_parameters():
+            parameter.requires_grad_(self._requires_grad.get(name, parameter.requires_grad))
+        self.composed_layers = {}
+        return self.base_model
+
+    # ------------------------------------------------------------------------------------------- save / load
+    def composition_state(self) -> dict[str, torch.Tensor]:
+        """The composition's own weights: routers/fusion per adapted module and the trainable modules."""
+        state = {}
+        for path, layer in self.composed_layers.items():
+            state.update({f"{path}.combiner.{key}": value for key, value in layer.combiner.state_dict().items()})
+        for path in self.trainable_modules:
+            module_state = self.base_model.get_submodule(path).state_dict()
+            state.update({f"{path}.{key}": value for key, value in module_state.items()})
+        return state
+
+    def spec(self) -> dict:
+        """The content of `composition.json`."""
+        adapters = [
+            {
+                "name": a.name, "kind": a.kind, "rank": a.rank, "targets": sorted(a.modules), "heads": sorted(a.heads),
+                "adapter_config": a.config,
+            }
+            for a in self.adapters
+        ]
+        return {
+            "format": FORMAT, "version": 1, "method": self.method, "options": self.options, "adapters": adapters,
+            "base_model": self.fingerprint,
+        }
+
+    def save_pretrained(self, path: str | os.PathLike) -> None:
+        """Write `composition.json`, `composition.safetensors` and `adapters/<name>/` (a copy of each adapter
+        folder) to `path`, atomically: everything goes to a temporary folder beside it, which then replaces it."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+        try:
+            spec = json.dumps(self.spec(), indent=2, sort_keys=True)
+            (staging / COMPOSITION_CONFIG).write_text(spec, encoding="utf-8")
+            state = self.composition_state()
+            tensors = {key: value.detach().cpu().contiguous().clone() for key, value in state.items()}
+            save_file(tensors, staging / COMPOSITION_WEIGHTS, metadata={"format": "pt"})
+            for adapter in self.adapters:
+                target = staging / "adapters" / adapter.name
+                target.mkdir(parents=True)
+                for file in (ADAPTER_CONFIG, ADAPTER_WEIGHTS):
+                    shutil.copy2(adapter.folder / file, target / file)
+            if path.exists():
+                retired = Path(tempfile.mkdtemp(prefix=f".{path.name}.old.", dir=path.parent))
+                os.replace(path, retired / path.name)
+                os.replace(staging, path)
+                shutil.rmtree(retired)
+            else:
+                os.replace(staging, path)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+
+    def _load_state(self, tensors: dict[str, torch.Tensor]) -> None:
+        expected = self.composition_state()
+        missing, unexpected = sorted(set(expected) - set(tensors)), sorted(set(tensors) - set(expected))
+        if missing or unexpected:
+            raise ValueError(
+                f"{COMPOSITION_WEIGHTS} does not match the composition: missing {missing}, unexpected {unexpected}"
+            )
+        for key, tensor in tensors.items():
+            if tensor.shape != expected[key].shape:
+                raise ValueError(
+                    f"{COMPOSITION_WEIGHTS}: {key} has shape {list(tensor.shape)}, the model expects "
+                    f"{list(expected[key].shape)}"
+                )
+        with torch.no_grad():
+            for key, tensor in tensors.items():
+                expected[key].copy_(tensor)
+
+
+def load_composition(base_model: PreTrainedModel, path: str | os.PathLike) -> ComposedModel:
+    """Rebuild a saved composition on `base_model` (modified in place); raises an error naming the difference when
+    the base model is not the kind it was saved with (model type, sizes, adapted modules' shapes)."""
+    path = Path(path)
+    spec = json.loads((path / COMPOSITION_CONFIG).read_text(encoding="utf-8"))
+    if spec.get("format") != FORMAT:
+        raise ValueError(f"{path / COMPOSITION_CONFIG} is not a saved composition (format {spec.get('format')!r})")
+    _check_fingerprint(spec["base_model"], base_model)
+    adapters = {adapter["name"]: path / "adapters" / adapter["name"] for adapter in spec["adapters"]}
+    composed = compose(base_model, adapters, spec["method"], **spec["options"])
+    try:
+        composed._load_state(load_file(path / COMPOSITION_WEIGHTS))
+    except Exception:
+        composed.unload()
+        raise
+    return composed
