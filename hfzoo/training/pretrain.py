@@ -5,11 +5,13 @@ Read `pretrain` top to bottom; it is the recipe. It runs unchanged as one proces
 
     python recipes/pretrain.py --config recipes/configs/gpt-small-clm.yaml
     accelerate launch recipes/pretrain.py --config recipes/configs/gpt-small-clm.yaml --max_steps 200
+    accelerate launch --config_file recipes/configs/accelerate/cpu_ddp.yaml recipes/pretrain.py --config ...
     torchrun --nproc_per_node 2 recipes/pretrain.py --config ...   # 2 CPU processes (gloo) or GPUs
     hfzoo pretrain --preset gpt-tiny --objective clm --max_steps 50
 
 A run killed at any point continues with `--resume` and ends with the weights an uninterrupted run
-would have had (same seed, same number of processes): see `checkpointing` for what that takes.
+would have had, bit for bit, given the same config, number of processes and threads per process (float
+sums are split across threads): see `checkpointing` and `loop` for what that takes.
 """
 
 from __future__ import annotations
