@@ -241,17 +241,7 @@ def test_two_ddp_processes_match_one_process_with_the_same_global_batch(tmp_path
     [
         ("bert-tiny", "mlm", AutoModelForMaskedLM, "fill-mask"),
         ("bart-tiny", "denoising", AutoModelForSeq2SeqLM, "text2text-generation"),
-        pytest.param(
-            "t5-tiny",
-            "span_corruption",
-            AutoModelForSeq2SeqLM,
-            "text2text-generation",
-            marks=pytest.mark.xfail(
-                strict=True,
-                raises=RuntimeError,
-                reason="SpanCorruptionCollator returns non-contiguous labels, which transformers' loss .view()s",
-            ),
-        ),
+        ("t5-tiny", "span_corruption", AutoModelForSeq2SeqLM, "text2text-generation"),
     ],
 )
 def test_other_objectives_train_and_reload_with_their_auto_class(tmp_path, preset, objective, auto_class, pipeline_tag):

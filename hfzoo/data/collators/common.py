@@ -120,7 +120,8 @@ def scatter_rows(width: int, fill: int, *parts: tuple[torch.Tensor, torch.Tensor
     out = torch.full((parts[0][0].shape[0], width + 1), fill, dtype=torch.long)
     for positions, values, where in parts:
         out.scatter_(1, positions.masked_fill(~where, width), values)
-    return out[:, :width]
+    # Contiguous: transformers' losses `.view(-1)` the labels.
+    return out[:, :width].contiguous()
 
 
 def compact(values: torch.Tensor, keep: torch.Tensor, fill: int) -> tuple[torch.Tensor, torch.Tensor]:
