@@ -33,7 +33,7 @@ quickstart: install
 	$(VENV)/bin/hfzoo quickstart $(QUICKSTART_ARGS)
 
 test: install-dev
-	$(PY) -m pytest -q -m "not slow" --timeout=900 tests
+	$(PY) -m pytest -q -m "not slow" --timeout=900 --durations=15 tests
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache
