@@ -238,7 +238,10 @@ def _finetune_usage(summary: dict[str, Any], name: str) -> str:
         imports = f"from transformers import {auto_class}, AutoTokenizer"
     else:  # the base with the same head shape, then the adapter (which restores the trained head)
         kwargs = "".join(f", {key}={value!r}" for key, value in summary["model_kwargs"].items())
-        load = f'base = {auto_class}.from_pretrained("{summary["model"]}"{kwargs})\nmodel = PeftModel.from_pretrained(base, "{name}")'
+        load = (
+            f'base = {auto_class}.from_pretrained("{summary["model"]}"{kwargs})\n'
+            f'model = PeftModel.from_pretrained(base, "{name}")'
+        )
         imports = f"from peft import PeftModel\nfrom transformers import {auto_class}, AutoTokenizer"
     return f"""```python
 import hfzoo  # registers hfzoo's architectures and its bottleneck adapters with transformers and PEFT
@@ -249,7 +252,9 @@ tokenizer = AutoTokenizer.from_pretrained("{name}")
 ```"""
 
 
-def render_finetune_card(config: FinetuneConfig, summary: dict[str, Any], records: list[dict[str, Any]], name: str) -> str:
+def render_finetune_card(
+    config: FinetuneConfig, summary: dict[str, Any], records: list[dict[str, Any]], name: str
+) -> str:
     """The card of a fine-tuning run: `summary` is its metrics.json, `records` its log, `config` its FinetuneConfig."""
     metrics = [(key, summary[key]) for key in FINETUNE_METRICS if key in summary]
     dataset = config.dataset or config.train_file
@@ -289,7 +294,7 @@ def render_finetune_card(config: FinetuneConfig, summary: dict[str, Any], record
         f"## Results\n\nOn {summary['eval_examples']} validation examples:\n\n{results}\n\n![loss curve]({LOSS_CURVE})",
         "## Parameters\n\n" + _table(parameters, ("", "value")),
         "## Training\n\n" + _table(run, ("setting", "value")),
-        f"Full configuration (`{CONFIG_FILE}`):\n\n```yaml\n" + yaml.safe_dump(config.to_dict(), sort_keys=False) + "```",
+        f"Full configuration (`{CONFIG_FILE}`):\n\n```yaml\n{yaml.safe_dump(config.to_dict(), sort_keys=False)}```",
         "## How to use\n\n" + _finetune_usage(summary, name),
     ]
     return "\n\n".join(sections) + "\n"

@@ -139,12 +139,20 @@ def _unknown_key(key: str, fields: dict = FIELDS) -> ValueError:
     return ValueError(f"unknown config key {key!r}.{hint} Valid keys: {', '.join(fields)}.")
 
 
+def coerce_values(values: dict[str, Any], fields: dict = FIELDS, types: dict = _TYPES) -> dict[str, Any]:
+    """`values` with every key checked against a config dataclass's fields and every value converted to its type.
+
+    `fields`/`types` default to `PretrainConfig`'s; the fine-tuning recipe passes its own config's.
+    """
+    unknown = [k for k in values if k not in fields]
+    if unknown:
+        raise _unknown_key(unknown[0], fields)
+    return {k: _coerce(k, v, types[k]) for k, v in values.items()}
+
+
 def from_dict(values: dict[str, Any]) -> PretrainConfig:
     """A checked config from a mapping (a YAML file's content, with overrides applied)."""
-    unknown = [k for k in values if k not in FIELDS]
-    if unknown:
-        raise _unknown_key(unknown[0])
-    config = PretrainConfig(**{k: _coerce(k, v, _TYPES[k]) for k, v in values.items()})
+    config = PretrainConfig(**coerce_values(values))
     validate(config)
     return config
 
@@ -256,9 +264,14 @@ def parse_args(argv: Sequence[str] | None = None) -> PretrainConfig:
     values = load_yaml(config_file) if config_file else {}
     if not config_file and not ({"preset", "objective"} <= overrides.keys()):
         raise ValueError("give --config FILE, or at least --preset and --objective.")
+    return from_dict(apply_overrides(values, overrides))
+
+
+def apply_overrides(values: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """`values` (from the YAML file) with the command line's overrides; `--a.b v` sets one entry of mapping `a`."""
     for key, value in overrides.items():
         if isinstance(value, dict) and isinstance(values.get(key), dict):
             values[key] = {**values[key], **value}
         else:
             values[key] = value
-    return from_dict(values)
+    return values

@@ -44,7 +44,8 @@ PREDICTIONS_FILE = "predictions.jsonl"
 def load_tokenizer(config: FinetuneConfig) -> PreTrainedTokenizerBase:
     """The model's tokenizer, with a pad token: batches need one, and so does a decoder's classifier, which finds
     each row's last real token by it. GPT-2-like tokenizers have none; their eos serves (no new embedding)."""
-    tokenizer = AutoTokenizer.from_pretrained(config.tokenizer or config.model, trust_remote_code=config.trust_remote_code)
+    source = config.tokenizer or config.model
+    tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=config.trust_remote_code)
     if tokenizer.pad_token is None:
         if tokenizer.eos_token is None:
             raise ValueError(f"the tokenizer of {config.model} has neither a pad nor an eos token to pad batches with")
@@ -68,7 +69,7 @@ def load_model(
             f"{auto_class.__name__} head; task {task.name!r} needs one"
         )
     if len(tokenizer) > getattr(model_config, "vocab_size", math.inf):
-        raise ValueError(f"the tokenizer has {len(tokenizer)} tokens, the model's vocabulary only {model_config.vocab_size}")
+        raise ValueError(f"the tokenizer has {len(tokenizer)} tokens, the model only {model_config.vocab_size}")
     for key, value in {**task.model_kwargs(family), "pad_token_id": tokenizer.pad_token_id}.items():
         setattr(model_config, key, value)
     model, loading = auto_class.from_pretrained(
@@ -128,9 +129,12 @@ def finetune(config: FinetuneConfig) -> Path:
     max_steps = config.max_steps or math.ceil(config.num_epochs * steps_per_epoch)
     scheduler = build_scheduler(optimizer, round(config.warmup_ratio * max_steps), max_steps, 0.0)
     unwrapped = accelerator.unwrap_model(model)
+    reallocates_ranks = hasattr(unwrapped.base_model, "update_and_allocate")  # AdaLoRA's rank budget
     set_seed(config.seed, device_specific=True)  # dropout: a different stream on each process
 
-    log = RunLogger(output_dir, enabled=accelerator.is_main_process, max_steps=max_steps, tensorboard=config.tensorboard)
+    log = RunLogger(
+        output_dir, enabled=accelerator.is_main_process, max_steps=max_steps, tensorboard=config.tensorboard
+    )
     log.write(
         "start",
         step=0,
@@ -166,14 +170,14 @@ def finetune(config: FinetuneConfig) -> Path:
                 if accelerator.sync_gradients and config.max_grad_norm is not None:
                     grad_norm = accelerator.clip_grad_norm_(model.parameters(), config.max_grad_norm)
                 optimizer.step()
+                if accelerator.sync_gradients and reallocates_ranks:  # AdaLoRA: from this step's gradients
+                    unwrapped.base_model.update_and_allocate(step + 1)
                 optimizer.zero_grad()
             meter.add(loss, count_tokens(batch))
             if not accelerator.sync_gradients:
                 continue
             scheduler.step()
             step += 1
-            if hasattr(unwrapped.base_model, "update_and_allocate"):  # AdaLoRA re-allocates ranks after each step
-                unwrapped.base_model.update_and_allocate(step)
             log.advance()
             if step % config.log_every == 0 or step == max_steps:
                 mean_loss, tokens, tokens_per_s = meter.report()

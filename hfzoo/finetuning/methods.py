@@ -1,0 +1,121 @@
+"""Fine-tuning methods: all weights (`full`), or a PEFT adapter on a frozen base (`lora`, `ia3`, `prefix`,
+`bottleneck`, or any PEFT config file such as AdaLoRA).
+
+With an adapter, whatever the pretrained checkpoint did not provide must be trained and saved beside it, or a
+reloaded adapter would sit on a freshly random head: the task head (`score` on decoders, `classifier` /
+`qa_outputs` on encoders, GPT-2's `score`, BERT's `classifier`, BART's `classification_head`...: every top-level
+module outside the pretrained body) and any other weight `from_pretrained` had to initialise (BERT's pooler when the
+checkpoint is a masked LM). They go to PEFT's `modules_to_save`, so `PeftModel.from_pretrained` restores them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from pathlib import Path
+
+import yaml
+from peft import IA3Config, LoraConfig, PeftConfig, PrefixTuningConfig, TaskType, get_peft_model
+from peft.mapping import PEFT_TYPE_TO_CONFIG_MAPPING
+from peft.utils.peft_types import PeftType
+from torch import nn
+
+from ..adapters import BottleneckConfig
+from .config import FinetuneConfig
+
+METHOD_CONFIGS: dict[str, type[PeftConfig]] = {
+    "lora": LoraConfig,
+    "ia3": IA3Config,
+    "prefix": PrefixTuningConfig,
+    "bottleneck": BottleneckConfig,
+}
+# Settings that differ from the PEFT defaults: 20 virtual tokens as in Li & Liang's table-to-text runs (PEFT's default
+# needs the value given).
+METHOD_DEFAULTS: dict[str, dict] = {"prefix": {"num_virtual_tokens": 20}}
+
+
+def head_modules(model: nn.Module, missing_parameters: list[str]) -> list[str]:
+    """Names of the modules to train and save with an adapter: the task head and everything not loaded.
+
+    PEFT matches `modules_to_save` by name suffix, so each name must end no other module's name (BART-style heads
+    named `dense` would also catch every `dense` of the body); that is checked here rather than found at reload.
+    """
+    body = model.base_model_prefix
+    heads = [name for name, child in model.named_children() if name != body and any(True for _ in child.parameters())]
+    for key in missing_parameters:
+        module = key.rsplit(".", 1)[0]
+        if not any(module == head or module.startswith(f"{head}.") for head in heads):
+            heads.append(module)
+    names = [name for name, _ in model.named_modules()]
+    for head in heads:
+        clashes = [n for n in names if n.endswith(head) and n != head]
+        if clashes:
+            raise ValueError(
+                f"the head module {head!r} cannot be saved with an adapter: PEFT's modules_to_save matches names by "
+                f"suffix and would also catch {clashes[0]!r}; fine-tune with --method full"
+            )
+    return heads
+
+
+def _from_file(path: str) -> PeftConfig:
+    """Any PEFT config from a JSON or YAML file (e.g. an `adapter_config.json`, or an AdaLoRA config)."""
+    values = yaml.safe_load(Path(path).read_text(encoding="utf-8"))  # YAML reads JSON too
+    if not isinstance(values, dict) or "peft_type" not in values:
+        raise ValueError(f"{path}: a PEFT config is a mapping with a 'peft_type' (e.g. LORA, ADALORA, IA3)")
+    peft_type = str(values.pop("peft_type")).upper()
+    if peft_type not in PeftType.__members__ or PeftType[peft_type] not in PEFT_TYPE_TO_CONFIG_MAPPING:
+        raise ValueError(f"{path}: unknown peft_type {peft_type!r}; PEFT knows {', '.join(PeftType.__members__)}")
+    config_cls = PEFT_TYPE_TO_CONFIG_MAPPING[PeftType[peft_type]]
+    known = {f.name for f in dataclasses.fields(config_cls)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ValueError(f"{path}: {config_cls.__name__} has no field {', '.join(map(repr, unknown))}")
+    return config_cls(**values)
+
+
+def peft_config_for(config: FinetuneConfig, task_type: TaskType, heads: list[str]) -> PeftConfig | None:
+    """The run's PEFT config (None for full fine-tuning), with the task type and the heads to save filled in."""
+    if config.peft_config is not None:
+        peft_config = _from_file(config.peft_config)
+    elif config.method == "full":
+        return None
+    else:
+        config_cls = METHOD_CONFIGS[config.method]
+        options = {**METHOD_DEFAULTS.get(config.method, {}), **config.method_options}
+        known = {f.name for f in dataclasses.fields(config_cls)}
+        if unknown := sorted(set(options) - known):
+            raise ValueError(
+                f"config key 'method_options': {config_cls.__name__} has no field {', '.join(map(repr, unknown))}"
+            )
+        peft_config = config_cls(**options)
+    peft_config.task_type = task_type
+    if hasattr(peft_config, "modules_to_save") and heads:
+        peft_config.modules_to_save = sorted({*(peft_config.modules_to_save or []), *heads})
+    return peft_config
+
+
+def apply_method(model: nn.Module, peft_config: PeftConfig | None) -> nn.Module:
+    """The model to train: itself for full fine-tuning, else a `PeftModel` with a frozen base."""
+    if peft_config is None:
+        return model
+    if peft_config.peft_type == PeftType.PREFIX_TUNING and not _takes_past_key_values(model):
+        raise ValueError(
+            f"prefix tuning feeds learned keys/values through `past_key_values` (a Cache), which "
+            f"{type(model).__name__} does not take: hfzoo decoders and encoder-decoders, GPT-2, Llama and T5 do, "
+            "hfzoo encoders and BERT do not. Use --method lora, ia3 or bottleneck."
+        )
+    return get_peft_model(model, peft_config)
+
+
+def _takes_past_key_values(model: nn.Module) -> bool:
+    """Whether the model or its body takes `past_key_values`: PEFT's own test, which it only runs at the first
+    forward pass (after the data is prepared); here it fails before anything else is done."""
+    body = getattr(model, model.base_model_prefix, model)
+    return any("past_key_values" in inspect.signature(m.forward).parameters for m in (model, body))
+
+
+def count_parameters(model: nn.Module) -> dict[str, float]:
+    """Trainable and total parameters (an adapter's frozen base counted in the total) and the trainable fraction."""
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    total = sum(p.numel() for p in model.parameters())
+    return {"trainable_parameters": trainable, "total_parameters": total, "trainable_fraction": trainable / total}
