@@ -57,6 +57,7 @@ def _quickstart(args: argparse.Namespace) -> None:
 # Subcommands that run a recipe with all remaining arguments (`hfzoo pretrain --help` lists its keys).
 RECIPES = {
     "pretrain": ("hfzoo.training.pretrain", "pretrain a preset from scratch (recipes/pretrain.py)"),
+    "finetune": ("hfzoo.training.finetune", "fine-tune any checkpoint, fully or with an adapter (recipes/finetune.py)"),
 }
 
 
