@@ -274,6 +274,25 @@ def test_decoder_seq2seq_trains_on_the_target_only_and_prompts_with_the_source(c
     assert (batch["input_ids"][:, -1] == tokenizer.eos_token_id).all()
 
 
+def test_hub_rows_get_their_class_label_names_back(tmp_path):
+    """Hub datasets store labels as ClassLabel ids; the tasks see the names (a parquet folder keeps the features)."""
+    import datasets
+
+    from hfzoo.finetuning.data import hub_records
+
+    features = datasets.Features({
+        "tokens": datasets.Sequence(datasets.Value("string")),
+        "ner_tags": datasets.Sequence(datasets.ClassLabel(names=["O", "B-PER", "I-PER"])),
+        "label": datasets.ClassLabel(names=["negative", "positive"]),
+    })  # fmt: skip
+    rows = {"tokens": [["Ada", "Lovelace", "wrote"]], "ner_tags": [[1, 2, 0]], "label": [1]}
+    datasets.Dataset.from_dict(rows, features=features).to_parquet(str(tmp_path / "train.parquet"))
+    records = hub_records(str(tmp_path), None, "train")
+    assert records == [(f"{tmp_path}[train] row 0", {"tokens": ["Ada", "Lovelace", "wrote"],
+                                                      "ner_tags": ["B-PER", "I-PER", "O"], "label": "positive"})]
+    assert hub_records(str(tmp_path), None, "validation") is None
+
+
 # ------------------------------------------------------------------------------------------ malformed data
 def _run(*args: str):
     """The recipe as users run it; data is read before any model loads, so `--model` need not exist."""

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -214,9 +217,10 @@ def test_native_bert_checkpoint_through_the_recipe(checkpoints, tmp_path):  # no
     out = tmp_path / "rte-native-bert"
     metrics, _ = finetune(out, "--model", str(tmp_path / "bert"), "--task", "sequence-classification",
                           "--dataset", str(DATA / "rte"), "--text_column", "sentence1",
-                          "--text_pair_column", "sentence2", "--method", "lora")  # fmt: skip
+                          "--text_pair_column", "sentence2", "--method", "lora", "--max_steps", "null",
+                          "--num_epochs", "2")  # fmt: skip
     assert_run_outputs(out, metrics, CLASSIFICATION_KEYS, adapter=True)
-    assert metrics["family"] == "encoder"
+    assert metrics["family"] == "encoder" and metrics["steps"] == 16 and metrics["epochs"] == 2.0  # 64 rows, 8/step
     adapter = load_file(out / "adapter_model.safetensors")
     assert any(k.startswith("base_model.model.classifier.") for k in adapter)
     assert any("lora_A" in k for k in adapter)
@@ -235,3 +239,22 @@ def test_native_gpt2_without_a_pad_token_pads_with_eos(checkpoints, tmp_path):  
     metrics, predictions = finetune(out, "--model", str(tmp_path / "gpt2"), *SST2, "--method", "lora")
     assert metrics["family"] == "decoder" and metrics["model_kwargs"]["pad_token_id"] == tokenizer.eos_token_id
     assert len(predictions) == 32
+
+
+# ------------------------------------------------------------------------------------------ distributed
+@pytest.mark.slow
+def test_two_ddp_processes_predict_what_one_process_does(checkpoints, tmp_path):  # noqa: F811
+    """Under `accelerate launch` (2 CPU processes, gloo) each process predicts its share of the validation set (31
+    rows: one process gets a padding row) and the main process gathers them back into order. A learning rate of
+    1e-12 leaves the weights as they were, so both runs must predict exactly the same."""
+    args = ["--model", str(checkpoints["gpt-tiny"]), *SST2, "--max_eval_samples", "31", "--learning_rate", "1e-12"]
+    _, single = finetune(tmp_path / "one", *args)
+    launch = [str(Path(sys.executable).parent / "accelerate"), "launch", "--config_file",
+              str(REPO / "recipes" / "configs" / "accelerate" / "cpu_ddp.yaml"), str(REPO / "recipes" / "finetune.py")]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_EVALUATE_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    command = [*launch, *QUICK, *args, "--output_dir", str(tmp_path / "two")]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert next(r for r in read_log(tmp_path / "two") if r["event"] == "start")["num_processes"] == 2
+    two = [json.loads(line) for line in (tmp_path / "two" / PREDICTIONS_FILE).read_text().splitlines()]
+    assert two == single and len(two) == 31

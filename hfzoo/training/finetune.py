@@ -100,6 +100,7 @@ def finetune(config: FinetuneConfig) -> Path:
     # --- Tokenizer and model: the task's head on the pretrained body; an adapter freezes the body.
     tokenizer = load_tokenizer(config)
     model, family, missing = load_model(config, task, tokenizer)
+    base_model = model.name_or_path  # a local folder's absolute path: what an adapter reloads onto
     task.bind(tokenizer, family)
     heads = head_modules(model, missing) if task.trains_head else []
     model = apply_method(model, peft_config_for(config, task.peft_task_types[family], heads))
@@ -195,7 +196,7 @@ def finetune(config: FinetuneConfig) -> Path:
     summary = {
         "task": task.name,
         "pipeline_tag": task.pipeline_tag,
-        "model": config.model,
+        "model": base_model,
         "family": family,
         "method": config.peft_config or config.method,
         "auto_class": task.auto_class(family).__name__,
