@@ -51,7 +51,7 @@ def _presets(args: argparse.Namespace) -> None:
 def _quickstart(args: argparse.Namespace) -> None:
     from .quickstart import run_quickstart
 
-    run_quickstart(output_dir=args.output_dir, steps=args.steps)
+    run_quickstart(output_dir=args.output_dir, scale=args.scale)
 
 
 # Subcommands that run a recipe with all remaining arguments (`hfzoo pretrain --help` lists its keys).
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> None:
     commands.add_parser("presets", help="list the model presets").set_defaults(func=_presets)
     quickstart = commands.add_parser("quickstart", help="the end-to-end tour on the embedded default corpus")
     quickstart.add_argument("--output_dir", default="runs/quickstart")
-    quickstart.add_argument("--steps", type=int, default=200, help="training steps of the tiny decoder")
+    quickstart.add_argument("--scale", default="full", choices=["full", "smoke"], help="smoke: a 2-minute wiring check")
     quickstart.set_defaults(func=_quickstart)
     args = parser.parse_args(argv)
     args.func(args)

@@ -1,8 +1,11 @@
-"""`hfzoo quickstart`: the end-to-end tour on the embedded default corpus, on one CPU, with no network.
+"""`hfzoo quickstart`: the whole hfzoo story on one CPU, with no network, in minutes.
 
-Builds the corpus (the installed Python standard library's docstrings), trains a tokenizer, pretrains the
-`gpt-tiny` preset as a causal LM, compares it with a unigram baseline, saves it, reloads it through the
-Auto classes (and through `trust_remote_code` in a process where hfzoo cannot be imported) and generates.
+On the embedded default corpus (the installed Python standard library's docstrings) it pretrains a tiny
+decoder (causal LM), encoder (masked LM) and encoder-decoder (span corruption), each with a tokenizer trained
+on the corpus; fine-tunes two task adapters (LoRA and bottleneck) on two labellings of the same docstrings;
+composes them with AdapterFusion and with a learned router; compares everything with honest baselines; reloads
+every artefact through the Auto classes (one in a process where hfzoo cannot be imported); and prints a table.
+Every step is one of hfzoo's recipes, called exactly as `hfzoo pretrain|finetune|compose` would.
 """
 
 import json
@@ -12,19 +15,41 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from tqdm.auto import tqdm
-from transformers import AutoModelForCausalLM, AutoTokenizer, get_cosine_schedule_with_warmup
+from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSeq2SeqLM, AutoTokenizer
 
 from .data.default_corpus import load_default_corpus
-from .data.packing import pack
-from .data.tokenizer_training import train_tokenizer_on_corpus
-from .presets import preset_config
+from .data.stdlib_tasks import write_task_files
+from .training import finetune, pretrain
 
-BLOCK_SIZE = 128
-BATCH_SIZE = 16
+
+@dataclass(frozen=True)
+class Scale:
+    """Steps per stage: `full` is the tour (< 10 minutes on 2 cores), `smoke` proves the wiring in ~2 minutes."""
+
+    pretrain_steps: int
+    finetune_steps: int
+    compose_steps: int
+    max_train_samples: int | None
+    max_eval_samples: int | None
+
+
+SCALES = {
+    "full": Scale(pretrain_steps=300, finetune_steps=150, compose_steps=100, max_train_samples=None, max_eval_samples=None),
+    "smoke": Scale(pretrain_steps=4, finetune_steps=4, compose_steps=4, max_train_samples=200, max_eval_samples=40),
+}
+
+PRETRAINING = (
+    # artefact, preset, objective, Auto class, tokenizer kind
+    ("gpt-tiny-clm", "gpt-tiny", "clm", AutoModelForCausalLM, "bpe"),
+    ("bert-tiny-mlm", "bert-tiny", "mlm", AutoModelForMaskedLM, "wordpiece"),
+    ("t5-tiny-span", "t5-tiny", "span_corruption", AutoModelForSeq2SeqLM, "unigram"),
+)
+ADAPTERS = (("module", "lora"), ("area", "bottleneck"))  # task, method; both on the pretrained encoder
 
 
 def unigram_perplexity(train_ids: torch.Tensor, validation_ids: torch.Tensor, vocab_size: int) -> float:
@@ -34,12 +59,31 @@ def unigram_perplexity(train_ids: torch.Tensor, validation_ids: torch.Tensor, vo
     return math.exp(-log_probs[validation_ids.flatten()].mean().item())
 
 
-@torch.no_grad()
-def validation_loss(model, blocks: torch.Tensor) -> float:
-    model.eval()
-    losses = [model(input_ids=batch, labels=batch).loss.item() for batch in blocks.split(BATCH_SIZE)]
-    model.train()
-    return sum(losses) / len(losses)
+def _corpus_unigram_perplexity(model_dir: Path, corpus) -> float:
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    ids = {
+        split: torch.tensor([t for ids in tokenizer(list(corpus[split]["text"]), add_special_tokens=False)["input_ids"] for t in ids])
+        for split in ("train", "validation")
+    }
+    return unigram_perplexity(ids["train"], ids["validation"], len(tokenizer))
+
+
+def majority_accuracy(train_file: Path, validation_file: Path) -> float:
+    """Accuracy of always predicting the most frequent training label."""
+    import csv
+
+    def labels(path: Path) -> list[str]:
+        with open(path, newline="", encoding="utf-8") as handle:
+            return [row["label"] for row in csv.DictReader(handle)]
+
+    majority = Counter(labels(train_file)).most_common(1)[0][0]
+    validation = labels(validation_file)
+    return sum(label == majority for label in validation) / len(validation)
+
+
+def _last_eval(run_dir: Path) -> dict:
+    records = [json.loads(line) for line in (run_dir / "log.jsonl").read_text().splitlines()]
+    return [r for r in records if r.get("event") == "eval"][-1]
 
 
 REMOTE_CODE_CHECK = """
@@ -51,8 +95,8 @@ except ImportError:
     pass
 from transformers import AutoModelForCausalLM
 model = AutoModelForCausalLM.from_pretrained(sys.argv[1], trust_remote_code=True).eval()
-ids = torch.load(sys.argv[2])
-print(float((model(ids).logits - torch.load(sys.argv[3])).abs().max()))
+with torch.no_grad():
+    print(float((model(torch.load(sys.argv[2])).logits - torch.load(sys.argv[3])).abs().max()))
 """
 
 
@@ -70,85 +114,98 @@ def check_remote_code(model_dir: Path, model) -> float:
         result = subprocess.run(
             [sys.executable, "-c", REMOTE_CODE_CHECK, str(model_dir.resolve()), "ids.pt", "logits.pt"],
             cwd=scratch, env=env, capture_output=True, text=True, check=False,
-        )
+        )  # fmt: skip
         if result.returncode != 0:
             raise RuntimeError(f"trust_remote_code reload failed:\n{result.stderr[-2000:]}")
         return float(result.stdout.strip().splitlines()[-1])
 
 
-def run_quickstart(output_dir: str | os.PathLike = "runs/quickstart", steps: int = 200, seed: int = 0) -> dict:
+def _count(model) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def run_quickstart(output_dir: str | os.PathLike = "runs/quickstart", scale: str = "full", seed: int = 0) -> list[dict]:
+    if scale not in SCALES:
+        raise ValueError(f"Unknown scale {scale!r}; choose one of {', '.join(SCALES)}.")
+    steps = SCALES[scale]
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    torch.manual_seed(seed)
     started = time.perf_counter()
+    rows: list[dict] = []
+    limits = []
+    if steps.max_train_samples:
+        limits = ["--max_train_samples", str(steps.max_train_samples), "--max_eval_samples", str(steps.max_eval_samples)]
 
-    print("1/5 building the default corpus (standard-library docstrings)")
+    print("== 1. the embedded default corpus: standard-library docstrings")
     corpus = load_default_corpus()
-    print(f"    {len(corpus['train'])} train / {len(corpus['validation'])} validation docstrings")
+    print(f"   {len(corpus['train'])} train / {len(corpus['validation'])} validation docstrings")
 
-    print("2/5 training a byte-level BPE tokenizer")
-    tokenizer = train_tokenizer_on_corpus(corpus["train"], kind="bpe", vocab_size=4096, family="decoder")
-    blocks = pack(corpus, tokenizer, BLOCK_SIZE)
-    train_blocks = torch.tensor(blocks["train"]["input_ids"])
-    validation_blocks = torch.tensor(blocks["validation"]["input_ids"])
+    print("== 2. pretraining a tiny decoder, encoder and encoder-decoder (a tokenizer trained for each)")
+    for artefact, preset, objective, auto_class, tokenizer_kind in PRETRAINING:
+        clock = time.perf_counter()
+        run_dir = pretrain.main(
+            ["--preset", preset, "--objective", objective, "--output_dir", str(output_dir / artefact),
+             "--max_steps", str(steps.pretrain_steps), "--tokenizer_kind", tokenizer_kind, "--vocab_size", "4096",
+             "--block_size", "128", "--per_device_batch_size", "16", "--eval_every", str(steps.pretrain_steps),
+             "--save_every", str(steps.pretrain_steps), "--tensorboard", "false", "--seed", str(seed), *limits]
+        )  # fmt: skip
+        model = auto_class.from_pretrained(run_dir)
+        evaluation = _last_eval(run_dir)
+        rows.append(
+            {"artefact": artefact, "what": f"{preset}, {objective}", "parameters": _count(model), "trainable": 1.0,
+             "metric": "val perplexity", "value": evaluation["perplexity"],
+             "baseline": _corpus_unigram_perplexity(run_dir, corpus), "baseline_name": "unigram",
+             "seconds": time.perf_counter() - clock, "path": str(run_dir)}
+        )  # fmt: skip
 
-    print(f"3/5 pretraining gpt-tiny for {steps} steps (causal LM, {BATCH_SIZE}x{BLOCK_SIZE} tokens a step)")
-    config = preset_config(
-        "gpt-tiny",
-        vocab_size=len(tokenizer),
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-    )
-    model = AutoModelForCausalLM.from_config(config)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)
-    scheduler = get_cosine_schedule_with_warmup(optimizer, num_warmup_steps=max(1, steps // 10), num_training_steps=steps)
-    generator = torch.Generator().manual_seed(seed)
-    model.train()
-    progress = tqdm(range(steps), desc="gpt-tiny", unit="step")
-    for _ in progress:
-        batch = train_blocks[torch.randint(len(train_blocks), (BATCH_SIZE,), generator=generator)]
-        loss = model(input_ids=batch, labels=batch).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
-        progress.set_postfix(loss=f"{loss.item():.3f}")
+    print("== 3. fine-tuning two task adapters on the pretrained encoder")
+    encoder_dir = output_dir / "bert-tiny-mlm"
+    for task, method in ADAPTERS:
+        clock = time.perf_counter()
+        files = write_task_files(task, output_dir / "data" / task, corpus)
+        run_dir = finetune.main(
+            ["--model", str(encoder_dir), "--task", "sequence-classification", "--train_file", str(files["train"]),
+             "--validation_file", str(files["validation"]), "--text_column", "text", "--label_column", "label",
+             "--method", method, "--max_steps", str(steps.finetune_steps), "--output_dir",
+             str(output_dir / f"adapter-{task}-{method}"), "--seed", str(seed), *limits]
+        )  # fmt: skip
+        metrics = json.loads((run_dir / finetune.METRICS_FILE).read_text())
+        rows.append(
+            {"artefact": f"adapter-{task}-{method}", "what": f"{method} adapter, task '{task}'",
+             "parameters": metrics["total_parameters"], "trainable": metrics["trainable_fraction"],
+             "metric": "val accuracy", "value": metrics["accuracy"],
+             "baseline": majority_accuracy(files["train"], files["validation"]), "baseline_name": "majority",
+             "seconds": time.perf_counter() - clock, "path": str(run_dir)}
+        )  # fmt: skip
 
-    print("4/5 evaluating against a unigram baseline, saving, reloading")
-    perplexity = math.exp(validation_loss(model, validation_blocks))
-    baseline = unigram_perplexity(train_blocks, validation_blocks, len(tokenizer))
-    model_dir = output_dir / "gpt-tiny-clm"
-    model.save_pretrained(model_dir)
-    tokenizer.save_pretrained(model_dir)
-    reloaded = AutoModelForCausalLM.from_pretrained(model_dir).eval()
-    reloaded_tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    remote_diff = check_remote_code(model_dir, reloaded)
+    print("== 4. reloading through the Auto classes, and without hfzoo through trust_remote_code")
+    for artefact, _, _, auto_class, _ in PRETRAINING:
+        auto_class.from_pretrained(output_dir / artefact)
+        AutoTokenizer.from_pretrained(output_dir / artefact)
+    decoder_dir = output_dir / "gpt-tiny-clm"
+    remote_diff = check_remote_code(decoder_dir, AutoModelForCausalLM.from_pretrained(decoder_dir))
+    tokenizer = AutoTokenizer.from_pretrained(decoder_dir)
+    decoder = AutoModelForCausalLM.from_pretrained(decoder_dir)
+    prompt = tokenizer("Return the", return_tensors="pt")
+    sample = tokenizer.decode(decoder.generate(**prompt, max_new_tokens=20, do_sample=False)[0], skip_special_tokens=True)
 
-    print("5/5 generating from the reloaded model")
-    prompt = "Return the"
-    inputs = reloaded_tokenizer(prompt, return_tensors="pt")
-    generated = reloaded.generate(**inputs, max_new_tokens=24, do_sample=False, pad_token_id=tokenizer.pad_token_id)
-    text = reloaded_tokenizer.decode(generated[0], skip_special_tokens=True)
-
-    summary = {
-        "artefact": str(model_dir),
-        "preset": "gpt-tiny",
-        "objective": "causal LM",
-        "parameters": sum(p.numel() for p in model.parameters()),
-        "steps": steps,
-        "validation_perplexity": perplexity,
-        "unigram_baseline_perplexity": baseline,
-        "remote_code_max_logit_diff": remote_diff,
-        "sample": text,
-        "seconds": time.perf_counter() - started,
-    }
+    total = time.perf_counter() - started
+    summary = {"scale": scale, "rows": rows, "remote_code_max_logit_diff": remote_diff, "sample": sample,
+               "seconds": total}  # fmt: skip
     (output_dir / "summary.json").write_text(json.dumps(summary, indent=2))
-    print()
-    print(f"  model            {model_dir}  ({summary['parameters'] / 1e6:.2f}M parameters)")
-    print(f"  validation ppl   {perplexity:.1f}   (unigram baseline {baseline:.1f})")
-    print(f"  remote code      reloaded without hfzoo, max |logit diff| = {remote_diff:.1e}")
-    print(f"  sample           {text!r}")
-    print(f"  time             {summary['seconds']:.0f} s; summary in {output_dir / 'summary.json'}")
-    return summary
+    print_summary(summary)
+    return rows
+
+
+def print_summary(summary: dict) -> None:
+    header = f"{'artefact':<26} {'objective / method':<32} {'params':>9} {'train %':>8} {'metric':<15} {'value':>8} {'baseline':>16} {'time':>6}"
+    print("\n" + header + "\n" + "-" * len(header))
+    for row in summary["rows"]:
+        baseline = f"{row['baseline']:.3f} {row['baseline_name']}"
+        print(
+            f"{row['artefact']:<26} {row['what']:<32} {row['parameters'] / 1e6:>8.2f}M {100 * row['trainable']:>7.2f}% "
+            f"{row['metric']:<15} {row['value']:>8.3f} {baseline:>16} {row['seconds']:>5.0f}s"
+        )
+    print(f"\nremote code: reloaded without hfzoo, max |logit diff| = {summary['remote_code_max_logit_diff']:.1e}")
+    print(f"sample from the decoder: {summary['sample']!r}")
+    print(f"total {summary['seconds']:.0f} s; files and model cards under {Path(summary['rows'][0]['path']).parent}")

@@ -1,4 +1,4 @@
-"""`make quickstart` runs end to end (in a reduced mode) and leaves files that load through the Auto classes."""
+"""`make quickstart` runs end to end (smoke scale) and leaves files that load through the Auto classes."""
 
 import json
 import os
@@ -6,16 +6,16 @@ import subprocess
 import sys
 from pathlib import Path
 
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSeq2SeqLM, AutoTokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_make_quickstart_reduced(tmp_path):
+def test_make_quickstart_smoke(tmp_path):
     venv = Path(sys.executable).parent.parent
     output_dir = tmp_path / "quickstart"
     result = subprocess.run(
-        ["make", "quickstart", f"VENV={venv}", f"QUICKSTART_ARGS=--steps 4 --output_dir {output_dir}"],
+        ["make", "quickstart", f"VENV={venv}", f"QUICKSTART_ARGS=--scale smoke --output_dir {output_dir}"],
         cwd=ROOT,
         env={**os.environ, "HF_MODULES_CACHE": str(tmp_path / "modules")},
         capture_output=True,
@@ -25,11 +25,16 @@ def test_make_quickstart_reduced(tmp_path):
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     summary = json.loads((output_dir / "summary.json").read_text())
     assert summary["remote_code_max_logit_diff"] == 0.0
-    assert summary["validation_perplexity"] > 1 and summary["unigram_baseline_perplexity"] > 1
-    model_dir = Path(summary["artefact"])
-    assert (model_dir / "model.safetensors").is_file()
-    assert not list(model_dir.glob("*.bin")) and not list(model_dir.glob("*.pt"))
-    model = AutoModelForCausalLM.from_pretrained(model_dir)
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    assert model.config.vocab_size == len(tokenizer)
-    assert "validation ppl" in result.stdout
+    rows = {row["artefact"]: row for row in summary["rows"]}
+    for artefact, auto_class in [("gpt-tiny-clm", AutoModelForCausalLM), ("bert-tiny-mlm", AutoModelForMaskedLM),
+                                 ("t5-tiny-span", AutoModelForSeq2SeqLM)]:  # fmt: skip
+        model_dir = output_dir / artefact
+        assert (model_dir / "model.safetensors").is_file() and (model_dir / "README.md").is_file()
+        assert not list(model_dir.glob("*.bin")) and not list(model_dir.glob("*.pt"))
+        assert auto_class.from_pretrained(model_dir).config.vocab_size == len(AutoTokenizer.from_pretrained(model_dir))
+        assert rows[artefact]["value"] > 1 and rows[artefact]["baseline"] > 1
+    for artefact in ("adapter-module-lora", "adapter-area-bottleneck"):
+        adapter_dir = output_dir / artefact
+        assert (adapter_dir / "adapter_model.safetensors").is_file() and (adapter_dir / "metrics.json").is_file()
+        assert 0 < rows[artefact]["trainable"] < 0.2 and 0 < rows[artefact]["baseline"] < 1
+    assert "remote code: reloaded without hfzoo" in result.stdout

@@ -52,8 +52,11 @@ AREA_OF_MODULE = {module: area for area, modules in STDLIB_AREAS.items() for mod
 TASKS = ("module", "area")
 
 
-def build_stdlib_task(task: str, corpus: datasets.DatasetDict | None = None) -> datasets.DatasetDict:
-    """`train`/`validation` splits with `text` and a string `label`, from the default corpus's fixed split."""
+def build_stdlib_task(task: str, corpus: datasets.DatasetDict | None = None, seed: int = 0) -> datasets.DatasetDict:
+    """`train`/`validation` splits with `text` and a string `label`, from the default corpus's fixed split.
+
+    Rows are shuffled (seeded): the corpus is ordered by source file, so its first rows share one module.
+    """
     if task not in TASKS:
         raise ValueError(f"Unknown task {task!r}; choose one of {', '.join(TASKS)}.")
     corpus = corpus if corpus is not None else load_default_corpus()
@@ -67,6 +70,8 @@ def build_stdlib_task(task: str, corpus: datasets.DatasetDict | None = None) -> 
             split: part.filter(lambda row: row["module"] in label_of)
             .map(lambda row: {"label": label_of[row["module"]]})
             .select_columns(["text", "label"])
+            .shuffle(seed=seed)
+            .flatten_indices()
             for split, part in corpus.items()
         }
     )
