@@ -1,7 +1,9 @@
-"""README examples run as written: every ```python block in order, every hfzoo command, every recipe launch.
+"""The README runs as written, top to bottom, as a user would: every ```python block and every command.
 
-Recipe launches (`python recipes/...`, `torchrun ...`, `accelerate launch ...`) run exactly as written plus
-overrides that shrink the run (any config key can be overridden on the command line), so the suite stays fast.
+Blocks run in document order in one workspace (later examples use what earlier ones saved). `hfzoo` commands run
+exactly as written; recipe launches (`python recipes/...`, `torchrun ...`, `accelerate launch ...`) run as written
+plus overrides that shrink the run (any config key can be overridden on the command line). `make quickstart` and
+`make test` are run by tests/test_quickstart.py and by CI itself.
 """
 
 import os
@@ -16,24 +18,43 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
-PYTHON_BLOCKS = re.findall(r"```python\n(.*?)```", README, flags=re.S)
-BASH_LINES = [
-    line.split(" #")[0].strip()
-    for block in re.findall(r"```bash\n(.*?)```", README, flags=re.S)
-    for line in block.splitlines()
-    if line.strip()
-]
-HFZOO_COMMANDS = [line for line in BASH_LINES if line.startswith(".venv/bin/hfzoo")]
-RECIPE_LAUNCHES = [line for line in BASH_LINES if line.startswith(("python recipes/", "torchrun", "accelerate launch"))]
-SETUP_COMMANDS = {"make quickstart", "make test"}  # run by tests/test_quickstart.py and by CI itself
+BLOCKS = re.findall(r"```(python|bash)\n(.*?)```", README, flags=re.S)
+SETUP_COMMANDS = {"make quickstart", "make test"}
+RECIPE_PREFIXES = ("python recipes/", "torchrun", "accelerate launch")
 SHRINK = ["--max_steps", "2", "--max_train_samples", "16", "--max_eval_samples", "8", "--block_size", "32",
           "--per_device_batch_size", "2", "--gradient_accumulation_steps", "1", "--vocab_size", "512",
           "--eval_every", "2", "--save_every", "2"]  # fmt: skip
 
 
+def _commands(block: str) -> list[str]:
+    return [line.split(" #")[0].strip() for line in block.splitlines() if line.strip()]
+
+
 def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(cwd / "modules"), "PATH": f"{BIN}:{os.environ['PATH']}"}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(cwd / "modules"),
+           "PATH": f"{BIN}:{os.environ['PATH']}"}  # fmt: skip
     return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+
+
+def _execute(kind: str, body: str, workdir: Path) -> None:
+    if kind == "python":
+        result = _run([sys.executable, "-c", body], workdir)
+        assert result.returncode == 0, f"README block failed:\n{body}\n{result.stderr[-3000:]}"
+        return
+    for command in _commands(body):
+        if command in SETUP_COMMANDS:
+            continue
+        args = shlex.split(command)
+        if command.startswith(".venv/bin/hfzoo"):
+            result = _run([str(BIN / "hfzoo"), *args[1:]], workdir)
+        elif command.startswith(RECIPE_PREFIXES):
+            args[0] = sys.executable if args[0] == "python" else str(BIN / args[0])
+            output_dir = workdir / "recipe-launch"
+            result = _run([*args, *SHRINK, "--output_dir", str(output_dir)], ROOT)
+            assert (output_dir / "model.safetensors").is_file(), result.stderr[-3000:]
+        else:
+            raise AssertionError(f"README command that no test knows how to run: {command}")
+        assert result.returncode == 0, f"README command failed: {command}\n{result.stdout[-1500:]}{result.stderr[-3000:]}"
 
 
 @pytest.fixture(scope="module")
@@ -41,35 +62,17 @@ def workdir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("readme")
 
 
-def test_every_readme_command_is_exercised():
-    assert PYTHON_BLOCKS and HFZOO_COMMANDS and RECIPE_LAUNCHES
-    unexercised = set(BASH_LINES) - set(HFZOO_COMMANDS) - set(RECIPE_LAUNCHES) - SETUP_COMMANDS
-    assert not unexercised, f"README commands no test runs: {unexercised}"
+def test_readme_has_examples_of_every_kind():
+    kinds = {kind for kind, _ in BLOCKS}
+    commands = [c for kind, body in BLOCKS if kind == "bash" for c in _commands(body)]
+    assert kinds == {"python", "bash"} and SETUP_COMMANDS <= set(commands)
+    assert any(c.startswith(RECIPE_PREFIXES) for c in commands)
 
 
-@pytest.mark.parametrize("index", range(len(PYTHON_BLOCKS)))
-def test_python_block_runs(index: int, workdir: Path):
-    # Blocks build on each other (save, then load), so each runs after the ones before it in the same folder.
+@pytest.mark.parametrize("index", range(len(BLOCKS)))
+def test_block_runs_in_order(index: int, workdir: Path):
     for earlier in range(index + 1):
         marker = workdir / f".block{earlier}.done"
-        if marker.exists():
-            continue
-        result = _run([sys.executable, "-c", PYTHON_BLOCKS[earlier]], workdir)
-        assert result.returncode == 0, f"README block {earlier} failed:\n{PYTHON_BLOCKS[earlier]}\n{result.stderr[-3000:]}"
-        marker.touch()
-
-
-@pytest.mark.parametrize("command", HFZOO_COMMANDS)
-def test_hfzoo_command_runs(command: str, workdir: Path):
-    result = _run([str(BIN / "hfzoo"), *shlex.split(command)[1:]], workdir)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.strip() or result.stderr.strip()
-
-
-@pytest.mark.parametrize("command", RECIPE_LAUNCHES)
-def test_recipe_launch_runs(command: str, tmp_path: Path):
-    args = shlex.split(command)
-    args[0] = sys.executable if args[0] == "python" else str(BIN / args[0])
-    result = _run([*args, *SHRINK, "--output_dir", str(tmp_path / "run")], ROOT)
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
-    assert (tmp_path / "run" / "model.safetensors").is_file()
+        if not marker.exists():
+            _execute(*BLOCKS[earlier], workdir)
+            marker.touch()
