@@ -80,16 +80,20 @@ class FinetuneConfig:
         return dataclasses.asdict(self)
 
 
-FIELDS = {f.name: f for f in dataclasses.fields(FinetuneConfig)}
-_TYPES = typing.get_type_hints(FinetuneConfig)
+def config_fields(config_class: type[FinetuneConfig]) -> tuple[dict[str, dataclasses.Field], dict[str, Any]]:
+    """({key: dataclass field}, {key: type}) of `config_class`: FinetuneConfig, or a subclass with more keys."""
+    return {f.name: f for f in dataclasses.fields(config_class)}, typing.get_type_hints(config_class)
+
+
 _POSITIVE = ("max_length", "max_target_length", "n_best", "max_answer_length", "num_beams", "per_device_batch_size",
              "eval_batch_size", "gradient_accumulation_steps", "max_steps", "log_every", "eval_every",
              "max_train_samples", "max_eval_samples")  # fmt: skip
 
 
-def from_dict(values: dict[str, Any]) -> FinetuneConfig:
-    """A checked config from a mapping (a YAML file's content, with overrides applied)."""
-    config = FinetuneConfig(**coerce_values(values, FIELDS, _TYPES))
+def from_dict(values: dict[str, Any], config_class: type[FinetuneConfig] = FinetuneConfig) -> FinetuneConfig:
+    """A checked config from a mapping (a YAML file's content, with overrides applied). A subclass (the composition
+    recipe's config) checks its own keys in `__post_init__`; the fine-tuning keys are checked here."""
+    config = config_class(**coerce_values(values, *config_fields(config_class)))
     validate(config)
     return config
 
@@ -134,11 +138,14 @@ def learning_rate(config: FinetuneConfig) -> float:
     return DEFAULT_LEARNING_RATES["lora" if config.peft_config else config.method]
 
 
-def parse_args(argv: Sequence[str] | None = None) -> FinetuneConfig:
+def parse_args(
+    argv: Sequence[str] | None = None, config_class: type[FinetuneConfig] = FinetuneConfig, command: str = "finetune"
+) -> FinetuneConfig:
     """The config from `argv` (default: `sys.argv[1:]`): YAML file, then overrides, then checks."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    fields, types = config_fields(config_class)
     if "-h" in argv or "--help" in argv:
-        print(usage(FIELDS, "finetune"))
+        print(usage(fields, command))
         raise SystemExit(0)
-    config_file, overrides = _overrides(argv, FIELDS, _TYPES)
-    return from_dict(apply_overrides(load_yaml(config_file) if config_file else {}, overrides))
+    config_file, overrides = _overrides(argv, fields, types)
+    return from_dict(apply_overrides(load_yaml(config_file) if config_file else {}, overrides), config_class)

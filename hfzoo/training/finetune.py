@@ -1,7 +1,8 @@
 """Fine-tune a pretrained model on a labelled task: config -> examples -> tokenizer -> model (+ adapter) ->
 features -> AdamW -> loop -> validation metrics -> metrics.json, predictions, model or adapter, card.
 
-Read `finetune` top to bottom; it is the recipe. The task (hfzoo.finetuning: sequence-classification,
+Read `finetune` top to bottom; it is the recipe, and `train_and_evaluate` its loop (which the composition recipe,
+hfzoo.training.compose, runs too). The task (hfzoo.finetuning: sequence-classification,
 token-classification, question-answering, seq2seq) decides how examples become token ids for the model's family
 and how outputs become predictions and metrics; everything else is here. It runs as one process or under
 `accelerate launch` / `torchrun`:
@@ -17,12 +18,15 @@ import json
 import logging
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 import yaml
 from accelerate import Accelerator
 from accelerate.utils import set_seed
+from torch import nn
 from torch.utils.data import DataLoader
 from transformers import AutoConfig, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
@@ -79,29 +83,27 @@ def load_model(
     return model, family, sorted(k for k in loading["missing_keys"] if k in parameters)
 
 
-def finetune(config: FinetuneConfig) -> Path:
-    """Fine-tune `config.model` on `config.task`; returns the output folder (metrics, predictions, model, card)."""
-    task = TASK_CLASSES[config.task](config)
-    output_dir = Path(config.output_dir)
-    accelerator = Accelerator(
+def build_accelerator(config: FinetuneConfig) -> Accelerator:
+    """The run's Accelerator: CPU when asked or when no accelerator is available; mixed precision and gradient
+    accumulation as configured."""
+    return Accelerator(
         cpu=config.cpu if config.cpu is not None else not torch.accelerator.is_available(),
         mixed_precision=config.mixed_precision,
         gradient_accumulation_steps=config.gradient_accumulation_steps,
     )
-    set_seed(config.seed)  # the new head's initialisation: the same on every process
-    if accelerator.is_main_process:
-        output_dir.mkdir(parents=True, exist_ok=True)
-        (output_dir / CONFIG_FILE).write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
 
-    # --- Examples: read and checked (a malformed row fails here, naming its file and line), labels from train.
-    train_examples, eval_examples = load_examples(task, config)
-    task.fit_labels(train_examples, eval_examples)
 
-    # --- Tokenizer and model: the task's head on the pretrained body; an adapter freezes the body.
-    tokenizer = load_tokenizer(config)
-    model, family, missing = load_model(config, task, tokenizer)
+def finetune(config: FinetuneConfig) -> Path:
+    """Fine-tune `config.model` on `config.task`; returns the output folder (metrics, predictions, model, card)."""
+    output_dir = Path(config.output_dir)
+    accelerator = build_accelerator(config)
+
+    # --- Examples, tokenizer and model with the task's head: `prepare_run` (below).
+    task, train_examples, eval_examples, model, missing = prepare_run(config, accelerator)
+    tokenizer, family = task.tokenizer, task.family
     base_model = model.name_or_path  # a local folder's absolute path: what an adapter reloads onto
-    task.bind(tokenizer, family)
+
+    # --- The method: an adapter freezes the body (and trains the head with it).
     heads = head_modules(model, missing) if task.trains_head else []
     model = apply_method(model, peft_config_for(config, task.peft_task_types[family], heads))
     parameters = count_parameters(model)
@@ -115,6 +117,74 @@ def finetune(config: FinetuneConfig) -> Path:
     # --- Features: token ids and targets laid out for the family (see hfzoo/finetuning/task.py).
     train_features = task.encode(train_examples, training=True)
     eval_features = task.encode(eval_examples, training=False)
+
+    # --- AdamW, the loop, validation metrics and the log: `train_and_evaluate` (below).
+    run = train_and_evaluate(
+        config, task, model, train_features, eval_examples, eval_features, accelerator, learning_rate(config),
+        family=family, method=config.peft_config or config.method, train_examples=len(train_examples), **parameters,
+    )
+    unwrapped = accelerator.unwrap_model(run.model)
+
+    # --- Save: metrics, predictions, the adapter (PEFT format) or the full model, tokenizer, card.
+    accelerator.wait_for_everyone()
+    method = config.peft_config or config.method
+    summary = run_summary(task, base_model, method, parameters, run, len(train_examples), len(eval_examples))
+    unwrapped.save_pretrained(output_dir, is_main_process=accelerator.is_main_process, save_function=accelerator.save)
+    if accelerator.is_main_process:
+        write_results(output_dir, tokenizer, summary, run.records)
+        write_finetune_card(output_dir, config, summary)
+    accelerator.wait_for_everyone()
+    accelerator.end_training()
+    return output_dir
+
+
+def prepare_run(
+    config: FinetuneConfig, accelerator: Accelerator
+) -> tuple[Task, list, list, PreTrainedModel, list[str]]:
+    """The start of a run: the output folder with the resolved config; the examples, read and checked (a malformed
+    row fails here, naming its file and line), labels from train; the tokenizer; the pretrained body with the task's
+    head, the task bound to them (`task.tokenizer`, `task.family`). Returns (task, training examples, validation
+    examples, model, the parameters the checkpoint did not provide)."""
+    task = TASK_CLASSES[config.task](config)
+    set_seed(config.seed)  # the new head's initialisation: the same on every process
+    if accelerator.is_main_process:
+        Path(config.output_dir).mkdir(parents=True, exist_ok=True)
+        (Path(config.output_dir) / CONFIG_FILE).write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
+    train_examples, eval_examples = load_examples(task, config)
+    task.fit_labels(train_examples, eval_examples)
+    tokenizer = load_tokenizer(config)
+    model, family, missing = load_model(config, task, tokenizer)
+    task.bind(tokenizer, family)
+    return task, train_examples, eval_examples, model, missing
+
+
+@dataclass
+class TrainedRun:
+    """What `train_and_evaluate` leaves: the model as `accelerator.prepare` wrapped it, the final validation
+    metrics and prediction records, and how far it trained."""
+
+    model: nn.Module
+    metrics: dict[str, float]
+    records: list[dict]
+    steps: int
+    epochs: float
+
+
+def train_and_evaluate(
+    config: FinetuneConfig,
+    task: Task,
+    model: nn.Module,
+    train_features: list[dict],
+    eval_examples: list,
+    eval_features: list[dict],
+    accelerator: Accelerator,
+    peak_learning_rate: float,
+    **start_fields: Any,
+) -> TrainedRun:
+    """Train `model`'s trainable parameters on `train_features`, evaluate every `eval_every` steps and at the end,
+    and log to `log.jsonl` in `config.output_dir` (`start_fields`, e.g. the method and parameter counts, go into its
+    start record). Whatever is frozen stays frozen: the optimizer only sees parameters that require gradients."""
+    output_dir = Path(config.output_dir)
     train_loader = DataLoader(
         train_features,
         batch_size=config.per_device_batch_size,
@@ -124,7 +194,7 @@ def finetune(config: FinetuneConfig) -> Path:
     )
 
     # --- AdamW on the trainable parameters, linear warmup then cosine decay to zero.
-    optimizer = build_optimizer(model, learning_rate(config), config.weight_decay, (0.9, 0.999), 1e-8)
+    optimizer = build_optimizer(model, peak_learning_rate, config.weight_decay, (0.9, 0.999), 1e-8)
     model, optimizer, train_loader = accelerator.prepare(model, optimizer, train_loader)
     steps_per_epoch = math.ceil(len(train_loader) / config.gradient_accumulation_steps)
     max_steps = config.max_steps or math.ceil(config.num_epochs * steps_per_epoch)
@@ -140,15 +210,12 @@ def finetune(config: FinetuneConfig) -> Path:
         "start",
         step=0,
         task=task.name,
-        family=family,
-        method=config.peft_config or config.method,
+        **start_fields,
         num_processes=accelerator.num_processes,
         device=str(accelerator.device),
-        train_examples=len(train_examples),
         train_features=len(train_features),
         eval_examples=len(eval_examples),
         max_steps=max_steps,
-        **parameters,
         config=config.to_dict(),
     )
 
@@ -190,36 +257,41 @@ def finetune(config: FinetuneConfig) -> Path:
                     metrics, records = run_evaluation(step)
             if step >= max_steps:
                 break
+    log.write("end", step=step, elapsed=round(log.elapsed, 3), **metrics)
+    log.close()
+    return TrainedRun(model, metrics, records, step, round(step / steps_per_epoch, 2))
 
-    # --- Save: metrics, predictions, the adapter (PEFT format) or the full model, tokenizer, card.
-    accelerator.wait_for_everyone()
-    summary = {
+
+def run_summary(
+    task: Task, base_model: str, method: str, parameters: dict, run: TrainedRun, train_examples: int, eval_examples: int
+) -> dict[str, Any]:
+    """The content of `metrics.json` (and what the card is made from): task, base model, method, final validation
+    metrics, parameter counts, data sizes, steps, and the head's `from_pretrained` arguments for reloading."""
+    return {
         "task": task.name,
         "pipeline_tag": task.pipeline_tag,
         "model": base_model,
-        "family": family,
-        "method": config.peft_config or config.method,
-        "auto_class": task.auto_class(family).__name__,
-        **metrics,
+        "family": task.family,
+        "method": method,
+        "auto_class": task.auto_class(task.family).__name__,
+        **run.metrics,
         **parameters,
-        "train_examples": len(train_examples),
-        "eval_examples": len(eval_examples),
-        "steps": step,
-        "epochs": round(step / steps_per_epoch, 2),
-        "model_kwargs": task.model_kwargs(family) | {"pad_token_id": tokenizer.pad_token_id},
+        "train_examples": train_examples,
+        "eval_examples": eval_examples,
+        "steps": run.steps,
+        "epochs": run.epochs,
+        "model_kwargs": task.model_kwargs(task.family) | {"pad_token_id": task.tokenizer.pad_token_id},
     }
-    log.write("end", step=step, elapsed=round(log.elapsed, 3), **metrics)
-    log.close()
-    unwrapped.save_pretrained(output_dir, is_main_process=accelerator.is_main_process, save_function=accelerator.save)
-    if accelerator.is_main_process:
-        tokenizer.save_pretrained(output_dir)
-        (output_dir / METRICS_FILE).write_text(json.dumps(summary, indent=2) + "\n")
-        with (output_dir / PREDICTIONS_FILE).open("w", encoding="utf-8") as f:
-            f.writelines(json.dumps(record, ensure_ascii=False) + "\n" for record in records)
-        write_finetune_card(output_dir, config, summary)
-    accelerator.wait_for_everyone()
-    accelerator.end_training()
-    return output_dir
+
+
+def write_results(
+    output_dir: Path, tokenizer: PreTrainedTokenizerBase, summary: dict[str, Any], records: list[dict]
+) -> None:
+    """The tokenizer, `metrics.json` and `predictions.jsonl` (one record per validation example) into `output_dir`."""
+    tokenizer.save_pretrained(output_dir)
+    (output_dir / METRICS_FILE).write_text(json.dumps(summary, indent=2) + "\n")
+    with (output_dir / PREDICTIONS_FILE).open("w", encoding="utf-8") as f:
+        f.writelines(json.dumps(record, ensure_ascii=False) + "\n" for record in records)
 
 
 def main(argv: Sequence[str] | None = None) -> Path:
