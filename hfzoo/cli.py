@@ -58,6 +58,7 @@ def _quickstart(args: argparse.Namespace) -> None:
 RECIPES = {
     "pretrain": ("hfzoo.training.pretrain", "pretrain a preset from scratch (recipes/pretrain.py)"),
     "finetune": ("hfzoo.training.finetune", "fine-tune any checkpoint, fully or with an adapter (recipes/finetune.py)"),
+    "compose": ("hfzoo.training.compose", "train a router or AdapterFusion over task adapters (recipes/compose.py)"),
 }
 
 

@@ -1,0 +1,361 @@
+"""Compose trained task adapters for a new task: the base model and the adapters (PEFT folders, LoRA or bottleneck)
+stay frozen; a learned router or AdapterFusion (`hfzoo.adapters.compose`) and a fresh task head train on the target
+task with the fine-tuning recipe's data formatting, loop and metrics (hfzoo.training.finetune).
+
+A learned composition is only worth having if it beats the uniform average of the same adapters with a head trained
+the same way, so a `soft`, `hard` or `fusion` run first trains that baseline (same data, steps and seed, in
+`average-baseline/`) and reports both in metrics.json and the card, beside the majority class. `--baseline false`
+skips it; `--composition average` is the baseline on its own.
+
+    python recipes/compose.py --config recipes/configs/compose/stdlib-area-fusion.yaml
+    hfzoo compose --model runs/bert-tiny-mlm --task sequence-classification \\
+        --train_file runs/data/area/train.csv --validation_file runs/data/area/validation.csv \\
+        --adapters module=runs/module-lora,area=runs/area-bottleneck --composition soft --max_steps 200
+
+Outputs in `output_dir`: `metrics.json` (validation metrics, trainable parameters, the composition, the baselines,
+the reload check), `predictions.jsonl`, `composition/` (`ComposedModel.save_pretrained`: the spec, the router/fusion
+and head weights, a copy of each adapter), the tokenizer, `log.jsonl` and the model card. Before finishing, the
+saved composition is rebuilt with `load_composition` on a freshly loaded base model and must reproduce every
+parameter and every validation prediction.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from accelerate import Accelerator
+from transformers import PreTrainedModel
+
+from ..adapters import ComposedModel, compose, load_composition
+from ..adapters.stacked import read_adapter
+from ..cards import FINETUNE_METRICS, write_finetune_card
+from ..finetuning import Task, count_parameters, head_modules
+from ..finetuning.config import FinetuneConfig, parse_args
+from ..finetuning.task import predict_all
+from .config import _key
+from .finetune import build_accelerator, load_model, prepare_run, run_summary, train_and_evaluate, write_results
+
+logger = logging.getLogger(__name__)
+
+COMPOSITIONS = ("average", "soft", "hard", "fusion")
+LEARNED = ("soft", "hard", "fusion")  # the methods with parameters of their own, which must beat "average"
+# Routers, fusion layers and the head all start fresh (routers at zero, fusion's value at the identity), as adapters
+# do, so they take adapter-sized steps rather than full fine-tuning's (AdapterFusion used 5e-5 on a trained head).
+DEFAULT_LEARNING_RATE = 1e-3
+COMPOSITION_DIR = "composition"
+BASELINE_DIR = "average-baseline"
+_FINETUNING_ONLY = {"method": "full", "peft_config": None, "method_options": {}}
+
+
+def parse_adapter_list(text: str) -> dict[str, str]:
+    """`name=path,name=path` (how `adapters` is written on the command line) as a mapping."""
+    adapters: dict[str, str] = {}
+    for entry in filter(None, (part.strip() for part in text.split(","))):
+        name, equals, folder = (piece.strip() for piece in entry.partition("="))
+        if not (equals and name and folder):
+            raise ValueError(f"config key 'adapters': {entry!r} is not name=path; write name=path,name=path")
+        if name in adapters:
+            raise ValueError(f"config key 'adapters': the name {name!r} is given twice")
+        adapters[name] = folder
+    return adapters
+
+
+@dataclass
+class ComposeConfig(FinetuneConfig):
+    """Every fine-tuning key (model, task, data, formatting, optimisation, outputs) plus the composition's own."""
+
+    adapters: dict | str = _key({}, "name -> trained PEFT adapter folder (LoRA or bottleneck); or name=path,name=path")
+    composition: str = _key("fusion", " | ".join(COMPOSITIONS))
+    composition_options: dict = _key(
+        {}, "the method's options, e.g. {granularity: sequence}, {top_k: 2}, {temperature: 2.0}, "
+        "{weights: [0.7, 0.3]}; trainable_modules: modules to train beside the head"
+    )
+    baseline: bool = _key(True, "soft/hard/fusion: first train the head on the uniform average of the same adapters")
+    learning_rate: float | None = _key(None, f"peak learning rate; none = {DEFAULT_LEARNING_RATE}")
+    output_dir: str = _key("runs/compose", "where metrics, predictions, the composition and the card go")
+
+    def __post_init__(self) -> None:
+        """Check the composition's keys (hfzoo.finetuning.config.validate checks the fine-tuning ones)."""
+        if isinstance(self.adapters, str):
+            self.adapters = parse_adapter_list(self.adapters)
+        if self.composition == "fixed":
+            raise ValueError(
+                "config key 'composition': 'fixed' applies the adapter each example names at inference and has "
+                "nothing to train; to train a head on one adapter alone, compose just that one with 'average'."
+            )
+        if self.composition not in COMPOSITIONS:
+            raise ValueError(
+                f"config key 'composition': unknown value {self.composition!r}. Valid: {', '.join(COMPOSITIONS)}."
+            )
+        for key, default in _FINETUNING_ONLY.items():
+            if getattr(self, key) != default:
+                raise ValueError(
+                    f"config key {key!r} picks a fine-tuning method; a composition trains its router or fusion and "
+                    "a head over frozen adapters (choose how with --composition)."
+                )
+        check_adapters(self.adapters, self.composition)
+
+
+def check_adapters(adapters: dict[str, str], composition: str) -> None:
+    """Read every adapter now, so a missing folder or an unsupported adapter fails before any data or model is
+    loaded (shapes are checked against the model by `compose`), and make sure a learned method has something to
+    learn: a router or fusion only exists at modules that two or more adapters adapt (a softmax over one adapter is
+    1), so adapters with disjoint targets would leave it nothing to weigh."""
+    if not adapters:
+        raise ValueError("config key 'adapters' is required: --adapters name=path,name=path (or a YAML mapping).")
+    loaded = []
+    for name, folder in adapters.items():
+        try:
+            loaded.append(read_adapter(name, folder))
+        except (FileNotFoundError, ValueError) as error:
+            raise ValueError(f"config key 'adapters': {error}") from None
+    adapters_per_module = Counter(path for adapter in loaded for path in adapter.modules)
+    if composition in LEARNED and max(adapters_per_module.values(), default=0) < 2:
+        targets = {a.name: sorted({path.rsplit(".", 1)[-1] for path in a.modules}) for a in loaded}
+        raise ValueError(
+            f"config key 'adapters': no module carries more than one of them (targets: {targets}), so a "
+            f"{composition!r} composition has nothing to weigh; train the adapters on shared modules (e.g. LoRA "
+            "with --method_options.target_modules '[qkv_proj, down_proj]' beside a bottleneck on down_proj)."
+        )
+
+
+# ----------------------------------------------------------------------------------------------- the recipe
+def compose_adapters(config: ComposeConfig) -> Path:
+    """Train `config.composition` of `config.adapters` on `config.task`, after the uniform-average baseline for the
+    learned methods; returns the output folder."""
+    accelerator = build_accelerator(config)  # one for both runs: ending it ends the process group
+    baseline = None
+    if config.baseline and config.composition in LEARNED:
+        options = {key: value for key, value in config.composition_options.items() if key == "trainable_modules"}
+        baseline = train_composition(
+            dataclasses.replace(
+                config, composition="average", composition_options=options, baseline=False,
+                output_dir=str(Path(config.output_dir) / BASELINE_DIR),
+            ),
+            accelerator,
+        )  # fmt: skip
+    train_composition(config, accelerator, baseline)
+    accelerator.end_training()
+    return Path(config.output_dir)
+
+
+def train_composition(config: ComposeConfig, accelerator: Accelerator, baseline: dict | None = None) -> dict:
+    """One composition run, read top to bottom; returns its metrics.json content."""
+    output_dir = Path(config.output_dir)
+
+    # --- Examples, tokenizer, and the model with a fresh head, exactly as fine-tuning prepares them (seeded: the
+    # baseline's head starts where the learned composition's does).
+    task, train_examples, eval_examples, model, missing = prepare_run(config, accelerator)
+    tokenizer, family, base_model = task.tokenizer, task.family, model.name_or_path
+
+    # --- The composition: base and adapters frozen; the routers or fusion and the head (trainable_modules) train.
+    composed = compose_for_task(model, config, head_modules(model, missing) if task.trains_head else [])
+    parameters = count_parameters(composed)
+    logger.info(
+        "%s composition of %s on %s: %s of %s parameters trainable (%.3f%%)",
+        config.composition, ", ".join(config.adapters), config.model, f"{parameters['trainable_parameters']:,}",
+        f"{parameters['total_parameters']:,}", 100 * parameters["trainable_fraction"],
+    )  # fmt: skip
+
+    # --- Features, then fine-tuning's loop: AdamW on what is trainable, evaluation, log.jsonl.
+    train_features = task.encode(train_examples, training=True)
+    eval_features = task.encode(eval_examples, training=False)
+    learning_rate = config.learning_rate if config.learning_rate is not None else DEFAULT_LEARNING_RATE
+    run = train_and_evaluate(
+        config, task, composed, train_features, eval_examples, eval_features, accelerator, learning_rate,
+        family=family, composition=config.composition, adapters=config.adapters,
+        train_examples=len(train_examples), **parameters,
+    )  # fmt: skip
+    trained: ComposedModel = accelerator.unwrap_model(run.model)
+
+    # --- Save the composition, rebuild it on a fresh base, then metrics, predictions and the card.
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        trained.save_pretrained(output_dir / COMPOSITION_DIR)
+    accelerator.wait_for_everyone()
+    reload = check_reload(config, task, trained, eval_examples, eval_features, run.records, accelerator)
+    method = f"{config.composition}-composition"
+    summary = run_summary(task, base_model, method, parameters, run, len(train_examples), len(eval_examples))
+    summary["composition"] = describe(trained)
+    summary["baselines"] = baselines(baseline, majority_class_accuracy(train_examples, eval_examples))
+    summary["reload_check"] = reload
+    if accelerator.is_main_process:
+        write_results(output_dir, tokenizer, summary, run.records)
+        write_composition_card(output_dir, config, summary)
+    accelerator.wait_for_everyone()
+    if not all(reload.values()):
+        raise RuntimeError(f"{output_dir / COMPOSITION_DIR} does not reload to the trained composition: {reload}")
+    return summary
+
+
+# ----------------------------------------------------------------------------------------------- its steps
+def compose_for_task(model: PreTrainedModel, config: ComposeConfig, heads: list[str]) -> ComposedModel:
+    """`compose()` the configured adapters on `model` with `heads` (and any configured `trainable_modules`) trained;
+    an adapter that does not fit the model raises an error naming it, the module and the shapes."""
+    options = dict(config.composition_options)
+    trainable = [*heads, *options.pop("trainable_modules", [])]
+    composed = compose(model, config.adapters, config.composition, trainable_modules=trainable, **options)
+    if not any(p.requires_grad for p in composed.parameters()):
+        composed.unload()
+        raise ValueError(
+            f"nothing to train: task {config.task!r} has no head on this model and an 'average' composition has no "
+            "parameters; name modules in composition_options.trainable_modules"
+        )
+    return composed
+
+
+def learned_modules(composed: ComposedModel) -> list[str]:
+    """The adapted modules where the composition has parameters (a router or fusion layer)."""
+    return [path for path, layer in composed.composed_layers.items() if any(True for _ in layer.combiner.parameters())]
+
+
+def check_reload(
+    config: ComposeConfig, task: Task, trained: ComposedModel, eval_examples: list, eval_features: list[dict],
+    records: list[dict], accelerator: Accelerator,
+) -> dict[str, bool]:  # fmt: skip
+    """Rebuild the saved composition on a freshly loaded base model, as a user would (`load_composition`), and
+    compare: every parameter (so the frozen base and adapters did not move) and every validation prediction."""
+    base, _, _ = load_model(config, task, task.tokenizer)
+    reloaded = load_composition(base, Path(config.output_dir) / COMPOSITION_DIR).to(accelerator.device)
+    expected, found = trained.state_dict(), reloaded.state_dict()
+    same_parameters = expected.keys() == found.keys() and all(torch.equal(v, found[k]) for k, v in expected.items())
+    batch_size = config.eval_batch_size or config.per_device_batch_size
+    with accelerator.autocast():  # as the prepared model predicted
+        outputs = predict_all(task, reloaded, eval_features, accelerator, batch_size)
+    _, reloaded_records = task.finish(eval_examples, eval_features, outputs)
+    return {"parameters_equal": same_parameters, "predictions_equal": reloaded_records == records}
+
+
+def describe(composed: ComposedModel) -> dict[str, Any]:
+    """metrics.json's account of the composition: method, options, adapters, what trained where."""
+    return {
+        "method": composed.method,
+        "options": composed.options,
+        "adapters": [
+            {"name": a.name, "kind": a.kind, "rank": a.rank, "modules": len(a.modules),
+             "folder": str(a.folder.resolve())}
+            for a in composed.adapters
+        ],
+        "composed_modules": len(composed.composed_layers),
+        "learned_modules": len(learned_modules(composed)),
+        "trainable_modules": composed.trainable_modules,
+    }
+
+
+def majority_class_accuracy(train: list, validation: list) -> float | None:
+    """Accuracy of always predicting the most frequent training label: the floor any classifier must clear (None
+    for tasks without one label per example)."""
+    if not all(isinstance(getattr(example, "label", None), str) for example in (*train, *validation)):
+        return None
+    majority = Counter(example.label for example in train).most_common(1)[0][0]
+    return sum(example.label == majority for example in validation) / len(validation)
+
+
+def baselines(average: dict | None, majority: float | None) -> dict[str, dict]:
+    """The comparison rows: the uniform average of the same adapters (its metrics.json) and the majority class."""
+    rows = {}
+    if average is not None:
+        keys = [*FINETUNE_METRICS, "trainable_parameters", "trainable_fraction"]
+        rows["average"] = {key: average[key] for key in keys if key in average} | {"output_dir": BASELINE_DIR}
+    if majority is not None:
+        rows["majority_class"] = {"accuracy": majority, "trainable_parameters": 0}
+    return rows
+
+
+# ----------------------------------------------------------------------------------------------- the card
+def _markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + " --- |" * len(headers)]
+    return "\n".join(lines + ["| " + " | ".join(map(str, row)) + " |" for row in rows])
+
+
+def composition_section(summary: dict[str, Any]) -> str:
+    """The card's account of the composition and how it compares with the uniform average and the majority class."""
+    composition = summary["composition"]
+    method = composition["method"]
+    adapters = _markdown_table(
+        ("adapter", "kind", "rank / width", "modules", "folder"),
+        [(a["name"], a["kind"], a["rank"], a["modules"], f"`{a['folder']}`") for a in composition["adapters"]],
+    )
+    trained = ", ".join(f"`{m}`" for m in composition["trainable_modules"]) or "nothing else"
+    options = {key: value for key, value in composition["options"].items() if key != "trainable_modules"}
+    if method in LEARNED:
+        where = (
+            f"{composition['learned_modules']} of the {composition['composed_modules']} adapted modules carry more "
+            f"than one adapter; there the {method} layers learn how to weigh them (elsewhere one adapter applies as is)"
+        )
+    else:
+        where = f"each of the {composition['composed_modules']} adapted modules adds its adapters' outputs, weighted"
+    text = (
+        f"## Composition\n\n`{method}` over {len(composition['adapters'])} frozen adapters on the frozen base model "
+        f"(options: `{json.dumps(options)}`): {where}. Trained beside them: {trained}.\n\n{adapters}"
+    )
+    metrics = [key for key in FINETUNE_METRICS if key in summary]
+    rows = [(f"{method} (this run)", *(f"{summary[k]:.4f}" for k in metrics), f"{summary['trainable_parameters']:,}")]
+    names = {"average": "uniform average of the same adapters, head trained", "majority_class": "majority class"}
+    for name, row in summary["baselines"].items():
+        values = (f"{row[k]:.4f}" if k in row else "-" for k in metrics)
+        rows.append((names[name], *values, f"{row['trainable_parameters']:,}"))
+    text += "\n\n### Against the baselines\n\n" + _markdown_table(("", *metrics, "trainable parameters"), rows)
+    if "average" in summary["baselines"] and metrics:
+        primary = metrics[0]
+        gain = summary[primary] - summary["baselines"]["average"][primary]
+        verdict = "beats" if gain > 0 else "does not beat"
+        text += f"\n\n`{method}` {verdict} the uniform average of the same adapters: {gain:+.4f} {primary}."
+    reload = summary["reload_check"]
+    text += (
+        f"\n\nReloaded with `load_composition` on a freshly loaded base model: parameters identical: "
+        f"{reload['parameters_equal']}, all {summary['eval_examples']} validation predictions identical: "
+        f"{reload['predictions_equal']}."
+    )
+    return text
+
+
+def composition_usage(summary: dict[str, Any], name: str) -> str:
+    kwargs = "".join(f", {key}={value!r}" for key, value in summary["model_kwargs"].items())
+    auto_class = summary["auto_class"]
+    return f"""## How to use
+
+```python
+import hfzoo  # registers hfzoo's architectures and its bottleneck adapters
+from transformers import {auto_class}, AutoTokenizer
+from hfzoo.adapters import load_composition
+
+base = {auto_class}.from_pretrained("{summary["model"]}"{kwargs})
+model = load_composition(base, "{name}/{COMPOSITION_DIR}")  # routers or fusion, the head, a copy of each adapter
+tokenizer = AutoTokenizer.from_pretrained("{name}")
+```
+"""
+
+
+def write_composition_card(output_dir: Path, config: ComposeConfig, summary: dict[str, Any]) -> Path:
+    """The fine-tuning card (results, parameters, training, configuration, loss curve) with the composition's
+    section after the parameters and a usage section that rebuilds the composition instead of loading a PEFT
+    adapter."""
+    card = write_finetune_card(output_dir, config, summary)
+    text = card.read_text(encoding="utf-8")
+    body, found_usage, _ = text.partition("## How to use")
+    if not found_usage or "## Training" not in body:
+        raise RuntimeError(f"{card}: the fine-tuning card has no '## Training' or '## How to use' section to extend")
+    body = body.replace("## Training", composition_section(summary) + "\n\n## Training", 1)
+    card.write_text(body + composition_usage(summary, output_dir.name), encoding="utf-8")
+    return card
+
+
+def main(argv: Sequence[str] | None = None) -> Path:
+    """Entry point of `recipes/compose.py` and `hfzoo compose`: parse `argv` (fine-tuning's keys and the
+    composition's), then `compose_adapters`."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("hfzoo").setLevel(logging.INFO)
+    try:
+        config = parse_args(argv, ComposeConfig, "compose")
+    except (ValueError, FileNotFoundError) as error:  # a bad config or adapter: say which, not where in the parser
+        raise SystemExit(f"compose: {error}") from None
+    return compose_adapters(config)
