@@ -1,0 +1,502 @@
+"""Result cards for pretraining runs, rebuilt from the run folders: no number in them is typed by hand.
+
+Three subcommands, in the order a result is made:
+
+    # 1. A fixed character split of a plain-text corpus, written OUTSIDE the repository (third-party data is
+    #    never committed); `split.yaml` beside the two files says where they came from.
+    python model_cards/generate_results.py split-text /work/shared/data/tinyshakespeare/input.txt \
+        /tmp/hfzoo-data/tinyshakespeare
+
+    # 2. A pretraining run of recipes/pretrain.py under `nice -n 10` with the malloc thresholds, recording the exact
+    #    command, the machine and its load average (sampled every 15 s) in `run_record.json`, then the unigram
+    #    baseline in `baseline.json`. Everything after `--` goes to the recipe unchanged.
+    python model_cards/generate_results.py record runs/results/gpt-small-clm-tinyshakespeare -- \
+        --config recipes/configs/gpt-small-clm.yaml --dataset /tmp/hfzoo-data/tinyshakespeare --max_steps 150
+
+    # 3. The card: README.md + loss_vs_time.png + results.json (small files only; the weights stay in the run folder).
+    python model_cards/generate_results.py card runs/results/gpt-small-clm-tinyshakespeare \
+        model_cards/results/gpt-small-clm-tinyshakespeare
+
+The baseline is the floor a trained model must beat: add-one-smoothed unigram frequencies of the objective's
+targets, fitted on the training blocks (the run's tokenizer and packing; collator passes until there are as many
+targets as training tokens, so masked-LM and span targets are not a sparse sample), and scored on exactly the
+validation targets that the run's evaluation scored (same blocks, batches and collator seed; the target count is
+checked against the run's own).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import platform
+import shlex
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+RUN_RECORD = "run_record.json"
+BASELINE = "baseline.json"
+SPLIT_INFO = "split.yaml"  # beside the split files; not a corpus format, so load_corpus ignores it
+DATA_SPLIT = "data_split.yaml"  # its copy in the run folder
+CURVE = "loss_vs_time.png"
+RESULTS = "results.json"
+LOAD_SAMPLE_SECONDS = 15
+# glibc otherwise returns freed memory to the OS and faults it back in on every step (see benchmarks/);
+# it reads these only at process start, hence `env` in the command.
+# What a "target token" is for each objective: the loss and perplexity are means over these.
+TARGETS = {
+    "clm": "every next token of each block",
+    "mlm": "the masked positions only",
+    "span_corruption": "the decoder's target sequence: a sentinel before each dropped span, its tokens, then EOS",
+    "denoising": "the whole original block, reconstructed by the decoder",
+}
+MALLOC_TUNED = {"MALLOC_MMAP_THRESHOLD_": "17179869184", "MALLOC_TRIM_THRESHOLD_": "17179869184"}
+
+
+# ------------------------------------------------------------------------------------------------ split-text
+def split_text(source: Path, out_dir: Path, train_fraction: float) -> dict[str, Any]:
+    """Write the first `train_fraction` of `source`'s characters to train.jsonl and the rest to validation.jsonl.
+
+    Each file holds one JSON record per paragraph (blank-line separated, inner line breaks kept), so packing puts
+    an end-of-text token where the text had a blank line and nothing else of the text is lost. (The corpus
+    loader's .txt convention, one example per line, would drop every line break instead.)
+    """
+    raw = source.read_bytes()
+    text = raw.decode("utf-8")
+    cut = int(train_fraction * len(text))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    counts = {}
+    for split, part in (("train", text[:cut]), ("validation", text[cut:])):
+        paragraphs = [p for p in part.split("\n\n") if p.strip()]
+        with (out_dir / f"{split}.jsonl").open("w", encoding="utf-8") as f:
+            f.writelines(json.dumps({"text": p}) + "\n" for p in paragraphs)
+        counts[split] = {"characters": len(part), "paragraphs": len(paragraphs)}
+    info = {
+        "source": str(source),
+        "source_sha256": hashlib.sha256(raw).hexdigest(),
+        "source_characters": len(text),
+        "train_fraction": train_fraction,
+        "split": f"train = characters [0, {cut}), validation = characters [{cut}, {len(text)})",
+        "format": "JSON Lines, one record per blank-line-separated paragraph (line breaks inside kept)",
+        **counts,
+    }
+    (out_dir / SPLIT_INFO).write_text(yaml.safe_dump(info, sort_keys=False), encoding="utf-8")
+    return info
+
+
+# ------------------------------------------------------------------------------------------------ record
+def _git() -> dict[str, Any]:
+    """The checkout's commit and its uncommitted files under hfzoo/ and recipes/ (others edit the same tree)."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True).stdout
+
+    dirty = git("status", "--porcelain", "--", "hfzoo", "recipes").splitlines()  # "XY path": status, then path
+    return {"commit": git("rev-parse", "HEAD").strip(), "uncommitted": [line[3:] for line in dirty]}
+
+
+def _machine() -> dict[str, Any]:
+    cpu = next(
+        (line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+         if line.startswith("model name")),
+        platform.processor(),
+    )  # fmt: skip
+    memory_kb = int(Path("/proc/meminfo").read_text().split()[1])
+    return {
+        "cpu": cpu,
+        "cores": len(os.sched_getaffinity(0)),
+        "memory_gib": round(memory_kb / 2**20, 1),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+    }
+
+
+def _load_sample(start: float) -> list[float]:
+    """[seconds since start, 1-, 5-, 15-minute load average] (the numbers `uptime` prints)."""
+    return [round(time.time() - start, 1), *os.getloadavg()]
+
+
+def _shown(path: str) -> str:
+    """`path` relative to the repository when inside it, so the recorded command runs in any checkout."""
+    path = os.path.abspath(path)  # not resolve(): a virtualenv's python is a symlink out of the repository
+    return os.path.relpath(path, REPO_ROOT) if Path(path).is_relative_to(REPO_ROOT) else path
+
+
+def record(run_dir: Path, recipe_args: list[str]) -> int:
+    """Run recipes/pretrain.py with `recipe_args` into `run_dir`, recording command, machine and load; its exit code."""
+    from hfzoo.training.config import parse_args
+
+    recipe_args = [*recipe_args, "--output_dir", _shown(str(run_dir))]
+    config = parse_args(recipe_args)  # the recipe's own parser: a bad key fails here, before anything runs
+    if (run_dir / "log.jsonl").exists():
+        raise SystemExit(f"record: {run_dir} already holds a run (log.jsonl); choose a new folder.")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if config.dataset and (Path(config.dataset) / SPLIT_INFO).is_file():
+        shutil.copyfile(Path(config.dataset) / SPLIT_INFO, run_dir / DATA_SPLIT)
+    malloc = [f"{key}={value}" for key, value in MALLOC_TUNED.items()]
+    command = ["nice", "-n", "10", "env", *malloc, _shown(sys.executable), "recipes/pretrain.py", *recipe_args]
+    info = {
+        "command": shlex.join(command),
+        "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "machine": _machine(),
+        "git": _git(),
+    }
+    start, samples = time.time(), []
+    # `kill` of this recorder must not leave the run behind, training with nobody recording it.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(f"record: terminated; {run_dir} is incomplete"))
+    with (run_dir / "stdout.log").open("w", encoding="utf-8") as output:
+        process = subprocess.Popen(command, cwd=REPO_ROOT, stdout=output, stderr=subprocess.STDOUT)
+        try:
+            while True:
+                samples.append(_load_sample(start))
+                try:
+                    process.wait(timeout=LOAD_SAMPLE_SECONDS)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+        finally:
+            if process.poll() is None:
+                process.terminate()
+    info.update(
+        process_wall_s=round(time.time() - start, 1),
+        exit_code=process.returncode,
+        load_average_samples=samples + [_load_sample(start)],
+    )
+    (run_dir / RUN_RECORD).write_text(json.dumps(info, indent=1), encoding="utf-8")
+    if process.returncode == 0:
+        unigram_baseline(run_dir)
+    return process.returncode
+
+
+# ------------------------------------------------------------------------------------------------ baseline
+def _targets(blocks, collator, batch_size: int, shifts_labels: bool, max_batches: int | None = None) -> torch.Tensor:
+    """The token ids the objective scores in `blocks`, batched and collated as the recipe's evaluation does."""
+    from hfzoo.data.collators.common import IGNORE_INDEX
+
+    found = []
+    for index, start in enumerate(range(0, len(blocks), batch_size)):
+        if max_batches is not None and index >= max_batches:
+            break
+        labels = collator([blocks[i] for i in range(start, min(start + batch_size, len(blocks)))])["labels"]
+        labels = labels[..., 1:] if shifts_labels else labels
+        found.append(labels[labels != IGNORE_INDEX])
+    return torch.cat(found)
+
+
+def unigram_baseline(run_dir: Path) -> dict[str, Any]:
+    """Unigram perplexity on the run's validation targets (see the module docstring); written to baseline.json."""
+    from transformers import AutoTokenizer
+
+    from hfzoo.data.corpus import load_corpus
+    from hfzoo.data.packing import pack
+    from hfzoo.quickstart import unigram_perplexity
+    from hfzoo.training.config import from_dict, load_yaml
+    from hfzoo.training.logging import read_log
+    from hfzoo.training.objectives import get_objective
+
+    config = from_dict(load_yaml(run_dir / "training_config.yaml"))
+    objective = get_objective(config.objective, config.preset)
+    tokenizer = AutoTokenizer.from_pretrained(config.tokenizer or run_dir)
+    corpus = load_corpus(config.dataset, data_files=config.data_files, text_column=config.text_column, seed=config.seed)
+    splits = {}
+    for name, limit in (("train", config.max_train_samples), ("validation", config.max_eval_samples)):
+        texts = corpus[name] if limit is None else corpus[name].select(range(min(limit, len(corpus[name]))))
+        splits[name] = pack(texts, tokenizer, config.block_size)
+
+    def collator(generator: torch.Generator):
+        return objective.make_collator(tokenizer, config.collator, generator)
+
+    batch = config.per_device_batch_size
+    validation = _targets(
+        splits["validation"], collator(torch.Generator().manual_seed(config.seed)), batch,
+        objective.shifts_labels, config.eval_batches,
+    )  # fmt: skip
+    train_tokens = len(splits["train"]) * config.block_size
+    fit_collator, fitted, passes = collator(torch.Generator().manual_seed(config.seed)), [], 0
+    while sum(len(t) for t in fitted) < train_tokens:
+        fitted.append(_targets(splits["train"], fit_collator, batch, objective.shifts_labels))
+        passes += 1
+    scored = [r for r in read_log(run_dir) if r["event"] == "eval"]
+    if scored and scored[-1]["eval_targets"] != len(validation):
+        raise RuntimeError(
+            f"{run_dir}: the baseline found {len(validation)} validation targets, the run scored "
+            f"{scored[-1]['eval_targets']}; the data or collator differ from the run's"
+        )
+    perplexity = unigram_perplexity(torch.cat(fitted), validation, len(tokenizer))
+    baseline = {
+        "unigram_perplexity": perplexity,
+        "unigram_loss": math.log(perplexity),
+        "smoothing": "add-one",
+        "vocab_size": len(tokenizer),
+        "fit_targets": sum(len(t) for t in fitted),
+        "fit_collator_passes": passes,
+        "validation_targets": len(validation),
+    }
+    (run_dir / BASELINE).write_text(json.dumps(baseline, indent=1), encoding="utf-8")
+    return baseline
+
+
+# ------------------------------------------------------------------------------------------------ card
+def summarize(run_dir: Path, card_command: str) -> dict[str, Any]:
+    """Everything the card shows, from the run folder's files (log, configs, run record, baseline)."""
+    from hfzoo.cards import ARCHITECTURE_FIELDS, DEFAULT_CORPUS
+    from hfzoo.data.default_corpus import VALIDATION_PERCENT
+    from hfzoo.training.logging import read_log
+    from hfzoo.training.objectives import get_objective
+
+    records = read_log(run_dir)
+    start = next(r for r in records if r["event"] == "start")
+    end = next(r for r in records if r["event"] == "end")
+    train = [r for r in records if r["event"] == "train"]
+    config = start["config"]
+    objective = get_objective(config["objective"], config["preset"])
+    run = json.loads((run_dir / RUN_RECORD).read_text()) if (run_dir / RUN_RECORD).exists() else {}
+    baseline = json.loads((run_dir / BASELINE).read_text()) if (run_dir / BASELINE).exists() else None
+    baseline = baseline or unigram_baseline(run_dir)
+    model_config = json.loads((run_dir / "config.json").read_text())
+
+    def at(step: int) -> dict:  # the train record logged at (or just before) an evaluation
+        return max((r for r in train if r["step"] <= step), key=lambda r: r["step"], default={})
+
+    curve = [
+        {"step": r["step"], "elapsed_s": at(r["step"]).get("elapsed"), "tokens_seen": at(r["step"]).get("tokens_seen"),
+         "eval_loss": r["eval_loss"], "perplexity": r["perplexity"]}
+        for r in records if r["event"] == "eval"
+    ]  # fmt: skip
+    commands = {"data": None, "record": None, "run": run.get("command"), "card": card_command}
+    if run.get("command"):  # `record` appended `--output_dir RUN_DIR` to the arguments it was given
+        words = shlex.split(run["command"])
+        recipe_args = words[words.index("recipes/pretrain.py") + 1 : -2]
+        commands["record"] = shlex.join(["python", Path(__file__).relative_to(REPO_ROOT).as_posix(), "record",
+                                         words[-1], "--", *recipe_args])  # fmt: skip
+    if (run_dir / DATA_SPLIT).exists():
+        split = yaml.safe_load((run_dir / DATA_SPLIT).read_text())
+        data = {"name": Path(split["source"]).parent.name, **split}
+        commands["data"] = shlex.join(["python", "model_cards/generate_results.py", "split-text", split["source"],
+                                       config["dataset"], "--train-fraction", str(split["train_fraction"])])
+    elif config["dataset"] is None and config["data_files"] is None:
+        python = run.get("machine", {}).get("python", "?")  # the default corpus is this Python's stdlib
+        data = {"name": DEFAULT_CORPUS, "split": f"the corpus's own validation split (~{VALIDATION_PERCENT}% of "
+                f"docstrings, by a hash of each text); Python {python} stdlib"}  # fmt: skip
+    else:
+        data = {"name": str(config["dataset"] or config["data_files"]), "split": "as given by the corpus loader"}
+    speeds = [r["tokens_per_s"] for r in train]
+    loads = [s[1] for s in run.get("load_average_samples", [])]
+    return {
+        "name": run_dir.name,
+        "preset": config["preset"],
+        "objective": objective.name,
+        "task": objective.task_name,
+        "pipeline_tag": objective.pipeline_tag,
+        "parameters": start["parameters"],
+        "architecture": {key: model_config[key] for key in ARCHITECTURE_FIELDS if key in model_config
+                         and (model_config.get("num_experts") or not key.startswith("num_experts"))},
+        "data": {**data, "train_blocks": start["train_blocks"], "validation_blocks": start["eval_blocks"],
+                 "block_size": config["block_size"]},  # fmt: skip
+        "commands": commands,
+        "config": config,
+        "training": {
+            "steps": end["step"],
+            "tokens_per_step": start["tokens_per_step"],
+            "tokens_seen": end["tokens_seen"],
+            "loop_wall_s": end["elapsed"],
+            "process_wall_s": run.get("process_wall_s"),
+            "tokens_per_s_median": statistics.median(speeds),
+            "tokens_per_s_range": [min(speeds), max(speeds)],
+            "tokens_per_s_including_eval": end["tokens_seen"] / end["elapsed"],
+            "final_train_loss": train[-1]["loss"],
+        },
+        "evaluation": curve,
+        "final": {key: end[key] for key in ("eval_loss", "perplexity", "eval_targets")},
+        "baseline": baseline,
+        "machine": {
+            **run.get("machine", {}),
+            "device": start["device"],
+            "started": run.get("started"),
+            "git": run.get("git"),
+            "load_average_1min": {"mean": statistics.fmean(loads), "min": min(loads), "max": max(loads),
+                                  "samples": len(loads), "every_s": LOAD_SAMPLE_SECONDS} if loads else None,
+        },  # fmt: skip
+    }
+
+
+def plot(summary: dict[str, Any], records: list[dict[str, Any]], path: Path) -> None:
+    """Validation (and training) loss against wall time, with the unigram baseline as a dashed line."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(7, 4), dpi=100)
+    FigureCanvasAgg(figure)
+    axes = figure.add_subplot()
+    train = [r for r in records if r["event"] == "train"]
+    axes.plot([r["elapsed"] / 60 for r in train], [r["loss"] for r in train], alpha=0.5, label="train loss")
+    curve = summary["evaluation"]
+    axes.plot([p["elapsed_s"] / 60 for p in curve], [p["eval_loss"] for p in curve], "o-", label="validation loss")
+    axes.axhline(summary["baseline"]["unigram_loss"], color="gray", ls="--", label="unigram baseline (validation)")
+    axes.set_xlabel("wall time of the training loop (minutes)")
+    axes.set_ylabel("loss (nats per target token)")
+    axes.set_title(f"{summary['preset']} · {summary['objective']} · {summary['data']['name']}", fontsize=10)
+    axes.grid(alpha=0.3)
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(path)
+
+
+def _table(headers: list[str], rows: list[list[Any]]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + " --- |" * len(headers)]
+    return "\n".join(lines + ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows])
+
+
+def render(summary: dict[str, Any]) -> str:
+    """The card's Markdown, with Hub metadata (model-index: validation loss and perplexity) as front matter."""
+    from huggingface_hub import EvalResult, ModelCardData
+
+    s, t, b, m, final = summary, summary["training"], summary["baseline"], summary["machine"], summary["final"]
+    common = dict(task_type=s["pipeline_tag"], task_name=s["task"], dataset_type=s["data"]["name"],
+                  dataset_name=s["data"]["name"], dataset_split="validation")  # fmt: skip
+    metadata = ModelCardData(
+        library_name="transformers",
+        pipeline_tag=s["pipeline_tag"],
+        tags=["hfzoo", s["preset"], s["objective"], "pretraining", "results"],
+        model_name=s["name"],
+        eval_results=[
+            EvalResult(**common, metric_type="loss", metric_value=round(final["eval_loss"], 4),
+                       metric_name="Validation loss"),
+            EvalResult(**common, metric_type="perplexity", metric_value=round(final["perplexity"], 3),
+                       metric_name="Perplexity"),
+        ],
+    ).to_yaml()  # fmt: skip
+    load = m.get("load_average_1min")
+    load_text = (
+        f"1-minute load average during the run: mean {load['mean']:.2f}, min {load['min']:.2f}, max "
+        f"{load['max']:.2f} ({load['samples']} samples, every {load['every_s']} s), on {m['cores']} cores"
+        if load else "not recorded"
+    )
+    curve = [
+        [p["step"], f"{p['elapsed_s']:.0f}", f"{p['tokens_seen']:,}", f"{p['eval_loss']:.4f}", f"{p['perplexity']:.2f}"]
+        for p in s["evaluation"]
+    ]
+    result = [
+        ["final validation loss (nats/target token)", f"{final['eval_loss']:.4f}"],
+        ["final validation perplexity", f"{final['perplexity']:.2f}"],
+        ["unigram baseline perplexity (same split, tokenizer, targets)", f"{b['unigram_perplexity']:.2f}"],
+        ["unigram baseline loss", f"{b['unigram_loss']:.4f}"],
+        ["validation targets scored", f"{final['eval_targets']:,} ({TARGETS[s['objective']]})"],
+        ["optimizer steps", t["steps"]],
+        ["tokens seen (model inputs, padding excluded)",
+         f"{t['tokens_seen']:,} ({t['tokens_seen'] / t['steps']:,.0f} per step, from {t['tokens_per_step']:,} corpus "
+         "tokens per step)"],
+        ["wall time, training loop (evaluations included)", f"{t['loop_wall_s']:.0f} s"],
+        ["wall time, whole process (corpus, tokenizer, packing, save)",
+         f"{t['process_wall_s']:.0f} s" if t["process_wall_s"] else "not recorded"],
+        ["training throughput, median of log intervals (evaluation excluded)",
+         f"{t['tokens_per_s_median']:,.0f} tokens/s"],
+        ["training throughput, range of log intervals",
+         "{:,.0f} - {:,.0f} tokens/s".format(*t["tokens_per_s_range"])],
+        ["throughput over the whole loop (evaluations included)", f"{t['tokens_per_s_including_eval']:,.0f} tokens/s"],
+        ["final training loss (last log interval)", f"{t['final_train_loss']:.4f}"],
+    ]  # fmt: skip
+    data = s["data"]
+    data_rows = [[key, data[key]] for key in ("name", "source", "source_sha256", "split", "format") if key in data]
+    data_rows += [["packed blocks", f"{data['train_blocks']:,} train / {data['validation_blocks']:,} validation "
+                   f"x {data['block_size']} tokens"]]  # fmt: skip
+    config = s["config"]
+    settings = ["per_device_batch_size", "gradient_accumulation_steps", "block_size", "learning_rate", "warmup_steps",
+                "min_lr_ratio", "weight_decay", "adam_beta2", "max_steps", "eval_every", "tokenizer_kind",
+                "vocab_size", "collator", "seed"]  # fmt: skip
+    machine = [
+        ["machine", f"{m.get('cpu', '?')}, {m.get('cores', '?')} cores, {m.get('memory_gib', '?')} GiB, "
+                    f"device {m['device']}"],
+        ["load", load_text],
+        ["software", f"Python {m.get('python', '?')}, torch {m.get('torch', '?')}"],
+        ["code", f"commit {m['git']['commit'][:12]}; uncommitted at the time: "
+                 f"{', '.join(m['git']['uncommitted']) or 'none'}" if m.get("git") else "not recorded"],
+        ["started", m.get("started") or "not recorded"],
+    ]  # fmt: skip
+    verdict = "beats" if final["perplexity"] < b["unigram_perplexity"] else "does NOT beat"
+    sections = [
+        f"---\n{metadata.rstrip()}\n---",
+        f"# {s['name']}\n\n`{s['preset']}` ({s['parameters']:,} parameters) pretrained from scratch by hfzoo's recipe "
+        f"on {s['task'].lower()}, {data['name']}. The model {verdict} the unigram baseline: validation perplexity "
+        f"{final['perplexity']:.2f} vs {b['unigram_perplexity']:.2f}. Generated by `model_cards/generate_results.py` "
+        "from the run's files; the weights are not in this folder.",
+        "## Result\n\n" + _table(["", "value"], result),
+        f"Throughput was measured on a shared machine ({load_text}); under that contention tokens/s is a lower bound "
+        "for this code on this CPU.",
+        "## Validation loss against wall time\n\n"
+        + _table(["step", "wall time of the loop (s)", "tokens seen", "validation loss", "perplexity"], curve)
+        + f"\n\n![validation loss against wall time]({CURVE})",
+        "## Baseline\n\nAdd-one-smoothed unigram frequencies of the objective's targets, fitted on the training blocks "
+        f"({b['fit_targets']:,} targets, {b['fit_collator_passes']} collator pass(es)) and scored on the same "
+        f"{b['validation_targets']:,} validation targets as the model (vocabulary {b['vocab_size']:,}).",
+        "## Data\n\n" + _table(["", "value"], data_rows),
+        "## Commands\n\n"
+        + (f"The split files, written at run time outside the repository:\n\n```bash\n{s['commands']['data']}\n```\n\n"
+           if s["commands"]["data"] else "")
+        + f"The run, as typed (`python`: the virtualenv's):\n\n```bash\n{s['commands']['record']}\n```\n\n"
+        "which ran this, sampling the load meanwhile:\n\n"
+        f"```bash\n{s['commands']['run']}\n```\n\nThis card:\n\n```bash\n{s['commands']['card']}\n```",
+        "## Settings\n\n" + _table(["key", "value"], [[k, f"`{config[k]}`"] for k in settings])
+        + "\n\nArchitecture: " + ", ".join(f"{k}={v}" for k, v in s["architecture"].items()) + ".",
+        "## Machine\n\n" + _table(["", "value"], machine),
+    ]
+    return "\n\n".join(sections) + "\n"
+
+
+def card(run_dir: Path, card_dir: Path) -> Path:
+    """Write README.md, the loss-vs-time PNG and results.json for the finished run in `run_dir` into `card_dir`."""
+    from hfzoo.training.logging import read_log
+
+    card_command = shlex.join(["python", "model_cards/generate_results.py", "card", _shown(str(run_dir)),
+                               _shown(str(card_dir))])  # fmt: skip
+    summary = summarize(run_dir, card_command)
+    card_dir.mkdir(parents=True, exist_ok=True)
+    plot(summary, read_log(run_dir), card_dir / CURVE)
+    (card_dir / RESULTS).write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    (card_dir / "README.md").write_text(render(summary), encoding="utf-8")
+    return card_dir / "README.md"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    split = commands.add_parser("split-text", help="fixed character split of a text file into train/validation")
+    split.add_argument("source", type=Path)
+    split.add_argument("out_dir", type=Path)
+    split.add_argument("--train-fraction", type=float, default=0.9)
+    run = commands.add_parser("record", help="run recipes/pretrain.py, recording command, machine, load, baseline")
+    run.add_argument("run_dir", type=Path)
+    run.add_argument("recipe_args", nargs=argparse.REMAINDER, help="after --: the recipe's arguments")
+    make = commands.add_parser("card", help="README.md, PNG and results.json from a finished run folder")
+    make.add_argument("run_dir", type=Path)
+    make.add_argument("card_dir", type=Path)
+    args = parser.parse_args(argv)
+    if args.command == "split-text":
+        print(yaml.safe_dump(split_text(args.source, args.out_dir, args.train_fraction), sort_keys=False))
+        return
+    run_dir = args.run_dir.resolve()
+    card_dir = args.card_dir.resolve() if args.command == "card" else None
+    os.chdir(REPO_ROOT)  # the recipe runs in the repository root, so its relative paths are read from there
+    if args.command == "record":
+        recipe_args = args.recipe_args[1:] if args.recipe_args[:1] == ["--"] else args.recipe_args
+        sys.exit(record(run_dir, recipe_args))
+    print(card(run_dir, card_dir))
+
+
+if __name__ == "__main__":
+    main()
