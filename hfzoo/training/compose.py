@@ -308,7 +308,10 @@ def composition_section(summary: dict[str, Any]) -> str:
         primary = metrics[0]
         gain = summary[primary] - summary["baselines"]["average"][primary]
         verdict = "beats" if gain > 0 else "does not beat"
-        text += f"\n\n`{method}` {verdict} the uniform average of the same adapters: {gain:+.4f} {primary}."
+        text += f"\n\n`{method}` {verdict} the uniform average of the same adapters: {gain:+.4f} {primary}"
+        if primary == "accuracy":  # how many examples that is, to judge it against chance
+            text += f" ({round(gain * summary['eval_examples']):+d} of {summary['eval_examples']} examples)"
+        text += "."
     reload = summary["reload_check"]
     text += (
         f"\n\nReloaded with `load_composition` on a freshly loaded base model: parameters identical: "
