@@ -279,13 +279,20 @@ def measure_memory(
 ) -> list[dict]:
     """Peak RSS growth of each (model, figure, variant), each in its own fresh process (`probe` builds it there).
 
-    `probe(model_name, variant, figure, args)` must be a module-level function returning the workload.
+    `probe(model_name, variant, figure, args)` must be a module-level function returning the workload. Peaks of the
+    same workload differed by up to ~15% between runs here, so each is measured `args.memory_repeats` times,
+    alternating the variants, and the median (min-max) is reported.
     """
+    repeats = getattr(args, "memory_repeats", 1)
     rows = []
     with PeakMemoryProbe(preload=preload) as memory:
         for model_name in model_names:
             for figure in figures:
-                peaks = {variant: memory.measure(probe, model_name, variant, figure, args) for variant in VARIANTS}
+                runs = {variant: [] for variant in VARIANTS}
+                for _ in range(repeats):
+                    for variant in VARIANTS:
+                        runs[variant].append(memory.measure(probe, model_name, variant, figure, args))
+                peaks = {variant: _median_peak(measured) for variant, measured in runs.items()}
                 rows.append({
                     "model": model_name,
                     "figure": f"memory_{figure}",
@@ -295,6 +302,16 @@ def measure_memory(
                     "ratio": {"median": peaks["native"]["peak_rss_delta_mib"] / peaks["hfzoo"]["peak_rss_delta_mib"]},
                 })
     return rows
+
+
+def _median_peak(measured: list[dict]) -> dict:
+    deltas = [run["peak_rss_delta_mib"] for run in measured]
+    return {
+        "peak_rss_delta_mib": statistics.median(deltas),
+        "min": min(deltas),
+        "max": max(deltas),
+        "baseline_rss_mib": statistics.median(run["baseline_rss_mib"] for run in measured),
+    }
 
 
 def _identical(model_name: str) -> tuple[int, None]:
@@ -332,6 +349,7 @@ def add_common_arguments(parser: argparse.ArgumentParser, output: Path) -> None:
     parser.add_argument("--steps", type=int, default=3, help="training steps per timed call")
     parser.add_argument("--batch-size", type=int, default=8, help="training batch size")
     parser.add_argument("--no-memory", dest="memory", action="store_false", help="skip the peak-memory processes")
+    parser.add_argument("--memory-repeats", type=int, default=3, help="fresh processes per memory figure and variant")
     parser.add_argument("--malloc", choices=MALLOC_SETTINGS, default="tuned",
                         help="glibc malloc thresholds to run under (the script re-executes itself to apply them)")
     parser.add_argument("--seed", type=int, default=0)
@@ -349,6 +367,11 @@ def print_table(header: list[str], rows: list[list[str]]) -> None:
         print("  ".join(str(cell).ljust(width) for cell, width in zip(row, widths)))
 
 
+def _format_peak(peak: dict) -> str:
+    spread = f" ({peak['min']:,.0f}-{peak['max']:,.0f})" if "min" in peak else ""
+    return f"{peak['peak_rss_delta_mib']:,.0f} MiB{spread}"
+
+
 def print_results(parameters: dict, rows: list[dict]) -> None:
     """Parameter counts, then hfzoo, native and the ratio per figure (speed rows: CPU seconds per second too)."""
     for model_name, counts in parameters.items():
@@ -362,7 +385,7 @@ def print_results(parameters: dict, rows: list[dict]) -> None:
             ratio_text = f"{ratio['median']:.2f}x ({ratio['min']:.2f}-{ratio['max']:.2f})"
             cpu_use = "/".join(f"{row[variant].get('cpu_utilisation', float('nan')):.2f}" for variant in VARIANTS)
         else:
-            cells = [f"{row[variant]['peak_rss_delta_mib']:,.0f} MiB" for variant in VARIANTS]
+            cells = [_format_peak(row[variant]) for variant in VARIANTS]
             ratio_text, cpu_use = f"{row['ratio']['median']:.2f}x", ""
         table.append([row["model"], row["figure"], *cells, ratio_text, cpu_use])
     print_table(["model", "figure", "hfzoo", "native", "ratio (>1: hfzoo better)", "cpu s/s hfzoo/native"], table)
