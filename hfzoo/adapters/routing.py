@@ -12,7 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
+from transformers.pytorch_utils import Conv1D
 
 from .stacked import StackedAdapters
 
@@ -77,10 +79,15 @@ class ComposedLayer(nn.Module):
             return getattr(self.base_layer, name)
 
     def forward(self, x: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        combiner = self.combiner
+        if isinstance(combiner, AdapterFusion) and not args and not kwargs:
+            folded = combiner.forward_folded(self, x)
+            if folded is not None:
+                return folded
         output = self.base_layer(x, *args, **kwargs)
-        y = output[0] if isinstance(output, tuple) else output
-        y = self.combiner(self, x, y)
-        return (y, *output[1:]) if isinstance(output, tuple) else y
+        if isinstance(output, tuple):
+            return (combiner(self, x, output[0]), *output[1:])
+        return combiner(self, x, output)
 
     def sequence_summary(self, x: torch.Tensor) -> torch.Tensor:
         """Mean of x over its non-padded tokens: [batch, features] (x of shape [batch, features] is returned as is).
@@ -154,9 +161,11 @@ class Router(nn.Module):
 
     def logits(self, layer: ComposedLayer, x: torch.Tensor) -> torch.Tensor:
         """[..., M] for token routing; [batch, 1, ..., M] (broadcasting over tokens) for sequence routing."""
+        # F.linear rather than calling the module: a module call costs as much as this small product
+        proj = self.proj
         if self.granularity == "token":
-            return self.proj(x)
-        logits = self.proj(layer.sequence_summary(x))
+            return F.linear(x, proj.weight, proj.bias)
+        logits = F.linear(layer.sequence_summary(x), proj.weight, proj.bias)
         return logits.view(x.shape[0], *[1] * (x.dim() - 2), logits.shape[-1])
 
 
@@ -181,9 +190,9 @@ class HardRouter(Router):
     """Picks the top-k adapters per token or sequence.
 
     Training: straight-through Gumbel-softmax over all adapters (hard forward, soft gradient, so every adapter must
-    be computed). Inference: only the chosen adapters' weights are gathered (per row, or per token) and applied with
-    `bmm`, so the cost does not grow with the number of adapters. k > 1 mixes the chosen ones by their renormalised
-    router probabilities.
+    be computed). Inference: only the chosen adapters are computed (`StackedAdapters.select`: weights gathered per
+    sequence, tokens grouped by adapter), so the cost does not grow with the number of adapters. k > 1 mixes the
+    chosen ones by their renormalised router probabilities.
     """
 
     def __init__(self, in_features: int, num_members: int, granularity: str, top_k: int, temperature: float) -> None:
@@ -195,22 +204,37 @@ class HardRouter(Router):
         if self.training:
             weights = straight_through_top_k(logits, self.top_k, self.temperature)
             return layer.adapters.combine(layer.adapters.hidden(x, y), weights, y)
+        if self.top_k == 1:  # rows: sequences, or tokens for token routing
+            return layer.adapters.select(x, y, logits.argmax(-1).reshape(-1, 1), None)
         top = logits.topk(self.top_k, dim=-1)
-        members = top.indices.reshape(-1, self.top_k)  # rows: sequences, or tokens for token routing
-        weights = None if self.top_k == 1 else top.values.softmax(-1).reshape(-1, self.top_k)
+        members, weights = top.indices.reshape(-1, self.top_k), top.values.softmax(-1).reshape(-1, self.top_k)
         return layer.adapters.select(x, y, members, weights)
 
 
 class AdapterFusion(nn.Module):
     """AdapterFusion (Pfeiffer et al., 2021, "AdapterFusion: Non-Destructive Task Composition for Transfer Learning").
 
-    Per token, the base output y queries the adapters' outputs o_n = y + delta_n:
-    `a = softmax_n((Q y) . (K o_n) / temperature)`, output `sum_n a_n V o_n`. Linearity keeps it at the cost of a soft
-    mixture: `(Q y) . (K o_n) = (K^T Q y) . o_n`, whose `. y` part is the same for every adapter and cancels in the
-    softmax, and `(K^T Q y) . delta_n` comes from the stacked hidden state without forming delta_n; the output is
-    `V (y + sum_n a_n delta_n)` because the a_n sum to 1. So Q, K and V are applied once per token, not N times.
-    K has no bias: it would add the same score to every adapter. V starts as the identity (output = mean of the
-    adapters' outputs while the scores are equal), Q and K small random.
+    Definition, per token: the base output y queries the adapters' outputs o_n = y + delta_n,
+    `a = softmax_n((Q y) . (K o_n) / temperature)`, output `sum_n a_n V o_n`, with Q, K, V linear maps of the module's
+    output width (K without bias: it would add the same score to every adapter). V starts as the identity (output =
+    mean of the adapters' outputs while the scores are equal), Q and K small random.
+
+    Computed exactly as defined, only with the products in a cheaper order (taken literally it costs 3 width^2 per
+    token and module, more than a fused qkv projection itself):
+    - `(Q y) . (K y)` is the same for every adapter and cancels in the softmax; what remains is `(Q y + b_Q) . K
+      delta_n`, and `delta_n = hidden_n @ directions_n` (`StackedAdapters.key_directions`: LoRA's B rows, a
+      bottleneck's up rows and bias). So every score comes from `y @ E.T + e` with `E = directions K^T Q`, a
+      [adapter hidden units, width] matrix: (M r) x width per token instead of 2 width^2;
+    - the a_n sum to 1, so the output is `V (y + sum_n a_n delta_n)`: V once per token, not once per adapter;
+    - on an nn.Linear / Conv1D base with LoRA adapters only (e.g. a fused qkv_proj), y = W x + b is linear in x as
+      well, so V and E fold into the base weight (`forward_folded`): one matmul of x with `[V W; A; E W]` yields
+      V y, every adapter's hidden state and the score projections, and `directions V^T` maps the weighted hidden
+      state back. The module then costs its own projection plus low-rank products, like a soft router.
+    The weight products are computed once and reused while no gradient is needed (inference), and recomputed when
+    a weight they come from changes (in place, e.g. an optimizer step or `load_state_dict`). Training computes them
+    in every forward, with gradients (2 (M r) width^2 per forward rather than 2 width^2 per token), and does not
+    fold. A low-rank or per-head query/key, or one fusion per block at hidden width, would be cheaper still but
+    would change the method (its capacity, or where it fuses); this keeps AdapterFusion's function exactly.
     """
 
     def __init__(self, width: int, temperature: float) -> None:
@@ -224,9 +248,62 @@ class AdapterFusion(nn.Module):
         nn.init.zeros_(self.query.bias)
         nn.init.eye_(self.value.weight)
         nn.init.zeros_(self.value.bias)
+        self._cached: tuple[tuple, dict[str, torch.Tensor]] | None = None  # (weights' identity, products)
 
     def forward(self, layer: ComposedLayer, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        products = self._products(layer, folded=False)
         hidden = layer.adapters.hidden(x, y)
-        query = self.query(y) @ self.key.weight  # K^T Q y, as a row vector
-        attention = (layer.adapters.score(hidden, query) / self.temperature).softmax(-1)
+        projected = F.linear(y, products["query"], products["query_bias"])
+        attention = (layer.adapters.score(hidden, projected) / self.temperature).softmax(-1)
         return self.value(layer.adapters.combine(hidden, attention, y))
+
+    def forward_folded(self, layer: ComposedLayer, x: torch.Tensor) -> torch.Tensor | None:
+        """The module's output computed from x with V and E folded into the base weight; None where that does not
+        apply (another base module or adapter kind, hooks on the base module, or a gradient is needed)."""
+        base, stack = layer.base_layer, layer.adapters
+        if type(base) not in (nn.Linear, Conv1D) or stack.bottleneck or stack.heads or not stack.lora:
+            return None
+        if base._forward_hooks or base._forward_pre_hooks or self._needs_grad(layer, folded=True):
+            return None
+        products, lora = self._products(layer, folded=True), stack.lora
+        width, units = products["value_directions"].shape[1], lora.size * lora.rank
+        mapped = F.linear(x, products["input_map"], products["input_bias"])
+        value, hidden, projected = mapped.split([width, units, units], dim=-1)
+        hidden = hidden.unflatten(-1, (lora.size, lora.rank))
+        attention = (lora.score(hidden, projected) / self.temperature).softmax(-1)
+        return value + (hidden * attention.unsqueeze(-1)).flatten(-2) @ products["value_directions"]
+
+    def _sources(self, layer: ComposedLayer, folded: bool) -> list[torch.Tensor]:
+        base = list(layer.base_layer.parameters()) if folded else []
+        return [*self.parameters(), *layer.adapters.parameters(), *base]
+
+    def _needs_grad(self, layer: ComposedLayer, folded: bool) -> bool:
+        return torch.is_grad_enabled() and any(p.requires_grad for p in self._sources(layer, folded))
+
+    def _products(self, layer: ComposedLayer, folded: bool) -> dict[str, torch.Tensor]:
+        """The weight products (see the class docstring), cached while no gradient is needed."""
+        if self._needs_grad(layer, folded):
+            return self._compute_products(layer, folded)
+        key = (folded, *((p.data_ptr(), p._version) for p in self._sources(layer, folded)))
+        if self._cached is None or self._cached[0] != key:
+            # outside inference mode, so that the cache stays usable by a later forward that records autograd
+            with torch.inference_mode(False), torch.no_grad():
+                self._cached = (key, self._compute_products(layer, folded))
+        return self._cached[1]
+
+    def _compute_products(self, layer: ComposedLayer, folded: bool) -> dict[str, torch.Tensor]:
+        directions = layer.adapters.key_directions()  # [P, width]
+        keyed = directions @ self.key.weight.T  # row p: K applied to direction p
+        query, query_bias = keyed @ self.query.weight, keyed @ self.query.bias
+        if not folded:
+            return {"query": query, "query_bias": query_bias}
+        base, lora = layer.base_layer, layer.adapters.lora
+        weight = base.weight if isinstance(base, nn.Linear) else base.weight.T  # [width, in]
+        bias = base.bias if base.bias is not None else weight.new_zeros(weight.shape[0])
+        value = self.value.weight
+        return {
+            "input_map": torch.cat([value @ weight, lora.A[: lora.size].flatten(0, 1), query @ weight]),
+            "input_bias": torch.cat([value @ bias + self.value.bias, query_bias.new_zeros(len(query_bias)),
+                                     query @ bias + query_bias]),
+            "value_directions": directions @ value.T,
+        }
