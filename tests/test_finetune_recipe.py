@@ -184,6 +184,23 @@ def test_full_finetuning_memorises_a_small_training_set(checkpoints, tmp_path): 
     assert metrics["accuracy"] == 1.0
 
 
+def test_from_scratch_keeps_the_architecture_and_none_of_the_weights(checkpoints, tmp_path):  # noqa: F811
+    """The "does pretraining help?" baseline: same architecture, tokenizer and head, weights drawn afresh."""
+    out = tmp_path / "sst2-scratch"
+    metrics, _ = finetune(out, "--model", str(checkpoints["bert-tiny"]), *SST2, "--from_scratch", "true",
+                          "--max_steps", "1", "--learning_rate", "1e-12")  # fmt: skip
+    pretrained = load_file(checkpoints["bert-tiny"] / "model.safetensors")
+    trained = load_file(out / "model.safetensors")
+    shared = [key for key in trained if key in pretrained]
+    assert shared and metrics["trainable_fraction"] == 1.0
+    assert all(trained[key].shape == pretrained[key].shape for key in shared)
+    drawn = [key for key in shared if "norm" not in key and "bias" not in key]  # not constants at init
+    assert drawn and not any(torch.allclose(trained[key], pretrained[key]) for key in drawn)
+    with pytest.raises(SystemExit, match="from_scratch.*--method full"):
+        finetune(tmp_path / "x", "--model", str(checkpoints["bert-tiny"]), *SST2, "--from_scratch", "true",
+                 "--method", "lora")  # fmt: skip
+
+
 def test_adalora_from_a_peft_config_file(checkpoints, tmp_path):  # noqa: F811
     out = tmp_path / "sst2-adalora"
     metrics, _ = finetune(out, "--model", str(checkpoints["gpt-tiny"]), *SST2,

@@ -32,6 +32,10 @@ class FinetuneConfig:
     tokenizer: str | None = _key(None, "tokenizer path or name; none = the model's")
     task: str = _key("", " | ".join(TASKS))
     trust_remote_code: bool = _key(False, "let transformers run modeling code saved with a checkpoint")
+    from_scratch: bool = _key(
+        False, "full fine-tuning of the same architecture from random weights: the baseline that shows what "
+        "pretraining is worth"
+    )
     # Data.
     dataset: str | None = _key(None, "a local folder with train/validation (dev, valid, val) files, or a Hub name")
     dataset_config: str | None = _key(None, "the Hub dataset's configuration name, e.g. sst2 for glue")
@@ -107,6 +111,9 @@ def validate(config: FinetuneConfig) -> None:
         raise ValueError(f"config key 'task': unknown value {config.task!r}. Valid tasks: {', '.join(TASKS)}.")
     if config.method not in METHODS:
         raise ValueError(f"config key 'method': unknown value {config.method!r}. Valid methods: {', '.join(METHODS)}.")
+    if config.from_scratch and (config.method != "full" or config.peft_config):
+        raise ValueError("config key 'from_scratch': an adapter on a randomly initialised body is not a baseline; "
+                         "use it with --method full.")
     if config.dataset is None and config.train_file is None:
         raise ValueError("give a data source: --dataset (a folder or a Hub name) or --train_file.")
     if config.dataset is not None and config.train_file is not None:

@@ -76,6 +76,9 @@ def load_model(
         raise ValueError(f"the tokenizer has {len(tokenizer)} tokens, the model only {model_config.vocab_size}")
     for key, value in {**task.model_kwargs(family), "pad_token_id": tokenizer.pad_token_id}.items():
         setattr(model_config, key, value)
+    if config.from_scratch:  # the checkpoint's architecture and tokenizer, none of its weights
+        model = auto_class.from_config(model_config, trust_remote_code=config.trust_remote_code)
+        return model, family, []
     model, loading = auto_class.from_pretrained(
         source, config=model_config, trust_remote_code=config.trust_remote_code, output_loading_info=True
     )
