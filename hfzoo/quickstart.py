@@ -3,7 +3,8 @@
 On the embedded default corpus (the installed Python standard library's docstrings) it pretrains a tiny
 decoder (causal LM), encoder (masked LM) and encoder-decoder (span corruption), each with a tokenizer trained
 on the corpus; fine-tunes two task adapters (LoRA and bottleneck) on two labellings of the same docstrings;
-composes them with AdapterFusion and with a learned router; compares everything with honest baselines; reloads
+composes them with AdapterFusion and with a learned soft router; compares everything with honest baselines
+(unigram perplexity, majority class, the uniform average of the same adapters); reloads
 every artefact through the Auto classes (one in a process where hfzoo cannot be imported); and prints a table.
 Every step is one of hfzoo's recipes, called exactly as `hfzoo pretrain|finetune|compose` would.
 """
@@ -20,11 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from peft import AutoPeftModelForSequenceClassification
 from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSeq2SeqLM, AutoTokenizer
 
 from .data.default_corpus import load_default_corpus
 from .data.stdlib_tasks import write_task_files
-from .training import finetune, pretrain
+from .training import compose, finetune, pretrain
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,13 @@ PRETRAINING = (
     ("t5-tiny-span", "t5-tiny", "span_corruption", AutoModelForSeq2SeqLM, "unigram"),
 )
 ADAPTERS = (("module", "lora"), ("area", "bottleneck"))  # task, method; both on the pretrained encoder
+# A router or fusion layer only exists where adapters meet: the LoRA adapter also adapts down_proj, where the
+# (Pfeiffer) bottleneck sits.
+METHOD_OPTIONS = {"lora": ["--method_options.target_modules", "[qkv_proj, down_proj]"], "bottleneck": []}
+# The composition's target task, and the learned compositions trained for it (the first one also trains the
+# uniform-average baseline that every learned composition must beat).
+COMPOSITION_TASK = "area"
+COMPOSITIONS = ("fusion", "soft")
 
 
 def unigram_perplexity(train_ids: torch.Tensor, validation_ids: torch.Tensor, vocab_size: int) -> float:
@@ -166,7 +175,7 @@ def run_quickstart(output_dir: str | os.PathLike = "runs/quickstart", scale: str
         run_dir = finetune.main(
             ["--model", str(encoder_dir), "--task", "sequence-classification", "--train_file", str(files["train"]),
              "--validation_file", str(files["validation"]), "--text_column", "text", "--label_column", "label",
-             "--method", method, "--max_steps", str(steps.finetune_steps), "--output_dir",
+             "--method", method, *METHOD_OPTIONS[method], "--max_steps", str(steps.finetune_steps), "--output_dir",
              str(output_dir / f"adapter-{task}-{method}"), "--seed", str(seed), *limits]
         )  # fmt: skip
         metrics = json.loads((run_dir / finetune.METRICS_FILE).read_text())
@@ -178,10 +187,37 @@ def run_quickstart(output_dir: str | os.PathLike = "runs/quickstart", scale: str
              "seconds": time.perf_counter() - clock, "path": str(run_dir)}
         )  # fmt: skip
 
-    print("== 4. reloading through the Auto classes, and without hfzoo through trust_remote_code")
+    print(f"== 4. composing both adapters for the '{COMPOSITION_TASK}' task: AdapterFusion and a learned router")
+    files = write_task_files(COMPOSITION_TASK, output_dir / "data" / COMPOSITION_TASK, corpus)
+    adapters = ",".join(f"{task}={output_dir / f'adapter-{task}-{method}'}" for task, method in ADAPTERS)
+    average = None
+    for composition in COMPOSITIONS:
+        clock = time.perf_counter()
+        run_dir = compose.main(
+            ["--model", str(encoder_dir), "--task", "sequence-classification", "--train_file", str(files["train"]),
+             "--validation_file", str(files["validation"]), "--text_column", "text", "--label_column", "label",
+             "--adapters", adapters, "--composition", composition, "--baseline", str(average is None).lower(),
+             "--max_steps", str(steps.compose_steps), "--output_dir", str(output_dir / f"compose-{composition}"),
+             "--seed", str(seed), *limits]
+        )  # fmt: skip
+        metrics = json.loads((run_dir / finetune.METRICS_FILE).read_text())
+        average = average or metrics["baselines"]["average"]["accuracy"]
+        rows.append(
+            {"artefact": f"compose-{composition}", "what": f"{composition} over both, task '{COMPOSITION_TASK}'",
+             "parameters": metrics["total_parameters"], "trainable": metrics["trainable_fraction"],
+             "metric": "val accuracy", "value": metrics["accuracy"], "baseline": average,
+             "baseline_name": "average", "seconds": time.perf_counter() - clock, "path": str(run_dir)}
+        )  # fmt: skip
+
+    print("== 5. reloading through the Auto classes, and without hfzoo through trust_remote_code")
     for artefact, _, _, auto_class, _ in PRETRAINING:
         auto_class.from_pretrained(output_dir / artefact)
         AutoTokenizer.from_pretrained(output_dir / artefact)
+    for task, method in ADAPTERS:  # the base model recorded in the adapter, the head's shape, the adapter and head
+        adapter_dir = output_dir / f"adapter-{task}-{method}"
+        head = json.loads((adapter_dir / finetune.METRICS_FILE).read_text())["model_kwargs"]
+        head["id2label"] = {int(index): label for index, label in head["id2label"].items()}
+        AutoPeftModelForSequenceClassification.from_pretrained(adapter_dir, **head)
     decoder_dir = output_dir / "gpt-tiny-clm"
     remote_diff = check_remote_code(decoder_dir, AutoModelForCausalLM.from_pretrained(decoder_dir))
     tokenizer = AutoTokenizer.from_pretrained(decoder_dir)
