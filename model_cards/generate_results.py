@@ -148,8 +148,18 @@ def record(run_dir: Path, recipe_args: list[str]) -> int:
     run_dir.mkdir(parents=True, exist_ok=True)
     if config.dataset and (Path(config.dataset) / SPLIT_INFO).is_file():
         shutil.copyfile(Path(config.dataset) / SPLIT_INFO, run_dir / DATA_SPLIT)
+    returncode = run_recorded(run_dir, "recipes/pretrain.py", recipe_args)
+    if returncode == 0:
+        unigram_baseline(run_dir)
+    return returncode
+
+
+def run_recorded(run_dir: Path, recipe: str, recipe_args: list[str]) -> int:
+    """Run `recipe` (a script path relative to the repository) with `recipe_args` under `nice -n 10` with the malloc
+    thresholds, its output in `run_dir/stdout.log`; write the command, the machine, the code's commit and the load
+    average (sampled every 15 s) to `run_dir/run_record.json`. Returns the recipe's exit code."""
     malloc = [f"{key}={value}" for key, value in MALLOC_TUNED.items()]
-    command = ["nice", "-n", "10", "env", *malloc, _shown(sys.executable), "recipes/pretrain.py", *recipe_args]
+    command = ["nice", "-n", "10", "env", *malloc, _shown(sys.executable), recipe, *recipe_args]
     info = {
         "command": shlex.join(command),
         "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -178,8 +188,6 @@ def record(run_dir: Path, recipe_args: list[str]) -> int:
         load_average_samples=samples + [_load_sample(start)],
     )
     (run_dir / RUN_RECORD).write_text(json.dumps(info, indent=1), encoding="utf-8")
-    if process.returncode == 0:
-        unigram_baseline(run_dir)
     return process.returncode
 
 

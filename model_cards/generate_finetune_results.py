@@ -1,0 +1,279 @@
+"""Fine-tuning and composition result cards: one pretrained base fine-tuned on several real tasks fully, with LoRA,
+with a bottleneck adapter, and, as the baseline that shows what pretraining is worth, fully from random weights
+(same architecture and tokenizer); then, per target task, the tasks' adapters (bottleneck or LoRA) composed by uniform
+averaging, a learned soft router, a learned hard router and AdapterFusion. Rebuilt from the run folders: no number in a card is
+typed by hand.
+
+    # 1. The runs, each recorded like a pretraining run (command, machine, load); a finished run is kept, not redone.
+    python model_cards/generate_finetune_results.py run runs/results/finetune-bert-small \
+        --base runs/results/bert-small-mlm-default-corpus --tasks sst2 rte conll2003 squad
+
+    # 2. The compositions of the bottleneck adapters of those tasks, for each target task (a finished run is kept).
+    #    Fusion attends over each adapted module's output: on a bottleneck's down_proj that is d wide, as in
+    #    AdapterFusion; on LoRA's fused qkv_proj it is 3d wide and fusion's query/key/value cost 9 times as much.
+    python model_cards/generate_finetune_results.py compose runs/results/finetune-bert-small \
+        --base runs/results/bert-small-mlm-default-corpus --sources sst2 rte conll2003 --targets rte sst2
+
+    # 3. The card: README.md + results.json.
+    python model_cards/generate_finetune_results.py card runs/results/finetune-bert-small \
+        model_cards/results/finetune-bert-small
+
+`--native` adds one run of a native transformers model (`BertForSequenceClassification` of the base's shape, random
+weights, the base's tokenizer) on the first task, through the same recipe, to show the recipe is not zoo-only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+from generate_results import REPO_ROOT, RUN_RECORD, _shown, _table, run_recorded
+
+RECIPE = "recipes/finetune.py"
+COMPOSE_RECIPE = "recipes/compose.py"
+# Task -> (the recipe's config file, the run length used for the reported results: sized so that the whole grid
+# runs in about an hour on 2 CPU cores; the config files themselves hold the longer, paper-like settings).
+TASKS = {
+    "sst2": ("recipes/configs/finetune/sst2.yaml", ["--max_steps", "300", "--per_device_batch_size", "32"]),
+    "rte": ("recipes/configs/finetune/rte.yaml", ["--max_length", "128", "--num_epochs", "2"]),
+    "conll2003": ("recipes/configs/finetune/conll2003.yaml", ["--max_steps", "300"]),
+    "squad": ("recipes/configs/finetune/squad.yaml",
+              ["--max_length", "256", "--doc_stride", "64", "--max_steps", "120", "--max_eval_samples", "600"]),
+}  # fmt: skip
+METHODS = {
+    "full": ["--method", "full"],
+    "lora": ["--method", "lora"],
+    "bottleneck": ["--method", "bottleneck"],
+    "scratch": ["--method", "full", "--from_scratch", "true"],
+}
+NATIVE = "native-bert-scratch"
+COMPOSITIONS = ("average", "soft", "hard", "fusion")  # run folders <target>-compose-<composition>
+PRIMARY = {"sequence-classification": "accuracy", "token-classification": "f1", "question-answering": "f1",
+           "seq2seq": "bleu"}  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------------------ run
+def native_checkpoint(base: Path, folder: Path) -> Path:
+    """A plain transformers BERT folder with the base's shape and tokenizer, random weights (no hfzoo code in it)."""
+    from transformers import AutoConfig, AutoTokenizer, BertConfig, BertForMaskedLM
+
+    import hfzoo  # noqa: F401  (registers the base's config class)
+
+    if (folder / "config.json").is_file():
+        return folder
+    zoo = AutoConfig.from_pretrained(base)
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    config = BertConfig(
+        vocab_size=zoo.vocab_size, hidden_size=zoo.hidden_size, num_hidden_layers=zoo.num_hidden_layers,
+        num_attention_heads=zoo.num_attention_heads, intermediate_size=zoo.intermediate_size,
+        max_position_embeddings=zoo.max_position_embeddings, pad_token_id=tokenizer.pad_token_id,
+    )  # fmt: skip
+    BertForMaskedLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def run_grid(runs_dir: Path, base: Path, tasks: list[str], methods: list[str], native: bool) -> int:
+    """Every task x method into `runs_dir/<task>-<method>`; returns the number of failed runs."""
+    jobs = [(task, method, METHODS[method], base) for task in tasks for method in methods]
+    if native:
+        jobs.append((tasks[0], NATIVE, METHODS["full"], native_checkpoint(base, runs_dir / "native-bert-checkpoint")))
+    return sum(run_once(runs_dir / f"{task}-{method}", RECIPE, task, model, method_args)
+               for task, method, method_args, model in jobs)  # fmt: skip
+
+
+def run_compositions(runs_dir: Path, base: Path, sources: list[str], targets: list[str], kind: str) -> int:
+    """For each target task, the `kind` adapters of `sources` (from `run`) composed each way, with a fresh head trained
+    on the target with the task's data and run length; returns the number of failed runs. The uniform average is
+    its own run, the baseline every learned composition is compared with."""
+    adapters = ",".join(f"{task}={_shown(str(runs_dir / f'{task}-{kind}'))}" for task in sources)
+    return sum(
+        run_once(runs_dir / f"{target}-compose-{composition}", COMPOSE_RECIPE, target, base,
+                 ["--method", "full", "--adapters", adapters, "--composition", composition, "--baseline", "false"])
+        for target in targets for composition in COMPOSITIONS
+    )  # fmt: skip
+
+
+def run_once(run_dir: Path, recipe: str, task: str, model: Path, extra_args: list[str]) -> int:
+    """One recorded run of `recipe` on `task` (its config file and run length); 1 if it failed, else 0."""
+    if (run_dir / "metrics.json").is_file():
+        print(f"{run_dir}: done already, kept")
+        return 0
+    run_dir.mkdir(parents=True, exist_ok=True)
+    config_file, length = TASKS[task]
+    args = ["--config", config_file, "--model", _shown(str(model)), *extra_args, *length,
+            "--output_dir", _shown(str(run_dir))]  # fmt: skip
+    print(f"{run_dir}: {recipe} {shlex.join(args)}", flush=True)
+    code = run_recorded(run_dir, recipe, args)
+    print(f"{run_dir}: exit code {code}", flush=True)
+    return int(code != 0)
+
+
+# ------------------------------------------------------------------------------------------------ card
+def majority_baseline(run_dir: Path) -> float | None:
+    """Accuracy of the most frequent training label on the run's validation examples (None for span/entity tasks)."""
+    from hfzoo.finetuning import TASK_CLASSES, load_examples
+    from hfzoo.finetuning.config import from_dict
+    from hfzoo.training.compose import majority_class_accuracy
+    from hfzoo.training.config import CONFIG_FILE, load_yaml
+
+    config = from_dict(load_yaml(run_dir / CONFIG_FILE))
+    task = TASK_CLASSES[config.task](config)
+    train, validation = load_examples(task, config)
+    return majority_class_accuracy(train, validation)
+
+
+def collect(runs_dir: Path) -> dict[str, Any]:
+    """results.json: per task, each method's metrics, parameters, steps and wall time, and the baselines."""
+    tasks: dict[str, Any] = {}
+    for metrics_file in sorted(runs_dir.glob("*/metrics.json")):
+        run_dir = metrics_file.parent
+        task, _, method = run_dir.name.partition("-")
+        metrics = json.loads(metrics_file.read_text())
+        record = json.loads((run_dir / RUN_RECORD).read_text())
+        loads = [sample[1] for sample in record["load_average_samples"]]
+        entry = tasks.setdefault(task, {"task": metrics["task"], "methods": {}})
+        entry["primary"] = PRIMARY[metrics["task"]]
+        entry["methods"][method] = {
+            **{k: v for k, v in metrics.items() if k not in ("model_kwargs",)},
+            "wall_s": record["process_wall_s"],
+            "load_average_1min_mean": sum(loads) / len(loads),
+            "command": record["command"],
+            "commit": record["git"]["commit"],
+        }
+        if "majority_class_accuracy" not in entry and not method.startswith("compose-"):  # a fine-tuning config
+            entry["majority_class_accuracy"] = majority_baseline(run_dir)
+    machine = json.loads(next(runs_dir.glob(f"*/{RUN_RECORD}")).read_text())["machine"]
+    return {"runs_dir": _shown(str(runs_dir)), "machine": machine, "tasks": tasks}
+
+
+def verdicts(entry: dict[str, Any]) -> list[str]:
+    """The two claims of the pretrain/finetune paradigm, stated from the numbers (or refuted by them)."""
+    methods, key = entry["methods"], entry["primary"]
+    lines = []
+    if "full" in methods and "scratch" in methods:
+        gain = methods["full"][key] - methods["scratch"][key]
+        lines.append(f"pretraining {'helps' if gain > 0 else 'does not help'}: full fine-tuning of the pretrained "
+                     f"base {methods['full'][key]:.4f} vs the same architecture from random weights "
+                     f"{methods['scratch'][key]:.4f} {key} ({gain:+.4f})")  # fmt: skip
+    for adapter in ("lora", "bottleneck"):
+        if adapter in methods and "full" in methods:
+            a, f = methods[adapter], methods["full"]
+            lines.append(f"{adapter} reaches {a[key]:.4f} {key} ({a[key] - f[key]:+.4f} vs full fine-tuning) training "
+                         f"{100 * a['trainable_fraction']:.2f}% of the parameters")  # fmt: skip
+    return lines
+
+
+def composition_verdicts(entry: dict[str, Any]) -> list[str]:
+    """Is a learned composition worth having? Only if it beats the uniform average of the same adapters."""
+    methods, key = entry["methods"], entry["primary"]
+    average = methods.get("compose-average")
+    lines = []
+    for composition in COMPOSITIONS[1:]:
+        found = methods.get(f"compose-{composition}")
+        if found and average:
+            gain = found[key] - average[key]
+            lines.append(f"{composition} {'beats' if gain > 0 else 'does not beat'} the uniform average of the same "
+                         f"adapters: {found[key]:.4f} vs {average[key]:.4f} {key} ({gain:+.4f})")  # fmt: skip
+    return lines
+
+
+def _rows(entry: dict[str, Any], names: list[str], metric_keys: list[str]) -> list[list[Any]]:
+    rows = []
+    for name in [n for n in names if n in entry["methods"]]:
+        m = entry["methods"][name]
+        rows.append([f"**{name}**" if name == "full" else name, *(f"{m[k]:.4f}" for k in metric_keys),
+                     f"{m['trainable_parameters']:,} ({100 * m['trainable_fraction']:.2f}%)", m["steps"],
+                     f"{m['epochs']}", f"{m['wall_s']:.0f} s", f"{m['load_average_1min_mean']:.1f}"])  # fmt: skip
+    if entry.get("majority_class_accuracy") is not None:
+        rows.append(["majority class", f"{entry['majority_class_accuracy']:.4f}", *["-"] * (len(metric_keys) - 1),
+                     "0", "-", "-", "-", "-"])  # fmt: skip
+    return rows
+
+
+def render(results: dict[str, Any], card_command: str) -> str:
+    machine = results["machine"]
+    finetuned = ["full", "lora", "bottleneck", "scratch", NATIVE]
+    composed = ["lora", "bottleneck", *(f"compose-{c}" for c in COMPOSITIONS), "full"]
+    headers = ["trainable parameters", "steps", "epochs", "wall time", "load"]
+    sections = [
+        "---\nlibrary_name: transformers\ntags:\n- hfzoo\n- fine-tuning\n- adapters\n- results\n---",
+        "# Fine-tuning and composition results\n\nOne pretrained base fine-tuned on real tasks by "
+        "`recipes/finetune.py`, each with the same data, steps and seed per task: full fine-tuning, a LoRA adapter, a "
+        "bottleneck adapter (both with the task head trained and saved beside them), and full fine-tuning of the same "
+        "architecture from random weights. Then, where run, the tasks' adapters composed for a target task by "
+        "`recipes/compose.py` (adapters frozen, a fresh head trained with the composition). Generated by "
+        "`model_cards/generate_finetune_results.py` from the run folders.",
+    ]
+    for name, entry in results["tasks"].items():
+        methods, key = entry["methods"], entry["primary"]
+        metric_keys = [k for k in ("accuracy", "f1", "matthews_correlation", "precision", "recall", "exact_match",
+                                   "bleu") if k in next(iter(methods.values()))]  # fmt: skip
+        first = next(iter(methods.values()))
+        text = (f"## {name} ({entry['task']}, primary metric: {key})\n\nBase: `{first['model']}`; "
+                f"{first['train_examples']:,} training examples, {first['eval_examples']:,} validation examples.\n\n")
+        text += _table(["method", *metric_keys, *headers], _rows(entry, finetuned, metric_keys))
+        text += "\n\n" + "\n".join(f"- {line}." for line in verdicts(entry))
+        if any(m.startswith("compose-") for m in methods):
+            adapters = methods["compose-average"]["composition"]["adapters"]
+            sources = ", ".join(a["name"] for a in adapters)
+            text += (f"\n\n### Composing the {adapters[0]['kind']} adapters of {sources} for {name}\n\n"
+                     + _table(["method", *metric_keys, *headers], _rows(entry, composed, metric_keys))
+                     + "\n\n" + "\n".join(f"- {line}." for line in composition_verdicts(entry)))  # fmt: skip
+        text += "\n\nCommands (`python`: the virtualenv's):\n\n```bash\n" + "\n".join(
+            methods[m]["command"] for m in dict.fromkeys(finetuned + composed) if m in methods) + "\n```"  # fmt: skip
+        sections.append(text)
+    sections.append(
+        f"## Machine\n\n{machine['cpu']}, {machine['cores']} cores, {machine['memory_gib']} GiB; Python "
+        f"{machine['python']}, torch {machine['torch']}. `load` is the mean 1-minute load average during each run "
+        f"(2 cores: above 2, the run shared the CPU and its wall time is a ceiling).\n\nThis card:\n\n```bash\n"
+        f"{card_command}\n```"
+    )
+    return "\n\n".join(sections) + "\n"
+
+
+def card(runs_dir: Path, card_dir: Path) -> Path:
+    card_command = shlex.join(["python", "model_cards/generate_finetune_results.py", "card", _shown(str(runs_dir)),
+                               _shown(str(card_dir))])  # fmt: skip
+    results = collect(runs_dir)
+    card_dir.mkdir(parents=True, exist_ok=True)
+    (card_dir / "results.json").write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
+    (card_dir / "README.md").write_text(render(results, card_command), encoding="utf-8")
+    return card_dir / "README.md"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("run", help="fine-tune the base on each task with each method, recording each run")
+    run.add_argument("runs_dir", type=Path)
+    run.add_argument("--base", type=Path, required=True, help="the pretrained checkpoint folder")
+    run.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
+    run.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
+    run.add_argument("--native", action="store_true", help="also a native BERT of the base's shape on the first task")
+    combine = commands.add_parser("compose", help="compose the sources' LoRA adapters for each target task")
+    combine.add_argument("runs_dir", type=Path)
+    combine.add_argument("--base", type=Path, required=True, help="the pretrained checkpoint folder")
+    combine.add_argument("--sources", nargs="+", required=True, choices=list(TASKS))
+    combine.add_argument("--targets", nargs="+", required=True, choices=list(TASKS))
+    combine.add_argument("--kind", default="bottleneck", choices=["bottleneck", "lora"], help="which adapters")
+    make = commands.add_parser("card", help="README.md and results.json from the finished run folders")
+    make.add_argument("runs_dir", type=Path)
+    make.add_argument("card_dir", type=Path)
+    args = parser.parse_args(argv)
+    runs_dir = args.runs_dir.resolve()
+    os.chdir(REPO_ROOT)  # the recipe's config files and data paths are relative to the repository root
+    if args.command == "run":
+        sys.exit(run_grid(runs_dir, args.base.resolve(), args.tasks, args.methods, args.native))
+    if args.command == "compose":
+        sys.exit(run_compositions(runs_dir, args.base.resolve(), args.sources, args.targets, args.kind))
+    print(card(runs_dir, args.card_dir.resolve()))
+
+
+if __name__ == "__main__":
+    main()

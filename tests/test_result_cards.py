@@ -1,0 +1,52 @@
+"""model_cards/generate_finetune_results.py end to end at a tiny scale: recorded runs of the real recipes, the
+composition of their adapters, and a card whose every number comes from the run folders."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+from test_finetune_formatting import REPO, checkpoints  # noqa: F401 (the session's tiny checkpoints)
+
+sys.path.insert(0, str(REPO / "model_cards"))
+import generate_finetune_results as results  # noqa: E402
+
+TINY = ["--max_steps", "2", "--max_train_samples", "32", "--max_eval_samples", "16", "--per_device_batch_size", "8"]
+
+
+@pytest.fixture
+def tiny_run_lengths(monkeypatch):
+    """The reported run lengths would take an hour; the same configs with tiny overrides take seconds."""
+    lengths = {task: (config, [*length, *TINY]) for task, (config, length) in results.TASKS.items()}
+    monkeypatch.setattr(results, "TASKS", lengths)
+
+
+def test_grid_compositions_and_card(checkpoints, tmp_path, tiny_run_lengths, monkeypatch):  # noqa: F811
+    monkeypatch.chdir(REPO)  # as main() does: the configs' data paths are relative to the repository
+    runs = tmp_path / "runs"
+    base = checkpoints["bert-tiny"]
+    assert results.run_grid(runs, base, ["sst2"], ["full", "lora", "scratch"], native=True) == 0
+    assert results.run_grid(runs, base, ["rte"], ["lora"], native=False) == 0
+    assert results.run_compositions(runs, base, ["sst2", "rte"], ["sst2"], "lora") == 0
+    record = json.loads((runs / "sst2-lora" / results.RUN_RECORD).read_text())
+    assert record["exit_code"] == 0 and "recipes/finetune.py" in record["command"]
+    assert "recipes/compose.py" in json.loads((runs / "sst2-compose-fusion" / results.RUN_RECORD).read_text())["command"]
+    # A finished run is kept, not redone.
+    before = (runs / "sst2-full" / "metrics.json").stat().st_mtime_ns
+    assert results.run_grid(runs, base, ["sst2"], ["full"], native=False) == 0
+    assert (runs / "sst2-full" / "metrics.json").stat().st_mtime_ns == before
+
+    card = results.card(runs, tmp_path / "card")
+    collected = json.loads((tmp_path / "card" / "results.json").read_text())
+    sst2 = collected["tasks"]["sst2"]
+    expected = {"full", "lora", "scratch", results.NATIVE, *(f"compose-{c}" for c in results.COMPOSITIONS)}
+    assert set(sst2["methods"]) == expected
+    assert sst2["methods"][results.NATIVE]["family"] == "encoder"  # BERT's own class, through the same recipe
+    assert 0 < sst2["majority_class_accuracy"] < 1
+    text = card.read_text()
+    full = sst2["methods"]["full"]
+    assert f"| **full** | {full['accuracy']:.4f} |" in text
+    assert "pretraining helps" in text or "pretraining does not help" in text
+    assert "### Composing the lora adapters of sst2, rte for sst2" in text
+    assert text.count("the uniform average of the same adapters:") == len(results.COMPOSITIONS) - 1
