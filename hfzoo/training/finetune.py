@@ -207,7 +207,8 @@ def train_and_evaluate(
     set_seed(config.seed, device_specific=True)  # dropout: a different stream on each process
 
     log = RunLogger(
-        output_dir, enabled=accelerator.is_main_process, max_steps=max_steps, tensorboard=config.tensorboard
+        output_dir, enabled=accelerator.is_main_process, max_steps=max_steps, tensorboard=config.tensorboard,
+        description=task.name,
     )
     log.write(
         "start",

@@ -74,6 +74,7 @@ class RunLogger:
         start_step: int = 0,
         elapsed: float = 0.0,
         tensorboard: bool = True,
+        description: str = "pretrain",
     ):
         self.enabled = enabled
         self.path = Path(output_dir) / LOG_FILE
@@ -92,7 +93,7 @@ class RunLogger:
             self.tensorboard = _tensorboard_writer(
                 Path(output_dir) / "tensorboard", start_step + 1 if start_step else None
             )
-        self.bar = tqdm(total=max_steps, initial=start_step, desc="pretrain", dynamic_ncols=True)
+        self.bar = tqdm(total=max_steps, initial=start_step, desc=description, dynamic_ncols=True)
 
     @property
     def elapsed(self) -> float:
