@@ -1,8 +1,8 @@
 """Fine-tuning and composition result cards: one pretrained base fine-tuned on several real tasks fully, with LoRA,
 with a bottleneck adapter, and, as the baseline that shows what pretraining is worth, fully from random weights
-(same architecture and tokenizer); then, per target task, the tasks' adapters (bottleneck or LoRA) composed by uniform
-averaging, a learned soft router, a learned hard router and AdapterFusion. Rebuilt from the run folders: no number in a card is
-typed by hand.
+(same architecture and tokenizer); then, per target task, the tasks' adapters (bottleneck or LoRA) composed by
+uniform averaging, a learned soft router, a learned hard router and AdapterFusion. Rebuilt from the run folders: no
+number in a card is typed by hand.
 
     # 1. The runs, each recorded like a pretraining run (command, machine, load); a finished run is kept, not redone.
     python model_cards/generate_finetune_results.py run runs/results/finetune-bert-small \
@@ -160,13 +160,18 @@ def verdicts(entry: dict[str, Any]) -> list[str]:
         gain = methods["full"][key] - methods["scratch"][key]
         lines.append(f"pretraining {'helps' if gain > 0 else 'does not help'}: full fine-tuning of the pretrained "
                      f"base {methods['full'][key]:.4f} vs the same architecture from random weights "
-                     f"{methods['scratch'][key]:.4f} {key} ({gain:+.4f})")  # fmt: skip
+                     f"{methods['scratch'][key]:.4f} {key} ({gain:+.4f}{_in_examples(gain, key, methods['full'])})")
     for adapter in ("lora", "bottleneck"):
         if adapter in methods and "full" in methods:
             a, f = methods[adapter], methods["full"]
             lines.append(f"{adapter} reaches {a[key]:.4f} {key} ({a[key] - f[key]:+.4f} vs full fine-tuning) training "
                          f"{100 * a['trainable_fraction']:.2f}% of the parameters")  # fmt: skip
     return lines
+
+
+def _in_examples(gain: float, key: str, run: dict[str, Any]) -> str:
+    """An accuracy difference as a count of validation examples, to judge it against chance."""
+    return f", {round(gain * run['eval_examples']):+d} of {run['eval_examples']} examples" if key == "accuracy" else ""
 
 
 def composition_verdicts(entry: dict[str, Any]) -> list[str]:
@@ -179,7 +184,8 @@ def composition_verdicts(entry: dict[str, Any]) -> list[str]:
         if found and average:
             gain = found[key] - average[key]
             lines.append(f"{composition} {'beats' if gain > 0 else 'does not beat'} the uniform average of the same "
-                         f"adapters: {found[key]:.4f} vs {average[key]:.4f} {key} ({gain:+.4f})")  # fmt: skip
+                         f"adapters: {found[key]:.4f} vs {average[key]:.4f} {key} "
+                         f"({gain:+.4f}{_in_examples(gain, key, found)})")  # fmt: skip
     return lines
 
 

@@ -31,7 +31,8 @@ def test_grid_compositions_and_card(checkpoints, tmp_path, tiny_run_lengths, mon
     assert results.run_compositions(runs, base, ["sst2", "rte"], ["sst2"], "lora") == 0
     record = json.loads((runs / "sst2-lora" / results.RUN_RECORD).read_text())
     assert record["exit_code"] == 0 and "recipes/finetune.py" in record["command"]
-    assert "recipes/compose.py" in json.loads((runs / "sst2-compose-fusion" / results.RUN_RECORD).read_text())["command"]
+    fusion_record = json.loads((runs / "sst2-compose-fusion" / results.RUN_RECORD).read_text())
+    assert "recipes/compose.py" in fusion_record["command"]
     # A finished run is kept, not redone.
     before = (runs / "sst2-full" / "metrics.json").stat().st_mtime_ns
     assert results.run_grid(runs, base, ["sst2"], ["full"], native=False) == 0
