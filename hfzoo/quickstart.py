@@ -41,16 +41,21 @@ class Scale:
 
 
 SCALES = {
-    "full": Scale(pretrain_steps=300, finetune_steps=150, compose_steps=100, max_train_samples=None, max_eval_samples=None),
+    "full": Scale(pretrain_steps=400, finetune_steps=300, compose_steps=150, max_train_samples=None, max_eval_samples=None),
     "smoke": Scale(pretrain_steps=4, finetune_steps=4, compose_steps=4, max_train_samples=200, max_eval_samples=40),
 }
 
 PRETRAINING = (
     # artefact, preset, objective, Auto class, tokenizer kind
     ("gpt-tiny-clm", "gpt-tiny", "clm", AutoModelForCausalLM, "bpe"),
-    ("bert-tiny-mlm", "bert-tiny", "mlm", AutoModelForMaskedLM, "wordpiece"),
+    # Pre-norm: post-norm BERT sits on the unigram plateau of masked LM far longer than this tour lasts.
+    ("modernbert-tiny-mlm", "modernbert-tiny", "mlm", AutoModelForMaskedLM, "wordpiece"),
     ("t5-tiny-span", "t5-tiny", "span_corruption", AutoModelForSeq2SeqLM, "unigram"),
 )
+# Tiny pre-norm models over a few hundred steps take larger steps than the recipes' defaults, which are set for
+# longer runs of larger models.
+PRETRAIN_LEARNING_RATE = "1e-3"
+ADAPTER_LEARNING_RATE = "2e-3"
 ADAPTERS = (("module", "lora"), ("area", "bottleneck"))  # task, method; both on the pretrained encoder
 # A router or fusion layer only exists where adapters meet: the LoRA adapter also adapts down_proj, where the
 # (Pfeiffer) bottleneck sits.
@@ -155,7 +160,8 @@ def run_quickstart(output_dir: str | os.PathLike = "runs/quickstart", scale: str
         run_dir = pretrain.main(
             ["--preset", preset, "--objective", objective, "--output_dir", str(output_dir / artefact),
              "--max_steps", str(steps.pretrain_steps), "--tokenizer_kind", tokenizer_kind, "--vocab_size", "4096",
-             "--block_size", "128", "--per_device_batch_size", "16", "--eval_every", str(steps.pretrain_steps),
+             "--block_size", "128", "--per_device_batch_size", "16", "--learning_rate", PRETRAIN_LEARNING_RATE,
+             "--warmup_steps", str(max(1, steps.pretrain_steps // 10)), "--eval_every", str(steps.pretrain_steps),
              "--save_every", str(steps.pretrain_steps), "--tensorboard", "false", "--seed", str(seed), *limits]
         )  # fmt: skip
         model = auto_class.from_pretrained(run_dir)
@@ -168,14 +174,15 @@ def run_quickstart(output_dir: str | os.PathLike = "runs/quickstart", scale: str
         )  # fmt: skip
 
     print("== 3. fine-tuning two task adapters on the pretrained encoder")
-    encoder_dir = output_dir / "bert-tiny-mlm"
+    encoder_dir = output_dir / "modernbert-tiny-mlm"
     for task, method in ADAPTERS:
         clock = time.perf_counter()
         files = write_task_files(task, output_dir / "data" / task, corpus)
         run_dir = finetune.main(
             ["--model", str(encoder_dir), "--task", "sequence-classification", "--train_file", str(files["train"]),
              "--validation_file", str(files["validation"]), "--text_column", "text", "--label_column", "label",
-             "--method", method, *METHOD_OPTIONS[method], "--max_steps", str(steps.finetune_steps), "--output_dir",
+             "--method", method, *METHOD_OPTIONS[method], "--learning_rate", ADAPTER_LEARNING_RATE,
+             "--max_steps", str(steps.finetune_steps), "--output_dir",
              str(output_dir / f"adapter-{task}-{method}"), "--seed", str(seed), *limits]
         )  # fmt: skip
         metrics = json.loads((run_dir / finetune.METRICS_FILE).read_text())

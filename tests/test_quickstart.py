@@ -26,7 +26,7 @@ def test_make_quickstart_smoke(tmp_path):
     summary = json.loads((output_dir / "summary.json").read_text())
     assert summary["remote_code_max_logit_diff"] == 0.0
     rows = {row["artefact"]: row for row in summary["rows"]}
-    for artefact, auto_class in [("gpt-tiny-clm", AutoModelForCausalLM), ("bert-tiny-mlm", AutoModelForMaskedLM),
+    for artefact, auto_class in [("gpt-tiny-clm", AutoModelForCausalLM), ("modernbert-tiny-mlm", AutoModelForMaskedLM),
                                  ("t5-tiny-span", AutoModelForSeq2SeqLM)]:  # fmt: skip
         model_dir = output_dir / artefact
         assert (model_dir / "model.safetensors").is_file() and (model_dir / "README.md").is_file()
