@@ -208,7 +208,8 @@ def run_quickstart(output_dir: str | os.PathLike = "runs/quickstart", scale: str
              "--seed", str(seed), *limits]
         )  # fmt: skip
         metrics = json.loads((run_dir / finetune.METRICS_FILE).read_text())
-        average = average or metrics["baselines"]["average"]["accuracy"]
+        if average is None:  # the first composition trained the baseline
+            average = metrics["baselines"]["average"]["accuracy"]
         rows.append(
             {"artefact": f"compose-{composition}", "what": f"{composition} over both, task '{COMPOSITION_TASK}'",
              "parameters": metrics["total_parameters"], "trainable": metrics["trainable_fraction"],
