@@ -21,7 +21,7 @@ with fewer than 1024 tokens repeat the forward within a call so that a call take
 The printed table and the issue's targets use latency ratios, variant / reference (< 1: faster): hard <= 1.05x
 single at every N, fusion <= 1.5x base at N = 8, fixed (mixed batch) <= 1.1x single. The JSON rows also carry the
 layout `report.py` renders (speed, > 1 favouring the variant, against `single` for the methods the targets compare
-with one adapter, else against `base`), and peak memory rows (one timed call at the largest N, fresh processes).
+with one adapter, else against `base`), and peak tensor memory rows (a warm call at the largest N, fresh processes).
 The issue's figures are taken with 2 threads; when other work oversubscribes the two cores, two-thread kernels stall
 waiting for each other (seen: a 1x32 forward at 0.4 s instead of 0.03 s, ratios anywhere in 0.4-5x), and
 `--threads 1` is what still measures the compute.
@@ -226,8 +226,8 @@ def measure_speed(args, base: PreTrainedModel, folders: dict[str, list[Path]]) -
 
 
 def measure_memory(args, root: Path) -> list[dict]:
-    """Peak RSS growth of one timed call of the first shape, each variant at the largest N in a fresh process,
-    as rows against the base model (ratio base / variant, > 1 favouring the variant)."""
+    """Peak tensor memory of one warm call of the first shape (first-call RSS growth beside it), each variant at the
+    largest N in a fresh process, as rows against the base model (ratio base / variant, > 1 favouring the variant)."""
     count, shape = max(args.counts), args.shapes[0]
     rows = []
     with PeakMemoryProbe(preload=PRELOAD) as probe:
@@ -240,8 +240,8 @@ def measure_memory(args, root: Path) -> list[dict]:
             for variant, peak in peaks.items():
                 rows.append({
                     "model": model_name(args, kind), "figure": f"memory {variant} N={count} {shape}",
-                    "unit": "MiB peak RSS growth", "hfzoo": peak, "base": peaks["base"],
-                    "ratio": {"median": peaks["base"]["peak_rss_delta_mib"] / peak["peak_rss_delta_mib"]},
+                    "unit": "MiB peak tensor memory", "hfzoo": peak, "base": peaks["base"],
+                    "ratio": {"median": peaks["base"]["peak_tensor_mib"] / peak["peak_tensor_mib"]},
                     "kind": kind, "shape": shape, "n": count, "variant": variant,
                 })
     return rows
@@ -276,8 +276,9 @@ def print_results(rows: list[dict], memory: list[dict], checks: list[dict]) -> N
     if memory:
         print()
         print_table(
-            ["kind", "shape", "N", "variant", "peak RSS growth"],
-            [[m["kind"], m["shape"], m["n"], m["variant"], f"{m['hfzoo']['peak_rss_delta_mib']:.1f} MiB"]
+            ["kind", "shape", "N", "variant", "peak tensor memory", "first-call RSS growth"],
+            [[m["kind"], m["shape"], m["n"], m["variant"], f"{m['hfzoo']['peak_tensor_mib']:.1f} MiB",
+              f"{m['hfzoo']['first_call_rss_growth_mib']:.1f} MiB"]
              for m in memory],
         )
     print()

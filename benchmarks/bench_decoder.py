@@ -7,8 +7,8 @@ activation; the parameter counts are asserted equal). Random init, fp32, dropout
 - training tokens/s: forward + backward + AdamW step on a batch of `--batch-size` x `--seq-len`;
 - generation tokens/s at each `--gen-batch-sizes`: greedy, `--new-tokens` after a `--prompt-len` prompt, with
   `min_new_tokens` so both models produce the same count (prefill included);
-- peak memory: RSS high-water growth of two training steps and of one generate call, each variant in its own
-  fresh process (see `common.PeakMemoryProbe`).
+- peak memory: the peak of live tensor bytes during two warm training steps and during a warm generate call,
+  each variant in its own fresh process, with the first call's RSS growth beside it (see `common.PeakMemoryProbe`).
 
 Ratios are hfzoo / native for speed and native / hfzoo for memory, so > 1 means hfzoo is better everywhere.
 

@@ -10,7 +10,8 @@ threads, SDPA attention in both. Figures:
   positions through the vocabulary projection in training (a deliberate FLOP saving, see
   `ZooEncoderForMaskedLM`); `BertForMaskedLM` projects every position. The figure is reported as is.
 - `encode`: an eval-mode forward without labels (full logits in both), the like-for-like figure for the trunk;
-- peak memory of two training steps and of one encode call, each variant in its own fresh process.
+- peak tensor memory of two warm training steps and of a warm encode call, each variant in its own fresh
+  process (first-call RSS growth beside it).
 
 Ratios are hfzoo / native for speed and native / hfzoo for memory, so > 1 means hfzoo is better everywhere.
 

@@ -10,7 +10,8 @@ Random init, fp32, dropout 0, two threads, SDPA attention in both. Figures:
   `--target-len` target (labels shifted right inside the model); source and target tokens are both counted;
 - `generate_b<n>` for each `--gen-batch-sizes`: new tokens/s of greedy `generate` with a `--source-len` source,
   exactly `--new-tokens` per row (`min_new_tokens` = `max_new_tokens`), encoder pass included;
-- peak memory of two training steps and of one generate call, each variant in its own fresh process.
+- peak tensor memory of two warm training steps and of a warm generate call, each variant in its own fresh
+  process (first-call RSS growth beside it).
 
 Ratios are hfzoo / native for speed and native / hfzoo for memory, so > 1 means hfzoo is better everywhere.
 

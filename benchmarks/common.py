@@ -3,14 +3,15 @@
 The machine is two shared, noisy cores whose speed drifts 10-30% between minutes, so absolute numbers are not
 comparable across runs. What is comparable is variants measured side by side: every round runs each variant once,
 in an order that rotates from round to round, and a ratio is the median of the per-round ratios (a slow minute hits
-both members of a pair). Peak memory is measured in a fresh process per variant, because a heap that already holds
-another variant's freed pages hides or inflates growth. The JSON records what the numbers depend on: machine, date,
-library versions, thread count and the malloc setting.
+both members of a pair). Memory is measured in a fresh process per variant: the peak of live tensor bytes during a
+warm call (the ratio's figure), and beside it the RSS growth of the first call. The JSON records what the numbers
+depend on: machine, date, library versions, thread count and the malloc setting.
 """
 
 import argparse
 import datetime
 import gc
+import itertools
 import json
 import multiprocessing
 import os
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from torch.profiler import ProfilerActivity, profile
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
@@ -178,8 +180,31 @@ def _read_status_kib(field: str) -> int:
     raise RuntimeError(f"{field} missing from /proc/self/status")
 
 
-def _peak_rss_in_child(probe: Callable[..., Callable[[], object]], args: tuple) -> dict:
-    """Runs in the fresh process: build with `probe(*args)`, then measure only the workload it returns."""
+def peak_tensor_mib(workload: Callable[[], object]) -> float:
+    """Peak bytes of live CPU tensors allocated during one call of `workload`, in MiB.
+
+    Summed from the profiler's allocation records in the order they happened: the CPU counterpart of
+    `torch.cuda.max_memory_allocated`. Unlike RSS it does not depend on the malloc thresholds or on what the heap
+    kept from earlier calls, so it compares two models' activation, cache and gradient memory exactly.
+    """
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as recorded:
+        workload()
+    # Records of one timestamp keep their recorded order (a stable sort): an allocation before its free.
+    records = sorted(
+        ((event.start_ns(), event.nbytes()) for event in recorded.profiler.kineto_results.events()
+         if event.name() == "[memory]"),
+        key=lambda record: record[0],
+    )
+    live = itertools.accumulate(nbytes for _, nbytes in records)
+    return max(live, default=0) / 2**20
+
+
+def _peak_memory_in_child(probe: Callable[..., Callable[[], object]], args: tuple) -> dict:
+    """Runs in the fresh process: build with `probe(*args)`, then measure only the workload it returns.
+
+    The first call's RSS growth includes one-time allocations (thread pools, kernel caches, lazily built
+    state); the second, warm call gives the tensor peak that the ratios use.
+    """
     torch.set_num_threads(THREADS)
     workload = probe(*args)
     gc.collect()
@@ -188,17 +213,22 @@ def _peak_rss_in_child(probe: Callable[..., Callable[[], object]], args: tuple) 
     baseline = _read_status_kib("VmRSS")
     workload()
     peak = _read_status_kib("VmHWM")
-    return {"peak_rss_delta_mib": (peak - baseline) / 1024, "baseline_rss_mib": baseline / 1024}
+    return {
+        "peak_tensor_mib": peak_tensor_mib(workload),
+        "first_call_rss_growth_mib": (peak - baseline) / 1024,
+        "baseline_rss_mib": baseline / 1024,
+    }
 
 
 class PeakMemoryProbe:
-    """Measures the RSS high-water growth of a workload, each in its own fresh process.
+    """Measures the memory of a workload, each in its own fresh process.
 
     `measure(probe, *args)` runs `probe(*args)` in a new process forked from a server that has only imported the
-    libraries: `probe` builds the model and inputs and returns the workload; the result is how far the workload
-    pushes the resident set above what was resident before it (weights and inputs excluded, activations,
-    gradients, optimizer state and caches included). Forking from that server gives every variant the same clean
-    heap without paying the library import again per measurement. `probe` must be a module-level function.
+    libraries: `probe` builds the model and inputs and returns the workload. The result holds the peak of live
+    tensor bytes during a warm call (activations, gradients, caches and temporaries; weights, inputs and optimizer
+    state allocated by the first call excluded) and the RSS growth of the first call. Forking from that server gives
+    every variant the same clean heap without paying the library import again per measurement. `probe` must be a
+    module-level function.
     """
 
     def __init__(self, preload: tuple[str, ...] = ("torch", "transformers")):
@@ -207,7 +237,7 @@ class PeakMemoryProbe:
         self._pool = context.Pool(processes=1, maxtasksperchild=1)
 
     def measure(self, probe: Callable[..., Callable[[], object]], *args) -> dict:
-        return self._pool.apply(_peak_rss_in_child, (probe, args))
+        return self._pool.apply(_peak_memory_in_child, (probe, args))
 
     def close(self) -> None:
         self._pool.close()
@@ -277,11 +307,11 @@ def measure_speed(
 def measure_memory(
     probe: Callable, model_names: list[str], figures: list[str], args, preload: tuple[str, ...]
 ) -> list[dict]:
-    """Peak RSS growth of each (model, figure, variant), each in its own fresh process (`probe` builds it there).
+    """Peak tensor memory of each (model, figure, variant), each in its own fresh process (`probe` builds it there).
 
-    `probe(model_name, variant, figure, args)` must be a module-level function returning the workload. Peaks of the
-    same workload differed by up to ~15% between runs here, so each is measured `args.memory_repeats` times,
-    alternating the variants, and the median (min-max) is reported.
+    `probe(model_name, variant, figure, args)` must be a module-level function returning the workload. The tensor
+    peak repeats exactly; the first-call RSS growth beside it differed by up to ~15% between runs here, so each is
+    measured `args.memory_repeats` times, alternating the variants, and medians (min-max) are reported.
     """
     repeats = getattr(args, "memory_repeats", 1)
     rows = []
@@ -296,20 +326,22 @@ def measure_memory(
                 rows.append({
                     "model": model_name,
                     "figure": f"memory_{figure}",
-                    "unit": "MiB peak RSS growth",
+                    "unit": "MiB peak tensor memory",
                     "hfzoo": peaks["hfzoo"],
                     "native": peaks["native"],
-                    "ratio": {"median": peaks["native"]["peak_rss_delta_mib"] / peaks["hfzoo"]["peak_rss_delta_mib"]},
+                    "ratio": {"median": peaks["native"]["peak_tensor_mib"] / peaks["hfzoo"]["peak_tensor_mib"]},
                 })
     return rows
 
 
 def _median_peak(measured: list[dict]) -> dict:
-    deltas = [run["peak_rss_delta_mib"] for run in measured]
+    tensor = [run["peak_tensor_mib"] for run in measured]
+    rss = [run["first_call_rss_growth_mib"] for run in measured]
     return {
-        "peak_rss_delta_mib": statistics.median(deltas),
-        "min": min(deltas),
-        "max": max(deltas),
+        "peak_tensor_mib": statistics.median(tensor),
+        "min": min(tensor),
+        "max": max(tensor),
+        "first_call_rss_growth_mib": {"median": statistics.median(rss), "min": min(rss), "max": max(rss)},
         "baseline_rss_mib": statistics.median(run["baseline_rss_mib"] for run in measured),
     }
 
@@ -368,8 +400,8 @@ def print_table(header: list[str], rows: list[list[str]]) -> None:
 
 
 def _format_peak(peak: dict) -> str:
-    spread = f" ({peak['min']:,.0f}-{peak['max']:,.0f})" if "min" in peak else ""
-    return f"{peak['peak_rss_delta_mib']:,.0f} MiB{spread}"
+    spread = f" ({peak['min']:,.1f}-{peak['max']:,.1f})" if "min" in peak and peak["min"] != peak["max"] else ""
+    return f"{peak['peak_tensor_mib']:,.1f} MiB{spread}"
 
 
 def print_results(parameters: dict, rows: list[dict]) -> None:

@@ -52,7 +52,8 @@ def test_decoder_benchmark_compares_every_figure_of_both_models(decoder_results)
         else:
             for variant in ("hfzoo", "native"):
                 peak = row[variant]
-                assert 0 < peak["min"] <= peak["peak_rss_delta_mib"] <= peak["max"], row
+                assert 0 < peak["min"] <= peak["peak_tensor_mib"] <= peak["max"], row
+                assert peak["min"] == peak["max"], "the tensor peak of a warm call is deterministic"
 
 
 def test_decoder_benchmark_models_have_identical_size(decoder_results):
@@ -129,7 +130,7 @@ def assert_rows_are_complete(results: list[dict], expected: set[tuple[str, str]]
                 assert len(summary["per_round"]) == 1
                 assert summary["cpu_utilisation"] > 0
         else:
-            assert all(row[variant]["peak_rss_delta_mib"] > 0 for variant in ("hfzoo", "native")), row
+            assert all(row[variant]["peak_tensor_mib"] > 0 for variant in ("hfzoo", "native")), row
 
 
 def test_encoder_benchmark_compares_training_encoding_and_memory_with_bert(encoder_results):
@@ -210,9 +211,9 @@ def test_adapters_benchmark_times_every_method_beside_base_and_single_adapters(a
         assert len(row["hfzoo"]["per_round"]) == 1 and row["hfzoo"]["cpu_utilisation"] > 0
         for ratio in (row["ratio"], row["latency_vs_base"], row["latency_vs_single"]):
             assert ratio["median"] > 0, row
-    memory = [(row["kind"], row["variant"]) for row in payload["results"] if row["unit"] == "MiB peak RSS growth"]
+    memory = [(row["kind"], row["variant"]) for row in payload["results"] if row["unit"] == "MiB peak tensor memory"]
     assert memory == [(kind, variant) for kind in ("lora", "bottleneck") for variant in ("base", "fusion")]
-    assert all(row["hfzoo"]["peak_rss_delta_mib"] > 0 for row in payload["results"] if "memory" in row["figure"])
+    assert all(row["hfzoo"]["peak_tensor_mib"] > 0 for row in payload["results"] if "memory" in row["figure"])
 
 
 def test_adapters_benchmark_checks_the_issue_targets_and_records_the_run(adapters_results):

@@ -60,7 +60,10 @@ class FeedForward(nn.Module):
         hidden_states = self.up_proj(hidden_states)
         if self.gated:
             gate, up = hidden_states.chunk(2, dim=-1)
-            hidden_states = self.act_fn(gate) * up
+            hidden_states = self.act_fn(gate)
+            # Without autograd (inference, generation) the product reuses the activation's buffer: one
+            # intermediate-size tensor less at the peak.
+            hidden_states = hidden_states * up if hidden_states.requires_grad else hidden_states.mul_(up)
         else:
             hidden_states = self.act_fn(hidden_states)
         return self.down_proj(hidden_states)
@@ -148,17 +151,21 @@ def sinusoidal_embedding(position_ids: torch.Tensor, dim: int, dtype: torch.dtyp
 
 
 def rotary_angles(position_ids: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype):
-    """cos/sin of RoFormer's rotation angles, [batch, seq, head_dim]. Computed on the fly: no buffer to re-init."""
+    """cos/sin of RoFormer's rotation angles, [batch, seq, 1, head_dim] (broadcast over heads).
+
+    Computed on the fly, once per forward for all layers: no buffer to re-initialise on load.
+    """
     inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=position_ids.device, dtype=torch.float32) / head_dim))
-    angles = position_ids.float()[..., None] * inv_freq
+    angles = position_ids.float()[..., None, None] * inv_freq
     angles = torch.cat([angles, angles], dim=-1)
     return angles.cos().to(dtype), angles.sin().to(dtype)
 
 
 def apply_rotary(states: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate `states` laid out [batch, seq, heads, head_dim] by the angles of `rotary_angles`."""
     half = states.shape[-1] // 2
     rotated = torch.cat([-states[..., half:], states[..., :half]], dim=-1)
-    return states * cos[:, None] + rotated * sin[:, None]
+    return states * cos + rotated * sin
 
 
 def alibi_slopes(num_heads: int, device: torch.device) -> torch.Tensor:
@@ -360,8 +367,6 @@ class Attention(nn.Module):
         key_value_states: torch.Tensor | None = None,
         **kwargs,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        q_width = self.num_heads * self.head_dim
-        kv_width = self.num_key_value_heads * self.head_dim
         position_bias = None
         if self.is_cross_attention:
             query = self._heads(self.q_proj(hidden_states))
@@ -374,11 +379,19 @@ class Attention(nn.Module):
                     key, value = cache.update(key, value, self.layer_idx)
                     past_key_values.is_updated[self.layer_idx] = True
         else:
-            query, key, value = self.qkv_proj(hidden_states).split((q_width, kv_width, kv_width), dim=-1)
-            query, key, value = self._heads(query), self._heads(key), self._heads(value)
-            if position_signals is not None and position_signals.rotary is not None:
-                cos, sin = position_signals.rotary
-                query, key = apply_rotary(query, cos, sin), apply_rotary(key, cos, sin)
+            heads = self.qkv_proj(hidden_states)
+            heads = heads.view(*heads.shape[:-1], -1, self.head_dim)  # [batch, seq, q + k + v heads, head_dim]
+            rotary = position_signals.rotary if position_signals is not None else None
+            if rotary is not None:
+                # Query and key heads are adjacent in the fused projection: one rotation covers both.
+                rotated = self.num_heads + self.num_key_value_heads
+                query_key = apply_rotary(heads[..., :rotated, :], *rotary)
+                query, key = query_key.split((self.num_heads, self.num_key_value_heads), dim=-2)
+                value = heads[..., rotated:, :]
+            else:
+                widths = (self.num_heads, self.num_key_value_heads, self.num_key_value_heads)
+                query, key, value = heads.split(widths, dim=-2)
+            query, key, value = query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2)
             if position_signals is not None:
                 position_bias = position_signals.attention_bias
             if past_key_values is not None:
@@ -427,8 +440,12 @@ class TransformerBlock(GradientCheckpointingLayer):
 
     def _residual(self, hidden_states: torch.Tensor, norm: nn.Module, branch) -> torch.Tensor:
         if self.pre_norm:
-            return hidden_states + self.dropout(branch(norm(hidden_states)))
-        return norm(hidden_states + self.dropout(branch(hidden_states)))
+            return hidden_states + self._dropout(branch(norm(hidden_states)))
+        return norm(hidden_states + self._dropout(branch(hidden_states)))
+
+    def _dropout(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        # Called twice or three times per layer and token: skip the module call where it is the identity.
+        return self.dropout(hidden_states) if self.training and self.dropout.p else hidden_states
 
     def forward(
         self,
