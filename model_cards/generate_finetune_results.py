@@ -44,6 +44,9 @@ TASKS = {
     "conll2003": ("recipes/configs/finetune/conll2003.yaml", ["--max_steps", "300"]),
     "squad": ("recipes/configs/finetune/squad.yaml",
               ["--max_length", "256", "--doc_stride", "64", "--max_steps", "120", "--max_eval_samples", "600"]),
+    "multi30k": ("recipes/configs/finetune/multi30k.yaml",
+                 ["--max_steps", "400", "--per_device_batch_size", "16", "--num_beams", "1",
+                  "--max_eval_samples", "500"]),
 }  # fmt: skip
 METHODS = {
     "full": ["--method", "full"],
@@ -115,17 +118,24 @@ def run_once(run_dir: Path, recipe: str, task: str, model: Path, extra_args: lis
 
 
 # ------------------------------------------------------------------------------------------------ card
-def majority_baseline(run_dir: Path) -> float | None:
-    """Accuracy of the most frequent training label on the run's validation examples (None for span/entity tasks)."""
+def baselines(run_dir: Path) -> dict[str, float | None]:
+    """The floors a fine-tuned model must clear, on the run's own validation examples: the most frequent training
+    label's accuracy (classification), and for translation the BLEU of copying the source sentence unchanged."""
     from hfzoo.finetuning import TASK_CLASSES, load_examples
     from hfzoo.finetuning.config import from_dict
+    from hfzoo.metrics import load_metric
     from hfzoo.training.compose import majority_class_accuracy
     from hfzoo.training.config import CONFIG_FILE, load_yaml
 
     config = from_dict(load_yaml(run_dir / CONFIG_FILE))
     task = TASK_CLASSES[config.task](config)
     train, validation = load_examples(task, config)
-    return majority_class_accuracy(train, validation)
+    if config.task != "seq2seq":
+        return {"majority_class_accuracy": majority_class_accuracy(train, validation)}
+    copied = load_metric("sacrebleu").compute(
+        predictions=[e.source for e in validation], references=[[e.target] for e in validation]
+    )
+    return {"copy_source_bleu": copied["score"]}
 
 
 def collect(runs_dir: Path) -> dict[str, Any]:
@@ -146,8 +156,8 @@ def collect(runs_dir: Path) -> dict[str, Any]:
             "command": record["command"],
             "commit": record["git"]["commit"],
         }
-        if "majority_class_accuracy" not in entry and not method.startswith("compose-"):  # a fine-tuning config
-            entry["majority_class_accuracy"] = majority_baseline(run_dir)
+        if "baselines" not in entry and not method.startswith("compose-"):  # a fine-tuning config
+            entry["baselines"] = baselines(run_dir)
     machine = json.loads(next(runs_dir.glob(f"*/{RUN_RECORD}")).read_text())["machine"]
     return {"runs_dir": _shown(str(runs_dir)), "machine": machine, "tasks": tasks}
 
@@ -196,9 +206,11 @@ def _rows(entry: dict[str, Any], names: list[str], metric_keys: list[str]) -> li
         rows.append([f"**{name}**" if name == "full" else name, *(f"{m[k]:.4f}" for k in metric_keys),
                      f"{m['trainable_parameters']:,} ({100 * m['trainable_fraction']:.2f}%)", m["steps"],
                      f"{m['epochs']}", f"{m['wall_s']:.0f} s", f"{m['load_average_1min_mean']:.1f}"])  # fmt: skip
-    if entry.get("majority_class_accuracy") is not None:
-        rows.append(["majority class", f"{entry['majority_class_accuracy']:.4f}", *["-"] * (len(metric_keys) - 1),
-                     "0", "-", "-", "-", "-"])  # fmt: skip
+    floors = {"majority_class_accuracy": "majority class", "copy_source_bleu": "copy the source"}
+    for field, label in floors.items():
+        if entry["baselines"].get(field) is not None:
+            rows.append([label, f"{entry['baselines'][field]:.4f}", *["-"] * (len(metric_keys) - 1),
+                         "0", "-", "-", "-", "-"])  # fmt: skip
     return rows
 
 

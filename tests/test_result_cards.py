@@ -44,10 +44,23 @@ def test_grid_compositions_and_card(checkpoints, tmp_path, tiny_run_lengths, mon
     expected = {"full", "lora", "scratch", results.NATIVE, *(f"compose-{c}" for c in results.COMPOSITIONS)}
     assert set(sst2["methods"]) == expected
     assert sst2["methods"][results.NATIVE]["family"] == "encoder"  # BERT's own class, through the same recipe
-    assert 0 < sst2["majority_class_accuracy"] < 1
+    assert 0 < sst2["baselines"]["majority_class_accuracy"] < 1
     text = card.read_text()
     full = sst2["methods"]["full"]
     assert f"| **full** | {full['accuracy']:.4f} |" in text
     assert "pretraining helps" in text or "pretraining does not help" in text
     assert "### Composing the lora adapters of sst2, rte for sst2" in text
     assert text.count("the uniform average of the same adapters:") == len(results.COMPOSITIONS) - 1
+
+
+def test_translation_card_has_the_copy_the_source_floor(checkpoints, tmp_path, tiny_run_lengths, monkeypatch):  # noqa: F811
+    monkeypatch.chdir(REPO)
+    runs = tmp_path / "runs"
+    assert results.run_grid(runs, checkpoints["t5-tiny"], ["multi30k"], ["full"], native=False) == 0
+    card = results.card(runs, tmp_path / "card")
+    multi30k = json.loads((tmp_path / "card" / "results.json").read_text())["tasks"]["multi30k"]
+    assert multi30k["primary"] == "bleu"
+    # Copying English as "German" shares names, numbers and punctuation with the reference: a small, nonzero floor.
+    floor = multi30k["baselines"]["copy_source_bleu"]
+    assert 0 < floor < 10
+    assert f"| copy the source | {floor:.4f} |" in card.read_text()
