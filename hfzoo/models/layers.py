@@ -138,6 +138,12 @@ def build_feed_forward(config) -> nn.Module:
     return MixtureOfExperts(config) if config.num_experts else FeedForward(config)
 
 
+def active_dropout(dropout: nn.Dropout, hidden_states: torch.Tensor) -> torch.Tensor:
+    """`dropout(hidden_states)` where it does something. In training at p=0, `nn.Dropout` still copies its input
+    and keeps a mask for backward (one hidden-size tensor more at the peak); in eval it is a module call for nothing."""
+    return dropout(hidden_states) if dropout.training and dropout.p else hidden_states
+
+
 # ----------------------------------------------------------------------------------------------- positions
 class PositionSignals(NamedTuple):
     """What a position scheme contributes: an embedding added to the input, rotary angles, or an attention bias."""
@@ -300,7 +306,7 @@ class InputEmbeddingsMixin:
         for added in (signals.added, extra_embeds):
             if added is not None:
                 hidden_states = hidden_states + added
-        return self.dropout(self.embedding_norm(hidden_states)), signals
+        return active_dropout(self.dropout, self.embedding_norm(hidden_states)), signals
 
 
 # ----------------------------------------------------------------------------------------------- attention
@@ -444,12 +450,8 @@ class TransformerBlock(GradientCheckpointingLayer):
 
     def _residual(self, hidden_states: torch.Tensor, norm: nn.Module, branch) -> torch.Tensor:
         if self.pre_norm:
-            return hidden_states + self._dropout(branch(norm(hidden_states)))
-        return norm(hidden_states + self._dropout(branch(hidden_states)))
-
-    def _dropout(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        # Called twice or three times per layer and token: skip the module call where it is the identity.
-        return self.dropout(hidden_states) if self.training and self.dropout.p else hidden_states
+            return hidden_states + active_dropout(self.dropout, branch(norm(hidden_states)))
+        return norm(hidden_states + active_dropout(self.dropout, branch(hidden_states)))
 
     def forward(
         self,
