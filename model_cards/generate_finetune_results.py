@@ -45,7 +45,7 @@ TASKS = {
     "squad": ("recipes/configs/finetune/squad.yaml",
               ["--max_length", "256", "--doc_stride", "64", "--max_steps", "120", "--max_eval_samples", "600"]),
     "multi30k": ("recipes/configs/finetune/multi30k.yaml",
-                 ["--max_steps", "400", "--per_device_batch_size", "16", "--num_beams", "1",
+                 ["--max_steps", "1000", "--per_device_batch_size", "16", "--learning_rate", "5e-4", "--num_beams", "1",
                   "--max_eval_samples", "500"]),
 }  # fmt: skip
 METHODS = {
