@@ -26,7 +26,7 @@ The issue's figures are taken with 2 threads; when other work oversubscribes the
 waiting for each other (seen: a 1x32 forward at 0.4 s instead of 0.03 s, ratios anywhere in 0.4-5x), and
 `--threads 1` is what still measures the compute.
 
-    .venv/bin/python benchmarks/bench_adapters.py                 # full run, ~25 minutes on 2 busy cores
+    .venv/bin/python benchmarks/bench_adapters.py                 # full run, 7 minutes on 2 quiet cores (measured)
     .venv/bin/python benchmarks/bench_adapters.py --preset-size tiny --counts 2 --shapes 2x8 --tokens-per-call 16
 """
 

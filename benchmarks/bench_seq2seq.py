@@ -15,7 +15,7 @@ Random init, fp32, dropout 0, two threads, SDPA attention in both. Figures:
 
 Ratios are hfzoo / native for speed and native / hfzoo for memory, so > 1 means hfzoo is better everywhere.
 
-    .venv/bin/python benchmarks/bench_seq2seq.py            # full run, ~10 minutes on 2 quiet cores
+    .venv/bin/python benchmarks/bench_seq2seq.py            # full run, 6 minutes on 2 quiet cores (measured)
     .venv/bin/python benchmarks/bench_seq2seq.py --preset-size tiny --rounds 1 --steps 1   # smoke run
 """
 
