@@ -17,7 +17,14 @@ from transformers.utils import can_return_tuple
 from transformers.utils.output_capturing import capture_outputs
 
 from .configuration_decoder import ZooDecoderConfig
-from .layers import InputEmbeddingsMixin, TransformerBlock, ZooPreTrainedModel, add_router_loss, build_norm
+from .layers import (
+    InputEmbeddingsMixin,
+    TransformerBlock,
+    ZooPreTrainedModel,
+    add_router_loss,
+    build_norm,
+    project_rows,
+)
 
 
 class ZooDecoderPreTrainedModel(ZooPreTrainedModel):
@@ -111,7 +118,7 @@ class ZooDecoderForCausalLM(ZooDecoderPreTrainedModel, GenerationMixin):
         hidden_states = outputs.last_hidden_state
         # Only the positions asked for reach the vocabulary projection (generate asks for the last one).
         keep = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep
-        logits = self.lm_head(hidden_states[:, keep, :])
+        logits = project_rows(self.lm_head, hidden_states[:, keep, :])
         loss = None
         if labels is not None:
             loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs)

@@ -34,6 +34,7 @@ from .layers import (
     ZooPreTrainedModel,
     add_router_loss,
     build_norm,
+    project_rows,
 )
 
 
@@ -352,7 +353,7 @@ class ZooEncoderDecoderForConditionalGeneration(ZooEncoderDecoderPreTrainedModel
             input_ids, attention_mask, decoder_input_ids, decoder_attention_mask, encoder_outputs, past_key_values,
             inputs_embeds, decoder_inputs_embeds, use_cache, **kwargs,
         )
-        logits = self.lm_head(outputs.last_hidden_state)
+        logits = project_rows(self.lm_head, outputs.last_hidden_state)
         loss = None
         if labels is not None:
             loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs)
