@@ -431,6 +431,15 @@ class Attention(nn.Module):
         return self.o_proj(output), weights
 
 
+def cache_argument(past_key_values: Cache | None, kwargs: dict) -> Cache | None:
+    """The cache a caller passed, as `past_key_values` (transformers <= 5.23) or as `cache` (5.24 renamed it, and
+    its `generate` passes `cache=`); taken out of `kwargs` so it does not travel on to the attention functions."""
+    cache = kwargs.pop("cache", None)
+    if cache is not None and past_key_values is not None:
+        raise ValueError("Pass the cache once: as `cache` (transformers >= 5.24) or as `past_key_values`, not both.")
+    return cache if cache is not None else past_key_values
+
+
 # ----------------------------------------------------------------------------------------------- block
 class TransformerBlock(GradientCheckpointingLayer):
     """Self-attention, optional cross-attention, feed-forward; pre- or post-norm residual branches.

@@ -23,6 +23,7 @@ from .layers import (
     ZooPreTrainedModel,
     add_router_loss,
     build_norm,
+    cache_argument,
     project_rows,
 )
 
@@ -57,6 +58,7 @@ class ZooDecoderModel(InputEmbeddingsMixin, ZooDecoderPreTrainedModel):
         use_cache: bool | None = None,
         **kwargs,
     ) -> BaseModelOutputWithPast:
+        past_key_values = cache_argument(past_key_values, kwargs)
         use_cache = use_cache if use_cache is not None else self.config.use_cache
         if self.gradient_checkpointing and self.training:
             use_cache = False
@@ -69,13 +71,8 @@ class ZooDecoderModel(InputEmbeddingsMixin, ZooDecoderPreTrainedModel):
             # without this, learned/sinusoidal positions make a classifier's output depend on the padding.
             position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)[:, past_length:]
         hidden_states, signals = self.embed_inputs(input_ids, inputs_embeds, position_ids, past_length)
-        mask = create_causal_mask(
-            config=self.config,
-            inputs_embeds=hidden_states,
-            attention_mask=attention_mask,
-            past_key_values=past_key_values,
-            position_ids=position_ids,
-        )
+        # The cache positionally: its keyword is `past_key_values` up to transformers 5.23, `cache` from 5.24.
+        mask = create_causal_mask(self.config, hidden_states, attention_mask, past_key_values, position_ids=position_ids)
         for layer in self.layers:
             hidden_states = layer(hidden_states, mask, signals, past_key_values, **kwargs)
         output_cls = MoeModelOutputWithPast if self.config.num_experts else BaseModelOutputWithPast

@@ -34,6 +34,7 @@ from .layers import (
     ZooPreTrainedModel,
     add_router_loss,
     build_norm,
+    cache_argument,
     project_rows,
 )
 
@@ -163,6 +164,7 @@ class ZooSeq2SeqDecoder(Seq2SeqStack):
         use_cache: bool | None = None,
         **kwargs,
     ) -> BaseModelOutputWithPastAndCrossAttentions:
+        past_key_values = cache_argument(past_key_values, kwargs)
         if self.gradient_checkpointing and self.training:
             use_cache = False  # recomputed blocks would write the cache a second time
         elif use_cache is None:
@@ -182,12 +184,8 @@ class ZooSeq2SeqDecoder(Seq2SeqStack):
         past_length = self_attention_cache.get_seq_length() if self_attention_cache is not None else 0
         hidden_states, signals = self.embed_inputs(input_ids, inputs_embeds, None, past_length)
 
-        causal_mask = create_causal_mask(
-            config=self.config,
-            inputs_embeds=hidden_states,
-            attention_mask=attention_mask,
-            past_key_values=self_attention_cache,
-        )
+        # The cache positionally: its keyword is `past_key_values` up to transformers 5.23, `cache` from 5.24.
+        causal_mask = create_causal_mask(self.config, hidden_states, attention_mask, self_attention_cache)
         cross_mask = create_bidirectional_mask(
             config=self.config,
             inputs_embeds=hidden_states,
@@ -255,6 +253,7 @@ class ZooEncoderDecoderModel(ZooEncoderDecoderPreTrainedModel):
         use_cache: bool | None = None,
         **kwargs,
     ) -> Seq2SeqModelOutput:
+        past_key_values = cache_argument(past_key_values, kwargs)  # before kwargs reach the encoder
         if decoder_input_ids is None and decoder_inputs_embeds is None:
             raise ValueError(
                 "Pass decoder_input_ids (or decoder_inputs_embeds); to train on targets, pass them as `labels` to "
