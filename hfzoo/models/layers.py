@@ -433,11 +433,18 @@ class Attention(nn.Module):
 
 def cache_argument(past_key_values: Cache | None, kwargs: dict) -> Cache | None:
     """The cache a caller passed, as `past_key_values` (transformers <= 5.23) or as `cache` (5.24 renamed it, and
-    its `generate` passes `cache=`); taken out of `kwargs` so it does not travel on to the attention functions."""
+    its `generate` passes `cache=`); taken out of `kwargs` so it does not travel on to the attention functions.
+
+    Both arrive when PEFT's prefix tuning (which passes its prefix as `past_key_values`) runs under 5.24's
+    `generate`: at the first step generate's cache is still empty and the prefix is the one to extend; at every
+    later step generate's cache already holds the prefix and the tokens so far, and PEFT's fresh prefix is stale.
+    """
     cache = kwargs.pop("cache", None)
-    if cache is not None and past_key_values is not None:
-        raise ValueError("Pass the cache once: as `cache` (transformers >= 5.24) or as `past_key_values`, not both.")
-    return cache if cache is not None else past_key_values
+    if cache is None:
+        return past_key_values
+    if past_key_values is not None and cache.get_seq_length() == 0:
+        return past_key_values
+    return cache
 
 
 # ----------------------------------------------------------------------------------------------- block
