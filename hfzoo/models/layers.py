@@ -20,6 +20,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
 from transformers.utils.output_capturing import OutputRecorder
 
 from .component_options import GATED_ACTIVATIONS
+from .losses import VOCABULARY_LOSSES
 
 
 # ----------------------------------------------------------------------------------------------- norms
@@ -559,6 +560,13 @@ class ZooPreTrainedModel(PreTrainedModel):
     def post_init(self) -> None:
         super().post_init()
         arrange_weights(self)
+
+    @PreTrainedModel.loss_function.getter
+    def loss_function(self):
+        # Language-model losses run fused (see `losses`); a loss function the user set still wins.
+        if hasattr(self, "_loss_function"):
+            return self._loss_function
+        return VOCABULARY_LOSSES.get(self.loss_type) or super().loss_function
 
     @classmethod
     def from_pretrained(cls, *args, **kwargs):
