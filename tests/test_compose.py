@@ -31,7 +31,7 @@ from transformers import (
 )
 
 import hfzoo
-from hfzoo.adapters import BottleneckConfig, ComposedModel, compose, load_composition
+from hfzoo.adapters import BottleneckConfig, ComposedModel, compose, load_composition, stacked
 from hfzoo.data.default_corpus import load_default_corpus
 
 TASKS = ("email", "asyncio", "logging")  # adapter name = the stdlib module its training text comes from
@@ -255,7 +255,10 @@ def test_sequence_routing_ignores_padding_and_routes_generation_by_the_prompt(se
     assert generated[0, -3] == alone[-1].argmax()
 
 
-def test_hard_routing_at_inference_computes_only_the_chosen_adapter(setup):
+# Token rows are gathered while few and grouped by adapter when many (`stacked.GATHERED_VALUES_LIMIT`): both ways
+@pytest.mark.parametrize("gathered_values_limit", [0, 10**9], ids=["grouped", "gathered"])
+def test_hard_routing_at_inference_computes_only_the_chosen_adapter(setup, monkeypatch, gathered_values_limit):
+    monkeypatch.setattr(stacked, "GATHERED_VALUES_LIMIT", gathered_values_limit)
     composed = compose(causal_base(setup), setup.folders, "hard")
     layer = composed.composed_layers[MIXED]
     torch.nn.init.normal_(layer.combiner.proj.weight, std=1.0, generator=torch.Generator().manual_seed(0))

@@ -191,7 +191,8 @@ class HardRouter(Router):
 
     Training: straight-through Gumbel-softmax over all adapters (hard forward, soft gradient, so every adapter must
     be computed). Inference: only the chosen adapters are computed (`StackedAdapters.select`: weights gathered per
-    sequence, tokens grouped by adapter), so the cost does not grow with the number of adapters. k > 1 mixes the
+    sequence and per token while tokens are few, many tokens grouped by adapter), so the cost does not grow with the
+    number of adapters. k > 1 mixes the
     chosen ones by their renormalised router probabilities.
     """
 
