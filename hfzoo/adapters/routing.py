@@ -192,8 +192,7 @@ class HardRouter(Router):
     Training: straight-through Gumbel-softmax over all adapters (hard forward, soft gradient, so every adapter must
     be computed). Inference: only the chosen adapters are computed (`StackedAdapters.select`: weights gathered per
     sequence and per token while tokens are few, many tokens grouped by adapter), so the cost does not grow with the
-    number of adapters. k > 1 mixes the
-    chosen ones by their renormalised router probabilities.
+    number of adapters. k > 1 mixes the chosen ones by their renormalised router probabilities.
     """
 
     def __init__(self, in_features: int, num_members: int, granularity: str, top_k: int, temperature: float) -> None:
