@@ -11,10 +11,10 @@ from transformers import AutoModelForCausalLM
 from hfzoo.models.layers import FEW_ROWS, arrange_weights, project_rows
 
 
-def test_widening_projections_are_input_major_after_init_and_after_loading(tiny_model, tmp_path):
+def test_widening_projections_are_input_major_for_inference_and_row_major_for_training(tiny_model, tmp_path):
     model = tiny_model("llama-tiny")  # hidden 128: gate_up (704) and qkv (256) widen at least 2x, o and down do not
     model.save_pretrained(tmp_path)
-    for candidate in (model, AutoModelForCausalLM.from_pretrained(tmp_path)):
+    for candidate in (model, AutoModelForCausalLM.from_pretrained(tmp_path)):  # both in eval mode
         gate_up = candidate.model.layers[0].mlp.up_proj.weight
         assert gate_up.shape == (704, 128) and gate_up.stride() == (1, 704)
         assert candidate.model.layers[0].self_attn.qkv_proj.weight.stride() == (1, 256)
@@ -22,13 +22,46 @@ def test_widening_projections_are_input_major_after_init_and_after_loading(tiny_
         assert candidate.model.layers[0].mlp.down_proj.weight.is_contiguous()
         assert candidate.lm_head.weight.is_contiguous()  # the untied head stays row-major (training cost)
         assert all(parameter.data_ptr() % 64 == 0 for parameter in candidate.parameters())
+        candidate.train()
+        assert gate_up.is_contiguous() and candidate.model.layers[0].self_attn.qkv_proj.weight.is_contiguous()
+        assert all(parameter.data_ptr() % 64 == 0 for parameter in candidate.parameters())
+
+
+def test_switching_modes_mid_training_changes_no_value(tiny_model):
+    """An evaluation between optimizer steps moves weights to the inference layout and back; the optimizer keeps
+    its parameters and state, and training ends exactly where it ends without the evaluations."""
+    batch = {"input_ids": torch.randint(0, 512, (2, 16), generator=torch.Generator().manual_seed(0))}
+    batch["labels"] = batch["input_ids"]
+    finals = []
+    for evaluate_between_steps in (False, True):
+        model = tiny_model("llama-tiny", hidden_dropout=0.0, attention_dropout=0.0).train()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        for _ in range(3):
+            model(**batch).loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            if evaluate_between_steps:
+                with torch.no_grad():
+                    model.eval()(**batch)
+                assert model.model.layers[0].mlp.up_proj.weight.stride() == (1, 704)
+                model.train()
+        finals.append(model.eval()(**batch).logits)
+    torch.testing.assert_close(finals[0], finals[1], rtol=0, atol=0)
 
 
 def test_arranging_keeps_values_and_parameter_identity():
-    linear = nn.Linear(8, 32)
+    linear = nn.Linear(8, 32).eval()
     parameter, values = linear.weight, linear.weight.detach().clone()
     arrange_weights(linear)
     assert linear.weight is parameter and torch.equal(linear.weight, values) and linear.weight.stride() == (1, 32)
+    arrange_weights(linear.train())
+    assert linear.weight is parameter and torch.equal(linear.weight, values) and linear.weight.is_contiguous()
+
+    flat = torch.zeros(8 * 32 + 8)
+    shared = nn.Linear(8, 32).eval()
+    shared.weight.data = flat[8:].view(32, 8)  # a view into a larger buffer, as FSDP's flat parameters are
+    arrange_weights(shared)
+    assert shared.weight.data_ptr() == flat[8:].data_ptr(), "a weight that does not own its storage must not move"
 
 
 def test_few_rows_projection_equals_the_module_and_falls_back_where_it_must():
