@@ -11,8 +11,8 @@ from transformers import AutoModelForCausalLM
 from hfzoo.models.layers import FEW_ROWS, arrange_weights, project_rows
 
 
-def test_widening_projections_are_input_major_for_inference_and_row_major_for_training(tiny_model, tmp_path):
-    model = tiny_model("llama-tiny")  # hidden 128: gate_up (704) and qkv (256) widen at least 2x, o and down do not
+def test_projections_keep_their_smaller_dimension_outermost_for_inference_and_larger_for_training(tiny_model, tmp_path):
+    model = tiny_model("llama-tiny")  # hidden 128: gate_up (704) and qkv (256) widen 2x or more, down (352) narrows
     model.save_pretrained(tmp_path)
     for candidate in (model, AutoModelForCausalLM.from_pretrained(tmp_path)):  # both in eval mode
         gate_up = candidate.model.layers[0].mlp.up_proj.weight
@@ -22,8 +22,10 @@ def test_widening_projections_are_input_major_for_inference_and_row_major_for_tr
         assert candidate.model.layers[0].mlp.down_proj.weight.is_contiguous()
         assert candidate.lm_head.weight.is_contiguous()  # the untied head stays row-major (training cost)
         assert all(parameter.data_ptr() % 64 == 0 for parameter in candidate.parameters())
-        candidate.train()
+        candidate.train()  # training: the larger dimension outermost
         assert gate_up.is_contiguous() and candidate.model.layers[0].self_attn.qkv_proj.weight.is_contiguous()
+        assert candidate.model.layers[0].mlp.down_proj.weight.stride() == (1, 128)
+        assert candidate.model.layers[0].self_attn.o_proj.weight.is_contiguous()
         assert all(parameter.data_ptr() % 64 == 0 for parameter in candidate.parameters())
 
 
@@ -56,6 +58,11 @@ def test_arranging_keeps_values_and_parameter_identity():
     assert linear.weight is parameter and torch.equal(linear.weight, values) and linear.weight.stride() == (1, 32)
     arrange_weights(linear.train())
     assert linear.weight is parameter and torch.equal(linear.weight, values) and linear.weight.is_contiguous()
+    narrowing = nn.Linear(32, 8)
+    arrange_weights(narrowing)
+    assert narrowing.weight.stride() == (1, 8)
+    arrange_weights(narrowing.eval())
+    assert narrowing.weight.is_contiguous()
 
     flat = torch.zeros(8 * 32 + 8)
     shared = nn.Linear(8, 32).eval()

@@ -591,16 +591,18 @@ class ZooPreTrainedModel(PreTrainedModel):
 def arrange_weights(model: nn.Module) -> None:
     """Lay the weights out in memory for the products the module's mode runs; shapes, names and files stay as they are.
 
-    - Each widening `nn.Linear` (out >= 2 x in) keeps its weight input-major in eval mode: `[out, in]` to every API,
-      `[in, out]` in RAM. Decoding one token per row, the CPU's matrix-vector product reads such a weight 2-3x faster
-      input-major (2 cores, 12 weights cycled, one row: 384 -> 1536 112 us vs 229 us, 384 -> 2048 136 vs 341,
-      384 -> 1152 60 vs 128), and a narrowing one faster output-major (1536 -> 384: 211 vs 131); 384 -> 640
-      (grouped-query q/k/v) gains little, hence the 2x threshold. llama-small greedy generate, batch 1: +17%; batch
-      8: -2% (the few-rows kernel prefers row-major, see `project_rows`).
-    - In training mode the same weights are row-major: the weight gradient of an input-major weight is an `[in, out]`
-      product, which this CPU computes ~10% slower than the `[out, in]` one (2048 tokens, 384 -> 1536: 14.0 vs
-      12.7 ms). bart-small training steps: 1.2% faster row-major, llama-small and gpt-small 0.3-0.6%. Optimizer
-      state created in training mode has the training layout, and switching back from eval restores it.
+    A projection that changes the width by 2x or more keeps its smaller dimension outermost in RAM in eval mode and
+    its larger dimension outermost in training mode (`[out, in]` to every API either way):
+    - Decoding one token per row, the CPU's matrix-vector product reads a widening weight 2-3x faster input-major
+      (2 cores, 12 weights cycled, one row: 384 -> 1536 112 us vs 229 us, 384 -> 2048 136 vs 341, 384 -> 1152 60 vs
+      128) and a narrowing one faster output-major (1536 -> 384: 131 vs 211); 384 -> 640 (grouped-query q/k/v)
+      gains little, hence the 2x threshold. llama-small greedy generate, batch 1: +17%; batch 8: -2% (the few-rows
+      kernel prefers row-major, see `project_rows`).
+    - Training, the weight gradient is a product shaped like the weight's RAM layout, and this CPU computes it
+      ~10% faster with the larger dimension outermost (2048 tokens: 384 -> 1536 12.7 vs 14.0 ms); a whole linear's
+      forward + backward gains 3-6% (1536 -> 384, 512 tokens: 11.0 vs 11.6 ms). bart-small training steps: 1-2%
+      faster than with eval's layout; llama-small and t5-small within noise. Optimizer state created in training
+      mode has the training layout, and switching back from eval restores it.
     - The output head stays row-major: tied, it is the embedding, whose row lookup needs it so; untied, its
       input-major gradient would cost training more than decoding gains (llama-small: 5% slower steps).
     - Every parameter starts on a 64-byte boundary. A weight read from a safetensors file starts wherever the file
@@ -617,15 +619,18 @@ def arrange_weights(model: nn.Module) -> None:
             type(module) is not nn.Linear
             or module is head
             or not weight.is_floating_point()
-            or module.out_features < 2 * module.in_features
+            or max(module.out_features, module.in_features) < 2 * min(module.out_features, module.in_features)
             or not _owns_storage(weight)
         ):
             continue
-        input_major = weight.stride() == (1, module.out_features)
-        if module.training and input_major:
-            weight.data = weight.data.contiguous()
-        elif not module.training and not input_major:
+        widening = module.out_features > module.in_features
+        # Input-major puts the input dimension outermost: wanted when it is the smaller one in eval, larger in training.
+        wants_input_major = widening != module.training
+        is_input_major = weight.stride() == (1, module.out_features)
+        if wants_input_major and not is_input_major:
             weight.data = weight.data.t().contiguous().t()
+        elif is_input_major and not wants_input_major:
+            weight.data = weight.data.contiguous()
     for parameter in model.parameters():
         if parameter.data_ptr() % 64 and _owns_storage(parameter):
             parameter.data = parameter.data.clone()
