@@ -577,8 +577,11 @@ class ZooPreTrainedModel(PreTrainedModel):
 
     def train(self, mode: bool = True):
         # Training and decoding want different weight layouts (see `arrange_weights`): the layout follows the mode.
+        # Trainer calls `train()` before every step, so a call that changes no module's mode arranges nothing.
+        changes_mode = any(module.training != mode for module in self.modules())
         super().train(mode)
-        arrange_weights(self)
+        if changes_mode:
+            arrange_weights(self)
         return self
 
     def resize_token_embeddings(self, *args, **kwargs) -> nn.Embedding:
