@@ -45,6 +45,7 @@ from common import (  # noqa: E402  (the benchmarks folder is not a package)
     ensure_malloc_setting,
     environment,
     measure_memory,
+    measure_mode_switch,
     measure_speed,
     parameter_count,  # noqa: F401  (imported from here by the other benchmarks)
     print_results,  # noqa: F401  (imported from here by the other benchmarks)
@@ -202,10 +203,11 @@ def main(argv: list[str] | None = None) -> dict:
     models = {name: {variant: build_model(name, variant, args.seed) for variant in VARIANTS} for name in model_names}
     parameters = check_parameters(models)
     rows = measure_speed(
-        models, figures(args), lambda model, figure: workload(model, args, figure, args.steps),
+        model_names, lambda name, variant: build_model(name, variant, args.seed), figures(args),
+        lambda model, figure: workload(model, args, figure, args.steps),
         lambda figure: tokens_per_call(args, figure), args,
     )
-    return report("decoder", args, started, models, parameters, rows + memory_rows)
+    return report("decoder", args, started, models, parameters, rows + memory_rows, measure_mode_switch(models))
 
 
 if __name__ == "__main__":

@@ -41,6 +41,7 @@ from common import (  # noqa: E402
     ensure_malloc_setting,
     environment,
     measure_memory,
+    measure_mode_switch,
     measure_speed,
     report,
     training_workload,
@@ -148,10 +149,11 @@ def main(argv: list[str] | None = None) -> dict:
     models = {model_name: {variant: build_model(model_name, variant, args.seed) for variant in VARIANTS}}
     parameters = check_parameters(models)
     rows = measure_speed(
-        models, list(FIGURES), lambda model, figure: workload(model, args, figure, args.steps),
+        [model_name], lambda name, variant: build_model(name, variant, args.seed), list(FIGURES),
+        lambda model, figure: workload(model, args, figure, args.steps),
         lambda figure: tokens_per_call(args, figure), args,
     )
-    return report("encoder", args, started, models, parameters, rows + memory_rows)
+    return report("encoder", args, started, models, parameters, rows + memory_rows, measure_mode_switch(models))
 
 
 if __name__ == "__main__":

@@ -50,6 +50,7 @@ from common import (  # noqa: E402
     ensure_malloc_setting,
     environment,
     measure_memory,
+    measure_mode_switch,
     measure_speed,
     report,
     training_workload,
@@ -227,10 +228,11 @@ def main(argv: list[str] | None = None) -> dict:
     models = {name: {variant: build_model(name, variant, args.seed) for variant in VARIANTS} for name in model_names}
     parameters = check_parameters(models, native_difference)
     rows = measure_speed(
-        models, figures(args), lambda model, figure: workload(model, args, figure, args.steps),
+        model_names, lambda name, variant: build_model(name, variant, args.seed), figures(args),
+        lambda model, figure: workload(model, args, figure, args.steps),
         lambda figure: tokens_per_call(args, figure), args,
     )
-    return report("seq2seq", args, started, models, parameters, rows + memory_rows)
+    return report("seq2seq", args, started, models, parameters, rows + memory_rows, measure_mode_switch(models))
 
 
 if __name__ == "__main__":

@@ -274,21 +274,25 @@ def training_workload(model: torch.nn.Module, batch: dict[str, torch.Tensor], st
 
 
 def measure_speed(
-    models: dict[str, dict[str, torch.nn.Module]],
+    model_names: list[str],
+    build: Callable[[str, str], torch.nn.Module],
     figures: list[str],
     make_workload: Callable[[torch.nn.Module, str], Callable[[], object]],
     tokens: Callable[[str], int],
     args,
 ) -> list[dict]:
-    """Every (model, figure) is a group of the two variants, timed interleaved; one result row per group."""
-    groups = [
-        Group(
-            name=f"{model_name}/{figure}",
-            variants=[Variant(variant, make_workload(pair[variant], figure), tokens(figure)) for variant in VARIANTS],
-        )
-        for model_name, pair in models.items()
-        for figure in figures
-    ]
+    """Every (model, figure) is a group of the two variants, timed interleaved; one result row per group.
+
+    Each group times its own pair, `build(model_name, variant)` (seeded: the same weights in every group). Sharing
+    one model across figures would put a mode switch inside the timed calls of whichever figure follows one of the
+    other mode, and hfzoo's `train()`/`eval()` rearrange weight layouts: `measure_mode_switch` times that apart.
+    """
+    groups = []
+    for model_name in model_names:
+        for figure in figures:
+            pair = {variant: build(model_name, variant) for variant in VARIANTS}
+            variants = [Variant(variant, make_workload(pair[variant], figure), tokens(figure)) for variant in VARIANTS]
+            groups.append(Group(name=f"{model_name}/{figure}", variants=variants))
     timings = run_interleaved(groups, rounds=args.rounds, warmup=args.warmup)
     rows = []
     for group in groups:
@@ -302,6 +306,28 @@ def measure_speed(
         row["ratio"] = paired_speed_ratio(times["hfzoo"], times["native"])
         rows.append(row)
     return rows
+
+
+def measure_mode_switch(models: dict[str, dict[str, torch.nn.Module]], repeats: int = 5) -> dict:
+    """Milliseconds of `model.eval()` followed by `model.train()`, median (min-max) of `repeats`, per variant.
+
+    What a training loop pays per evaluation on top of the evaluation itself: hfzoo moves its weights between the
+    training and the inference layout (`hfzoo.models.layers.arrange_weights`), a native model only sets flags.
+    """
+    switch = {}
+    for model_name, pair in models.items():
+        switch[model_name] = {}
+        for variant, model in pair.items():
+            model.train()
+            milliseconds = []
+            for _ in range(repeats):
+                start = time.perf_counter()
+                model.eval()
+                model.train()
+                milliseconds.append(1e3 * (time.perf_counter() - start))
+            summary = {"median": statistics.median(milliseconds), "min": min(milliseconds), "max": max(milliseconds)}
+            switch[model_name][variant] = summary
+    return switch
 
 
 def measure_memory(
@@ -423,7 +449,15 @@ def print_results(parameters: dict, rows: list[dict]) -> None:
     print_table(["model", "figure", "hfzoo", "native", "ratio (>1: hfzoo better)", "cpu s/s hfzoo/native"], table)
 
 
-def report(benchmark: str, args, started: dict, models: dict, parameters: dict, rows: list[dict]) -> dict:
+def report(
+    benchmark: str,
+    args,
+    started: dict,
+    models: dict,
+    parameters: dict,
+    rows: list[dict],
+    mode_switch: dict | None = None,
+) -> dict:
     """Print the table and write the JSON, with the load average at the end beside the one at the start."""
     # A load far above the two cores at either end means other work shared the machine: rerun.
     started["load_average_end"] = os.getloadavg()
@@ -437,6 +471,11 @@ def report(benchmark: str, args, started: dict, models: dict, parameters: dict, 
         "results": rows,
     }
     print_results(parameters, rows)
+    if mode_switch:
+        payload["mode_switch_ms"] = mode_switch
+        for model_name, variants in mode_switch.items():
+            costs = ", ".join(f"{variant} {summary['median']:.1f} ms" for variant, summary in variants.items())
+            print(f"{model_name}: eval() + train() {costs}")
     print(f"load average: start {started['load_average']}, end {started['load_average_end']}")
     write_json(args.output, payload)
     print(f"wrote {args.output}")

@@ -58,6 +58,12 @@ def render_result_file(path: Path) -> str:
             f"| {row['model']} | {row['figure']} | {row['unit']} | {_spread(row['hfzoo'])} | "
             f"{reference_key}: {_spread(row[reference_key])} | **{_spread(row['ratio'], 2)}** |"
         )
+    for model_name, variants in data.get("mode_switch_ms", {}).items():
+        costs = ", ".join(f"{variant} {_spread(summary)} ms" for variant, summary in variants.items())
+        lines.append(
+            f"\n{model_name}, `model.eval()` then `model.train()` (each speed figure above times its own pair of "
+            f"models, so no timed call includes one): {costs}."
+        )
     return "\n".join(lines) + "\n"
 
 

@@ -73,6 +73,9 @@ def test_decoder_benchmark_records_how_it_was_measured(decoder_results):
     assert {"date", "cpu", "torch", "transformers", "git", "load_average", "load_average_end"} <= set(environment)
     assert payload["settings"]["rounds"] == 1 and payload["settings"]["preset_size"] == "tiny"
     assert "ratio" in decoder_results["stdout"]
+    for model_name in ("gpt-tiny", "llama-tiny"):
+        switch = payload["mode_switch_ms"][model_name]
+        assert all(0 < switch[variant]["min"] <= switch[variant]["median"] for variant in ("hfzoo", "native"))
 
 
 def test_a_preset_the_native_class_cannot_express_is_refused():
