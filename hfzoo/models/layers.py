@@ -605,7 +605,9 @@ def arrange_weights(model: nn.Module) -> None:
       ~10% faster with the larger dimension outermost (2048 tokens: 384 -> 1536 12.7 vs 14.0 ms); a whole linear's
       forward + backward gains 3-6% (1536 -> 384, 512 tokens: 11.0 vs 11.6 ms). bart-small training steps: 1-2%
       faster than with eval's layout; llama-small and t5-small within noise. Optimizer state created in training
-      mode has the training layout, and switching back from eval restores it.
+      mode has the training layout, and switching back from eval restores it. The price is a copy of the moved
+      weights per switch: `eval()` then `train()` takes 38 ms on bart-small and t5-small (native: under 1 ms),
+      paid once per evaluation of a training run.
     - The output head stays row-major: tied, it is the embedding, whose row lookup needs it so; untied, its
       input-major gradient would cost training more than decoding gains (llama-small: 5% slower steps).
     - Every parameter starts on a 64-byte boundary. A weight read from a safetensors file starts wherever the file
