@@ -568,15 +568,9 @@ class ZooPreTrainedModel(PreTrainedModel):
             return self._loss_function
         return VOCABULARY_LOSSES.get(self.loss_type) or super().loss_function
 
-    @classmethod
-    def from_pretrained(cls, *args, **kwargs):
-        # Loading replaces every parameter with the tensor read from disk, in its on-disk layout.
-        loaded = super().from_pretrained(*args, **kwargs)
-        arrange_weights(loaded[0] if isinstance(loaded, tuple) else loaded)  # output_loading_info=True
-        return loaded
-
     def train(self, mode: bool = True):
         # Training and decoding want different weight layouts (see `arrange_weights`): the layout follows the mode.
+        # This also arranges loaded weights, which arrive in their on-disk layout: `from_pretrained` ends in `eval()`.
         # Trainer calls `train()` before every step, so a call that changes no module's mode arranges nothing.
         changes_mode = any(module.training != mode for module in self.modules())
         super().train(mode)
