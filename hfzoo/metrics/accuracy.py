@@ -1,17 +1,14 @@
 """Accuracy: the fraction of predictions equal to their reference."""
 
-import datasets
 import evaluate
+
+from .metric_info import INT_LABELS, metric_info
 
 
 class Accuracy(evaluate.Metric):
     def _info(self):
-        return evaluate.MetricInfo(
-            description="Fraction of predictions equal to the reference label.",
-            citation="",
-            inputs_description="predictions, references: lists of int labels of equal length.",
-            features=datasets.Features({"predictions": datasets.Value("int64"), "references": datasets.Value("int64")}),
-        )
+        description = "Fraction of predictions equal to the reference label."
+        return metric_info(description, "predictions, references: lists of int labels of equal length.", INT_LABELS)
 
     def _compute(self, predictions, references):
         if not references:

@@ -4,19 +4,18 @@ import datasets
 import evaluate
 import sacrebleu as scb
 
+from .metric_info import metric_info
+
 
 class Sacrebleu(evaluate.Metric):
     def _info(self):
-        return evaluate.MetricInfo(
-            description="sacreBLEU corpus score (13a tokenisation by default).",
-            citation="Post (2018), A Call for Clarity in Reporting BLEU Scores.",
-            inputs_description="predictions: list of strings; references: list of lists of strings (same count each).",
-            features=datasets.Features(
-                {
-                    "predictions": datasets.Value("string"),
-                    "references": datasets.Sequence(datasets.Value("string")),
-                }
+        return metric_info(
+            "sacreBLEU corpus score (13a tokenisation by default).",
+            "predictions: list of strings; references: list of lists of strings (same count each).",
+            datasets.Features(
+                {"predictions": datasets.Value("string"), "references": datasets.Sequence(datasets.Value("string"))}
             ),
+            citation="Post (2018), A Call for Clarity in Reporting BLEU Scores.",
         )
 
     def _compute(self, predictions, references, tokenize="13a", lowercase=False):

@@ -1,18 +1,15 @@
 """F1 score: binary (of `pos_label`), macro (unweighted mean over labels) or micro."""
 
-import datasets
 import evaluate
 import numpy as np
+
+from .metric_info import INT_LABELS, metric_info
 
 
 class F1(evaluate.Metric):
     def _info(self):
-        return evaluate.MetricInfo(
-            description="F1 = 2PR/(P+R); average='binary' (default, pos_label=1), 'macro' or 'micro'.",
-            citation="",
-            inputs_description="predictions, references: lists of int labels; average, pos_label.",
-            features=datasets.Features({"predictions": datasets.Value("int64"), "references": datasets.Value("int64")}),
-        )
+        description = "F1 = 2PR/(P+R); average='binary' (default, pos_label=1), 'macro' or 'micro'."
+        return metric_info(description, "predictions, references: lists of int labels; average, pos_label.", INT_LABELS)
 
     def _compute(self, predictions, references, average="binary", pos_label=1):
         predictions, references = np.asarray(predictions), np.asarray(references)

@@ -6,6 +6,8 @@ An entity counts as correct only if its type, start and end all match.
 import datasets
 import evaluate
 
+from .metric_info import metric_info
+
 
 def entities(tags: list[str]) -> set[tuple[str, int, int]]:
     """(type, start, end) spans; an `I-X` that does not continue an `X` entity starts a new one (conlleval)."""
@@ -23,16 +25,12 @@ def entities(tags: list[str]) -> set[tuple[str, int, int]]:
 
 class Seqeval(evaluate.Metric):
     def _info(self):
-        return evaluate.MetricInfo(
-            description="Entity-level precision, recall, F1 and token accuracy over IOB tag sequences.",
+        tags = datasets.Sequence(datasets.Value("string"))
+        return metric_info(
+            "Entity-level precision, recall, F1 and token accuracy over IOB tag sequences.",
+            "predictions, references: lists of tag-string sequences.",
+            datasets.Features({"predictions": tags, "references": tags}),
             citation="Tjong Kim Sang & De Meulder (2003), CoNLL-2003 shared task.",
-            inputs_description="predictions, references: lists of tag-string sequences.",
-            features=datasets.Features(
-                {
-                    "predictions": datasets.Sequence(datasets.Value("string")),
-                    "references": datasets.Sequence(datasets.Value("string")),
-                }
-            ),
         )
 
     def _compute(self, predictions, references):

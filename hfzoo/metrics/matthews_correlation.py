@@ -1,18 +1,15 @@
 """Matthews correlation coefficient (multi-class form of Gorodkin, 2004), the GLUE metric for CoLA."""
 
-import datasets
 import evaluate
 import numpy as np
+
+from .metric_info import INT_LABELS, metric_info
 
 
 class MatthewsCorrelation(evaluate.Metric):
     def _info(self):
-        return evaluate.MetricInfo(
-            description="Matthews correlation between predicted and reference labels, in [-1, 1].",
-            citation="",
-            inputs_description="predictions, references: lists of int labels.",
-            features=datasets.Features({"predictions": datasets.Value("int64"), "references": datasets.Value("int64")}),
-        )
+        description = "Matthews correlation between predicted and reference labels, in [-1, 1]."
+        return metric_info(description, "predictions, references: lists of int labels.", INT_LABELS)
 
     def _compute(self, predictions, references):
         labels = np.union1d(predictions, references)

@@ -7,6 +7,8 @@ import string
 import datasets
 import evaluate
 
+from .metric_info import metric_info
+
 
 def normalize_answer(text: str) -> str:
     """Lower-case, drop punctuation and the articles a/an/the, collapse whitespace (official v1.1 script)."""
@@ -26,11 +28,10 @@ def token_f1(prediction: str, reference: str) -> float:
 
 class Squad(evaluate.Metric):
     def _info(self):
-        return evaluate.MetricInfo(
-            description="SQuAD v1.1 exact_match and f1 (percentages), best over each question's reference answers.",
-            citation="Rajpurkar et al. (2016), SQuAD: 100,000+ Questions for Machine Comprehension of Text.",
-            inputs_description="predictions: [{'id', 'prediction_text'}]; references: [{'id', 'answers': {'text': [...], 'answer_start': [...]}}].",
-            features=datasets.Features(
+        return metric_info(
+            "SQuAD v1.1 exact_match and f1 (percentages), best over each question's reference answers.",
+            "predictions: [{'id', 'prediction_text'}]; references: [{'id', 'answers': {'text': [...], 'answer_start': [...]}}].",
+            datasets.Features(
                 {
                     "predictions": {"id": datasets.Value("string"), "prediction_text": datasets.Value("string")},
                     "references": {
@@ -41,6 +42,7 @@ class Squad(evaluate.Metric):
                     },
                 }
             ),
+            citation="Rajpurkar et al. (2016), SQuAD: 100,000+ Questions for Machine Comprehension of Text.",
         )
 
     def _compute(self, predictions, references):
