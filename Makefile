@@ -4,8 +4,8 @@ VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 QUICKSTART_ARGS ?=
 PY := $(VENV)/bin/python
-# glibc would hand freed pages back to the OS after every step and re-fault them on the next
-# (15-35% of a CPU training step, see docs/performance.md); keep them mapped instead.
+# glibc would hand freed pages back to the OS after every step and re-fault them on the next, which cost
+# 15-35% of a CPU training step on the 2-core development machine; keep them mapped instead.
 export MALLOC_MMAP_THRESHOLD_ ?= 17179869184
 export MALLOC_TRIM_THRESHOLD_ ?= 17179869184
 export HF_HUB_OFFLINE ?= 1
