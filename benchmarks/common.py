@@ -312,7 +312,7 @@ def measure_mode_switch(models: dict[str, dict[str, torch.nn.Module]], repeats: 
     """Milliseconds of `model.eval()` followed by `model.train()`, median (min-max) of `repeats`, per variant.
 
     What a training loop pays per evaluation on top of the evaluation itself: hfzoo moves its weights between the
-    training and the inference layout (`hfzoo.models.layers.arrange_weights`), a native model only sets flags.
+    training and the inference layout (`hfzoo.models.weight_layout.arrange_weights`), a native model only sets flags.
     """
     switch = {}
     for model_name, pair in models.items():

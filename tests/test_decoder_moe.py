@@ -4,7 +4,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from hfzoo.models.layers import MixtureOfExperts, load_balancing_loss
+from hfzoo.models.layers import MixtureOfExperts
+from hfzoo.models.losses import load_balancing_loss
 
 PRESET = "llama-moe-tiny"
 INPUT_IDS = torch.tensor([[5, 6, 7, 8, 9, 10, 11], [40, 41, 42, 43, 44, 45, 46]])

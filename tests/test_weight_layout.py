@@ -1,4 +1,4 @@
-"""The CPU-speed choices of `hfzoo.models.layers`: weight layouts and the few-rows vocabulary projection.
+"""The CPU-speed choices of `hfzoo.models.weight_layout`: weight layouts and the few-rows vocabulary projection.
 
 Both change how a product is computed, never what it is: these tests pin the values, the layouts, and the cases
 that must fall back to the module's own call.
@@ -8,7 +8,7 @@ import torch
 from torch import nn
 from transformers import AutoModelForCausalLM
 
-from hfzoo.models.layers import FEW_ROWS, arrange_weights, project_rows
+from hfzoo.models.weight_layout import FEW_ROWS, arrange_weights, project_rows
 
 
 def test_projections_keep_their_smaller_dimension_outermost_for_inference_and_larger_for_training(tiny_model, tmp_path):

@@ -1,4 +1,5 @@
-"""Building blocks shared by the decoder, encoder and encoder-decoder families.
+"""Building blocks shared by the decoder, encoder and encoder-decoder families: norms, positions, feed-forward,
+attention, and the transformer block made of them.
 
 Every family builds from these modules, so a component switch (norm, activation, positions, attention
 variant, mixture of experts) is implemented once. The modeling files import this file relatively
@@ -16,11 +17,9 @@ from torch import nn
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache, EncoderDecoderCache
 from transformers.modeling_layers import GradientCheckpointingLayer
-from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
-from transformers.utils.output_capturing import OutputRecorder
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from .component_options import GATED_ACTIVATIONS
-from .losses import VOCABULARY_LOSSES
 
 
 # ----------------------------------------------------------------------------------------------- norms
@@ -43,106 +42,6 @@ def build_norm(config) -> nn.Module:
     if config.norm_type == "rmsnorm":
         return RMSNorm(config.hidden_size, config.norm_eps)
     return nn.LayerNorm(config.hidden_size, eps=config.norm_eps, bias=config.norm_bias)
-
-
-# ----------------------------------------------------------------------------------------------- feed-forward
-# GPT-2's tanh-approximated GELU as PyTorch's single fused kernel: equal to transformers' `gelu_new` (eight
-# element-wise ops) to 2.4e-7, about a fifth of its forward+backward time, and it saves no intermediates.
-FUSED_ACTIVATIONS = {"gelu_new": "gelu_pytorch_tanh"}
-
-
-class FeedForward(nn.Module):
-    """Position-wise MLP; gated variants compute gate and up projections in one fused matmul."""
-
-    def __init__(self, config):
-        super().__init__()
-        self.gated = config.activation in GATED_ACTIVATIONS
-        activation = GATED_ACTIVATIONS.get(config.activation, config.activation)
-        self.act_fn = ACT2FN[FUSED_ACTIVATIONS.get(activation, activation)]
-        width = config.intermediate_size * (2 if self.gated else 1)
-        self.up_proj = nn.Linear(config.hidden_size, width, bias=config.mlp_bias)
-        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=config.mlp_bias)
-
-    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        hidden_states = self.up_proj(hidden_states)
-        if self.gated:
-            gate, up = hidden_states.chunk(2, dim=-1)
-            hidden_states = self.act_fn(gate)
-            # Without autograd (inference, generation) the product reuses the activation's buffer: one
-            # intermediate-size tensor less at the peak.
-            hidden_states = hidden_states * up if hidden_states.requires_grad else hidden_states.mul_(up)
-        else:
-            hidden_states = self.act_fn(hidden_states)
-        return self.down_proj(hidden_states)
-
-
-class MixtureOfExperts(nn.Module):
-    """Top-k routed experts (Switch / GShard). Tokens are grouped per expert, so each expert only sees its tokens.
-
-    Returns the router logits beside the output so the model can add the load-balancing loss.
-    """
-
-    def __init__(self, config):
-        super().__init__()
-        self.top_k = config.num_experts_per_tok
-        self.num_experts = config.num_experts
-        self.router = nn.Linear(config.hidden_size, config.num_experts, bias=False)
-        self.experts = nn.ModuleList(FeedForward(config) for _ in range(config.num_experts))
-
-    def forward(self, hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        shape = hidden_states.shape
-        tokens = hidden_states.reshape(-1, shape[-1])
-        router_logits = self.router(tokens)
-        weights, chosen = torch.topk(router_logits.softmax(dim=-1, dtype=torch.float32), self.top_k, dim=-1)
-        weights = (weights / weights.sum(dim=-1, keepdim=True)).to(tokens.dtype)
-        output = torch.zeros_like(tokens)
-        # One sort groups the (token, slot) pairs by expert; only experts that received tokens run.
-        flat_expert = chosen.reshape(-1)
-        order = torch.argsort(flat_expert, stable=True)
-        counts = torch.bincount(flat_expert, minlength=self.num_experts).tolist()
-        token_of_slot = order // self.top_k
-        start = 0
-        for expert, count in zip(self.experts, counts):
-            if count:
-                slots = order[start : start + count]
-                rows = token_of_slot[start : start + count]
-                contribution = expert(tokens[rows]) * weights.reshape(-1)[slots, None]
-                output.index_add_(0, rows, contribution)
-            start += count
-        return output.reshape(shape), router_logits
-
-
-def load_balancing_loss(router_logits: tuple[torch.Tensor, ...], num_experts: int, top_k: int) -> torch.Tensor:
-    """Switch Transformer auxiliary loss, averaged over layers: num_experts * sum_i f_i * P_i.
-
-    f_i is the fraction of routing slots sent to expert i, P_i the mean router probability; the loss is 1.0 for a
-    perfectly uniform router and grows as routing collapses onto few experts.
-    """
-    logits = torch.cat([layer_logits.float() for layer_logits in router_logits], dim=0)
-    probs = logits.softmax(dim=-1)
-    chosen = torch.topk(probs, top_k, dim=-1).indices
-    fraction = F.one_hot(chosen, num_experts).float().sum(dim=1).mean(dim=0) / top_k
-    return num_experts * (fraction * probs.mean(dim=0)).sum()
-
-
-def add_router_loss(config, loss: torch.Tensor | None, outputs) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-    """Return (loss, aux_loss): the load-balancing loss, weighted, is added to the task loss for MoE models."""
-    if not config.num_experts:
-        return loss, None
-    aux_loss = load_balancing_loss(outputs.router_logits, config.num_experts, config.num_experts_per_tok)
-    if loss is not None:
-        loss = loss + config.router_aux_loss_coef * aux_loss
-    return loss, aux_loss
-
-
-def build_feed_forward(config) -> nn.Module:
-    return MixtureOfExperts(config) if config.num_experts else FeedForward(config)
-
-
-def active_dropout(dropout: nn.Dropout, hidden_states: torch.Tensor) -> torch.Tensor:
-    """`dropout(hidden_states)` only where it does something (training with p > 0): called two or three times per
-    layer and decoding step, the identity module call is Python overhead on generation's hot path."""
-    return dropout(hidden_states) if dropout.training and dropout.p else hidden_states
 
 
 # ----------------------------------------------------------------------------------------------- positions
@@ -267,47 +166,75 @@ class PositionEncoding(nn.Module):
         return PositionSignals()
 
 
-class InputEmbeddingsMixin:
-    """The input side every stack shares: token embedding (optionally scaled), positions, embedding norm, dropout.
+# ----------------------------------------------------------------------------------------------- feed-forward
+# GPT-2's tanh-approximated GELU as PyTorch's single fused kernel: equal to transformers' `gelu_new` (eight
+# element-wise ops) to 2.4e-7, about a fifth of its forward+backward time, and it saves no intermediates.
+FUSED_ACTIVATIONS = {"gelu_new": "gelu_pytorch_tanh"}
 
-    A mixin for the bare models rather than a submodule, so the parameters keep the names transformers looks for
-    (`embed_tokens` for `get_input_embeddings` and the tied-weight keys).
+
+class FeedForward(nn.Module):
+    """Position-wise MLP; gated variants compute gate and up projections in one fused matmul."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.gated = config.activation in GATED_ACTIVATIONS
+        activation = GATED_ACTIVATIONS.get(config.activation, config.activation)
+        self.act_fn = ACT2FN[FUSED_ACTIVATIONS.get(activation, activation)]
+        width = config.intermediate_size * (2 if self.gated else 1)
+        self.up_proj = nn.Linear(config.hidden_size, width, bias=config.mlp_bias)
+        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=config.mlp_bias)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        hidden_states = self.up_proj(hidden_states)
+        if self.gated:
+            gate, up = hidden_states.chunk(2, dim=-1)
+            hidden_states = self.act_fn(gate)
+            # Without autograd (inference, generation) the product reuses the activation's buffer: one
+            # intermediate-size tensor less at the peak.
+            hidden_states = hidden_states * up if hidden_states.requires_grad else hidden_states.mul_(up)
+        else:
+            hidden_states = self.act_fn(hidden_states)
+        return self.down_proj(hidden_states)
+
+
+class MixtureOfExperts(nn.Module):
+    """Top-k routed experts (Switch / GShard). Tokens are grouped per expert, so each expert only sees its tokens.
+
+    Returns the router logits beside the output so the model can add the load-balancing loss.
     """
 
-    def build_input_layers(self, config, bidirectional: bool) -> None:
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.positions = PositionEncoding(config, bidirectional=bidirectional)
-        self.embedding_norm = build_norm(config) if config.embedding_norm else nn.Identity()
-        self.dropout = nn.Dropout(config.hidden_dropout)
-        self.embedding_scale = config.hidden_size**0.5 if config.scale_embeddings else 1.0
+    def __init__(self, config):
+        super().__init__()
+        self.top_k = config.num_experts_per_tok
+        self.num_experts = config.num_experts
+        self.router = nn.Linear(config.hidden_size, config.num_experts, bias=False)
+        self.experts = nn.ModuleList(FeedForward(config) for _ in range(config.num_experts))
 
-    def embed_inputs(
-        self,
-        input_ids: torch.Tensor | None,
-        inputs_embeds: torch.Tensor | None,
-        position_ids: torch.Tensor | None,
-        past_length: int = 0,
-        extra_embeds: torch.Tensor | None = None,
-    ) -> tuple[torch.Tensor, PositionSignals]:
-        """Hidden states entering the first block, and the position signals the blocks need.
+    def forward(self, hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        shape = hidden_states.shape
+        tokens = hidden_states.reshape(-1, shape[-1])
+        router_logits = self.router(tokens)
+        weights, chosen = torch.topk(router_logits.softmax(dim=-1, dtype=torch.float32), self.top_k, dim=-1)
+        weights = (weights / weights.sum(dim=-1, keepdim=True)).to(tokens.dtype)
+        output = torch.zeros_like(tokens)
+        # One sort groups the (token, slot) pairs by expert; only experts that received tokens run.
+        flat_expert = chosen.reshape(-1)
+        order = torch.argsort(flat_expert, stable=True)
+        counts = torch.bincount(flat_expert, minlength=self.num_experts).tolist()
+        token_of_slot = order // self.top_k
+        start = 0
+        for expert, count in zip(self.experts, counts):
+            if count:
+                slots = order[start : start + count]
+                rows = token_of_slot[start : start + count]
+                contribution = expert(tokens[rows]) * weights.reshape(-1)[slots, None]
+                output.index_add_(0, rows, contribution)
+            start += count
+        return output.reshape(shape), router_logits
 
-        `extra_embeds` (BERT's token-type embeddings) is added before the norm, like the position embedding.
-        """
-        if (input_ids is None) == (inputs_embeds is None):
-            raise ValueError("Pass exactly one of input_ids or inputs_embeds.")
-        if inputs_embeds is None:
-            inputs_embeds = self.embed_tokens(input_ids)
-        if self.embedding_scale != 1.0:
-            inputs_embeds = inputs_embeds * self.embedding_scale
-        query_length = inputs_embeds.shape[1]
-        if position_ids is None:
-            position_ids = torch.arange(past_length, past_length + query_length, device=inputs_embeds.device)[None]
-        signals = self.positions(position_ids, query_length, past_length + query_length, inputs_embeds.dtype)
-        hidden_states = inputs_embeds
-        for added in (signals.added, extra_embeds):
-            if added is not None:
-                hidden_states = hidden_states + added
-        return active_dropout(self.dropout, self.embedding_norm(hidden_states)), signals
+
+def build_feed_forward(config) -> nn.Module:
+    return MixtureOfExperts(config) if config.num_experts else FeedForward(config)
 
 
 # ----------------------------------------------------------------------------------------------- attention
@@ -432,23 +359,13 @@ class Attention(nn.Module):
         return self.o_proj(output), weights
 
 
-def cache_argument(past_key_values: Cache | None, kwargs: dict) -> Cache | None:
-    """The cache a caller passed, as `past_key_values` (transformers <= 5.23) or as `cache` (5.24 renamed it, and
-    its `generate` passes `cache=`); taken out of `kwargs` so it does not travel on to the attention functions.
-
-    Both arrive when PEFT's prefix tuning (which passes its prefix as `past_key_values`) runs under 5.24's
-    `generate`: at the first step generate's cache is still empty and the prefix is the one to extend; at every
-    later step generate's cache already holds the prefix and the tokens so far, and PEFT's fresh prefix is stale.
-    """
-    cache = kwargs.pop("cache", None)
-    if cache is None:
-        return past_key_values
-    if past_key_values is not None and cache.get_seq_length() == 0:
-        return past_key_values
-    return cache
-
-
 # ----------------------------------------------------------------------------------------------- block
+def active_dropout(dropout: nn.Dropout, hidden_states: torch.Tensor) -> torch.Tensor:
+    """`dropout(hidden_states)` only where it does something (training with p > 0): called two or three times per
+    layer and decoding step, the identity module call is Python overhead on generation's hot path."""
+    return dropout(hidden_states) if dropout.training and dropout.p else hidden_states
+
+
 class TransformerBlock(GradientCheckpointingLayer):
     """Self-attention, optional cross-attention, feed-forward; pre- or post-norm residual branches.
 
@@ -504,140 +421,3 @@ class TransformerBlock(GradientCheckpointingLayer):
         return output[0] if isinstance(output, tuple) else output
 
 
-FEW_ROWS = range(2, 33)  # row counts for which `project_rows` reorders the product (measured, see there)
-
-
-def project_rows(head: nn.Linear, states: torch.Tensor) -> torch.Tensor:
-    """`head(states)`, computed as `(W @ states.T).T` when 2-32 rows meet the weight on the CPU at inference.
-
-    Why: for a handful of rows this CPU's BLAS computes `states @ W.T` with a kernel that reads a row-major W about
-    half as fast as the one it picks for `W @ states.T`; at 1 row and from ~128 rows the two are equal. Measured on
-    2 cores, weights cycled so none stays cached, 384 -> 16384 vocabulary projection: 8 rows 4.19 ms vs 1.79 ms,
-    2 rows 5.70 vs 0.74, 32 rows 5.08 vs 4.79, 1 row 2.54 vs 2.55. The vocabulary projection is the largest matmul
-    of a decoding step (a quarter of llama-small's batch-8 generate), so this is where batched decoding gains most.
-    A module with hooks (accelerate offloading, PEFT wrapping it) is called as is.
-    """
-    rows = states.numel() // states.shape[-1]
-    weight = head.weight
-    if (
-        rows not in FEW_ROWS
-        or states.device.type != "cpu"
-        or type(head) is not nn.Linear
-        or head._forward_hooks
-        or head._forward_pre_hooks
-        or "forward" in head.__dict__
-        or not weight.is_contiguous()
-        or (torch.is_grad_enabled() and (weight.requires_grad or states.requires_grad))
-    ):
-        return head(states)
-    columns = states.reshape(rows, -1).t()
-    product = torch.mm(weight, columns) if head.bias is None else torch.addmm(head.bias[:, None], weight, columns)
-    return product.t().contiguous().view(*states.shape[:-1], -1)
-
-
-# ----------------------------------------------------------------------------------------------- model base
-class ZooPreTrainedModel(PreTrainedModel):
-    """Capability flags shared by the families' `PreTrainedModel` bases (each adds its `config` annotation).
-
-    Every family stacks `TransformerBlock`s whose attention dispatches through transformers' registry, so the same
-    attention backends, checkpointing, device-map splitting and output recording apply to all of them.
-    """
-
-    base_model_prefix = "model"
-    supports_gradient_checkpointing = True
-    _no_split_modules = ["TransformerBlock"]
-    _supports_sdpa = True
-    _supports_flash_attn = True
-    _supports_flex_attn = True
-    _supports_attention_backend = True
-    _can_compile_fullgraph = False
-    _can_record_outputs = {
-        "hidden_states": TransformerBlock,
-        "attentions": OutputRecorder(Attention, index=1),
-        "router_logits": OutputRecorder(MixtureOfExperts, index=1),
-    }
-
-    def post_init(self) -> None:
-        super().post_init()
-        arrange_weights(self)
-
-    @PreTrainedModel.loss_function.getter
-    def loss_function(self):
-        # Language-model losses run fused (see `losses`); a loss function the user set still wins.
-        if hasattr(self, "_loss_function"):
-            return self._loss_function
-        return VOCABULARY_LOSSES.get(self.loss_type) or super().loss_function
-
-    def train(self, mode: bool = True):
-        # Training and decoding want different weight layouts (see `arrange_weights`): the layout follows the mode.
-        # This also arranges loaded weights, which arrive in their on-disk layout: `from_pretrained` ends in `eval()`.
-        # Trainer calls `train()` before every step, so a call that changes no module's mode arranges nothing.
-        changes_mode = any(module.training != mode for module in self.modules())
-        super().train(mode)
-        if changes_mode:
-            arrange_weights(self)
-        return self
-
-    def resize_token_embeddings(self, *args, **kwargs) -> nn.Embedding:
-        # A resized untied head is a new `nn.Linear`, row-major until arranged like the rest.
-        embeddings = super().resize_token_embeddings(*args, **kwargs)
-        arrange_weights(self)
-        return embeddings
-
-
-def arrange_weights(model: nn.Module) -> None:
-    """Lay the weights out in memory for the products the module's mode runs; shapes, names and files stay as they are.
-
-    A projection that changes the width by 2x or more keeps its smaller dimension outermost in RAM in eval mode and
-    its larger dimension outermost in training mode (`[out, in]` to every API either way):
-    - Decoding one token per row, the CPU's matrix-vector product reads a widening weight 2-3x faster input-major
-      (2 cores, 12 weights cycled, one row: 384 -> 1536 112 us vs 229 us, 384 -> 2048 136 vs 341, 384 -> 1152 60 vs
-      128) and a narrowing one faster output-major (1536 -> 384: 131 vs 211); 384 -> 640 (grouped-query q/k/v)
-      gains little, hence the 2x threshold. llama-small greedy generate, batch 1: +17%; batch 8: -2% (the few-rows
-      kernel prefers row-major, see `project_rows`).
-    - Training, the weight gradient is a product shaped like the weight's RAM layout, and this CPU computes it
-      ~10% faster with the larger dimension outermost (2048 tokens: 384 -> 1536 12.7 vs 14.0 ms); a whole linear's
-      forward + backward gains 3-6% (1536 -> 384, 512 tokens: 11.0 vs 11.6 ms). bart-small training steps: 1-2%
-      faster than with eval's layout; llama-small and t5-small within noise. Optimizer state created in training
-      mode has the training layout, and switching back from eval restores it. The price is a copy of the moved
-      weights per switch: `eval()` then `train()` takes 38 ms on bart-small and t5-small (native: under 1 ms),
-      paid once per evaluation of a training run.
-    - The output head stays row-major: tied, it is the embedding, whose row lookup needs it so; untied, its
-      input-major gradient would cost training more than decoding gains (llama-small: 5% slower steps).
-    - Every parameter starts on a 64-byte boundary. A weight read from a safetensors file starts wherever the file
-      puts it, and BLAS results can differ in the last bit with alignment (a reloaded t5-tiny head gave logits
-      3e-7 off through `project_rows`); aligned, a reloaded model computes exactly what the saved one did.
-
-    `.data` is swapped in place, so optimizers and PEFT keep their references. Only weights that own their whole
-    storage move: views into a flat buffer (FSDP) or partitioned placeholders stay where their owner put them.
-    """
-    head = model.get_output_embeddings() if isinstance(model, PreTrainedModel) else None
-    for module in model.modules():
-        weight = getattr(module, "weight", None)
-        if (
-            type(module) is not nn.Linear
-            or module is head
-            or not weight.is_floating_point()
-            or max(module.out_features, module.in_features) < 2 * min(module.out_features, module.in_features)
-            or not _owns_storage(weight)
-        ):
-            continue
-        widening = module.out_features > module.in_features
-        # Input-major puts the input dimension outermost: wanted when it is the smaller one in eval, larger in training.
-        wants_input_major = widening != module.training
-        is_input_major = weight.stride() == (1, module.out_features)
-        if wants_input_major and not is_input_major:
-            weight.data = weight.data.t().contiguous().t()
-        elif is_input_major and not wants_input_major:
-            weight.data = weight.data.contiguous()
-    for parameter in model.parameters():
-        if parameter.data_ptr() % 64 and _owns_storage(parameter):
-            parameter.data = parameter.data.clone()
-
-
-def _owns_storage(parameter: torch.Tensor) -> bool:
-    """A plain tensor that is its storage's only content (not a view into a flat buffer, not a tensor subclass)."""
-    return (
-        type(parameter.data) is torch.Tensor
-        and parameter.untyped_storage().nbytes() == parameter.numel() * parameter.element_size()
-    )

@@ -1,15 +1,15 @@
-"""Cross-entropy over the vocabulary, fused: the language-model losses of transformers, computed without keeping
-the log-probabilities.
+"""The losses hfzoo models compute themselves: fused vocabulary cross-entropy and the mixture-of-experts
+load-balancing loss.
 
-`F.cross_entropy` keeps a `[tokens, vocab]` log-softmax for backward and allocates two more of that size there (the
-NLL gradient and the log-softmax gradient). The gradient of the mean cross-entropy is `(softmax - one_hot) / n`, so
-backward needs only the logits (which the model returns anyway) and one output tensor. Measured on 8 x 256 tokens,
-vocab 16384, 2 CPU threads: peak tensor memory of two training steps llama-small 741.5 -> 613.6 MiB, gpt-small
-714.5 -> 586.5 MiB; llama-small steps ~1.5% faster (10 paired rounds). Values equal transformers' losses to fp32
-rounding (tested).
+The language-model losses of transformers, computed without keeping the log-probabilities: `F.cross_entropy` keeps
+a `[tokens, vocab]` log-softmax for backward and allocates two more of that size there (the NLL gradient and the
+log-softmax gradient). The gradient of the mean cross-entropy is `(softmax - one_hot) / n`, so backward needs only
+the logits (which the model returns anyway) and one output tensor: a lower training peak and slightly faster steps
+(see benchmarks/README.md). Values equal transformers' losses to fp32 rounding (tested).
 """
 
 import torch
+import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
 CHUNK_BYTES = 1 << 22  # forward log-softmax per slice of rows this large: no full-size temporary
@@ -76,7 +76,7 @@ def causal_lm_loss(
 ) -> torch.Tensor:
     """transformers' `ForCausalLMLoss`, fused: position t predicts label t + 1 (or `shift_labels` t when given)."""
     if shift_labels is None:
-        shift_labels = torch.nn.functional.pad(labels, (0, 1), value=ignore_index)[..., 1:]
+        shift_labels = F.pad(labels, (0, 1), value=ignore_index)[..., 1:]
     return vocabulary_cross_entropy(
         logits.reshape(-1, vocab_size), shift_labels.reshape(-1), num_items_in_batch, ignore_index
     )
@@ -95,3 +95,26 @@ def masked_lm_loss(
 
 
 VOCABULARY_LOSSES = {"ForCausalLM": causal_lm_loss, "ForMaskedLM": masked_lm_loss}
+
+
+def load_balancing_loss(router_logits: tuple[torch.Tensor, ...], num_experts: int, top_k: int) -> torch.Tensor:
+    """Switch Transformer auxiliary loss, averaged over layers: num_experts * sum_i f_i * P_i.
+
+    f_i is the fraction of routing slots sent to expert i, P_i the mean router probability; the loss is 1.0 for a
+    perfectly uniform router and grows as routing collapses onto few experts.
+    """
+    logits = torch.cat([layer_logits.float() for layer_logits in router_logits], dim=0)
+    probs = logits.softmax(dim=-1)
+    chosen = torch.topk(probs, top_k, dim=-1).indices
+    fraction = F.one_hot(chosen, num_experts).float().sum(dim=1).mean(dim=0) / top_k
+    return num_experts * (fraction * probs.mean(dim=0)).sum()
+
+
+def add_router_loss(config, loss: torch.Tensor | None, outputs) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """Return (loss, aux_loss): the load-balancing loss, weighted, is added to the task loss for MoE models."""
+    if not config.num_experts:
+        return loss, None
+    aux_loss = load_balancing_loss(outputs.router_logits, config.num_experts, config.num_experts_per_tok)
+    if loss is not None:
+        loss = loss + config.router_aux_loss_coef * aux_loss
+    return loss, aux_loss

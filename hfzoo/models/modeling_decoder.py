@@ -4,7 +4,6 @@ import torch
 from torch import nn
 from transformers import GenerationMixin
 from transformers.cache_utils import Cache, DynamicCache
-from transformers.masking_utils import create_causal_mask
 from transformers.modeling_outputs import (
     BaseModelOutputWithPast,
     CausalLMOutputWithPast,
@@ -16,16 +15,11 @@ from transformers.modeling_outputs import (
 from transformers.utils import can_return_tuple
 from transformers.utils.output_capturing import capture_outputs
 
+from .compat import cache_argument
 from .configuration_decoder import ZooDecoderConfig
-from .layers import (
-    InputEmbeddingsMixin,
-    TransformerBlock,
-    ZooPreTrainedModel,
-    add_router_loss,
-    build_norm,
-    cache_argument,
-    project_rows,
-)
+from .losses import add_router_loss
+from .modeling_common import TransformerStack, ZooPreTrainedModel
+from .weight_layout import project_rows
 
 
 class ZooDecoderPreTrainedModel(ZooPreTrainedModel):
@@ -33,18 +27,15 @@ class ZooDecoderPreTrainedModel(ZooPreTrainedModel):
     _skip_keys_device_placement = ["past_key_values"]
 
 
-class ZooDecoderModel(InputEmbeddingsMixin, ZooDecoderPreTrainedModel):
+class ZooDecoderModel(TransformerStack, ZooDecoderPreTrainedModel):
     """Token embedding, positions, causal blocks and (for pre-norm) a final norm; returns hidden states."""
+
+    positions_skip_padding = True
 
     def __init__(self, config: ZooDecoderConfig):
         super().__init__(config)
-        self.build_input_layers(config, bidirectional=False)
-        self.layers = nn.ModuleList(
-            TransformerBlock(config, layer_idx, is_causal=True) for layer_idx in range(config.num_hidden_layers)
-        )
-        # Post-norm blocks already end in a norm; pre-norm stacks need one at the top.
-        self.norm = build_norm(config) if config.norm_position == "pre" else nn.Identity()
-        self.gradient_checkpointing = False
+        self.build_inputs(config, is_causal=True)
+        self.build_blocks(config, config.num_hidden_layers)
         self.post_init()
 
     @capture_outputs
@@ -59,24 +50,11 @@ class ZooDecoderModel(InputEmbeddingsMixin, ZooDecoderPreTrainedModel):
         **kwargs,
     ) -> BaseModelOutputWithPast:
         past_key_values = cache_argument(past_key_values, kwargs)
-        use_cache = use_cache if use_cache is not None else self.config.use_cache
-        if self.gradient_checkpointing and self.training:
-            use_cache = False
-        if use_cache and past_key_values is None:
+        if self.resolve_use_cache(use_cache) and past_key_values is None:
             past_key_values = DynamicCache(config=self.config)
-
-        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
-        if position_ids is None and attention_mask is not None and attention_mask.dim() == 2:
-            # Count real tokens only, so a left-padded row gets the positions it has alone (as generate does);
-            # without this, learned/sinusoidal positions make a classifier's output depend on the padding.
-            position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)[:, past_length:]
-        hidden_states, signals = self.embed_inputs(input_ids, inputs_embeds, position_ids, past_length)
-        # The cache positionally: its keyword is `past_key_values` up to transformers 5.23, `cache` from 5.24.
-        mask = create_causal_mask(self.config, hidden_states, attention_mask, past_key_values, position_ids=position_ids)
-        for layer in self.layers:
-            hidden_states = layer(hidden_states, mask, signals, past_key_values, **kwargs)
+        hidden_states = self.run_stack(input_ids, inputs_embeds, attention_mask, position_ids, past_key_values, **kwargs)
         output_cls = MoeModelOutputWithPast if self.config.num_experts else BaseModelOutputWithPast
-        return output_cls(last_hidden_state=self.norm(hidden_states), past_key_values=past_key_values)
+        return output_cls(last_hidden_state=hidden_states, past_key_values=past_key_values)
 
 
 class ZooDecoderForCausalLM(ZooDecoderPreTrainedModel, GenerationMixin):
@@ -101,9 +79,7 @@ class ZooDecoderForCausalLM(ZooDecoderPreTrainedModel, GenerationMixin):
         logits_to_keep: int | torch.Tensor = 0,
         **kwargs,
     ) -> CausalLMOutputWithPast:
-        if self.config.num_experts:
-            kwargs["output_router_logits"] = True
-        outputs = self.model(
+        outputs = self.base_model_outputs(
             input_ids=input_ids,
             attention_mask=attention_mask,
             position_ids=position_ids,
@@ -154,9 +130,7 @@ class ZooDecoderForSequenceClassification(ZooDecoderPreTrainedModel):
         use_cache: bool | None = None,
         **kwargs,
     ) -> SequenceClassifierOutputWithPast:
-        if self.config.num_experts:
-            kwargs["output_router_logits"] = True
-        outputs = self.model(
+        outputs = self.base_model_outputs(
             input_ids=input_ids,
             attention_mask=attention_mask,
             position_ids=position_ids,
@@ -212,9 +186,7 @@ class ZooDecoderForTokenClassification(ZooDecoderPreTrainedModel):
         labels: torch.LongTensor | None = None,
         **kwargs,
     ) -> TokenClassifierOutput:
-        if self.config.num_experts:
-            kwargs["output_router_logits"] = True
-        outputs = self.model(
+        outputs = self.base_model_outputs(
             input_ids=input_ids,
             attention_mask=attention_mask,
             position_ids=position_ids,

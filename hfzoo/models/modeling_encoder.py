@@ -6,7 +6,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers.activations import ACT2FN
-from transformers.masking_utils import create_bidirectional_mask
 from transformers.modeling_outputs import (
     BaseModelOutputWithPooling,
     MaskedLMOutput,
@@ -20,7 +19,9 @@ from transformers.utils.output_capturing import capture_outputs
 
 from .component_options import GATED_ACTIVATIONS
 from .configuration_encoder import ZooEncoderConfig
-from .layers import InputEmbeddingsMixin, TransformerBlock, ZooPreTrainedModel, add_router_loss, build_norm
+from .layers import build_norm
+from .losses import add_router_loss
+from .modeling_common import TransformerStack, ZooPreTrainedModel
 
 
 @dataclass
@@ -55,10 +56,8 @@ class ZooEncoderPreTrainedModel(ZooPreTrainedModel):
         inputs_embeds: torch.Tensor | None,
         **kwargs,
     ) -> ZooEncoderModelOutput:
-        """Run the heads' shared encoder, recording router logits when the feed-forward is a mixture of experts."""
-        if self.config.num_experts:
-            kwargs["output_router_logits"] = True
-        return self.model(
+        """Run the heads' shared encoder."""
+        return self.base_model_outputs(
             input_ids=input_ids,
             attention_mask=attention_mask,
             token_type_ids=token_type_ids,
@@ -79,7 +78,7 @@ class ZooEncoderPooler(nn.Module):
         return torch.tanh(self.dense(hidden_states[:, 0]))
 
 
-class ZooEncoderModel(InputEmbeddingsMixin, ZooEncoderPreTrainedModel):
+class ZooEncoderModel(TransformerStack, ZooEncoderPreTrainedModel):
     """Token (+ token-type) embeddings, positions, bidirectional blocks, a final norm for pre-norm, optional pooler.
 
     `add_pooling_layer` overrides `config.add_pooling_layer`: heads that never read the pooler (masked LM, token
@@ -88,17 +87,12 @@ class ZooEncoderModel(InputEmbeddingsMixin, ZooEncoderPreTrainedModel):
 
     def __init__(self, config: ZooEncoderConfig, add_pooling_layer: bool | None = None):
         super().__init__(config)
-        self.build_input_layers(config, bidirectional=True)
+        self.build_inputs(config, is_causal=False)
         if config.type_vocab_size:
             self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
-        self.layers = nn.ModuleList(
-            TransformerBlock(config, layer_idx, is_causal=False) for layer_idx in range(config.num_hidden_layers)
-        )
-        # Post-norm blocks already end in a norm; pre-norm stacks need one at the top.
-        self.norm = build_norm(config) if config.norm_position == "pre" else nn.Identity()
+        self.build_blocks(config, config.num_hidden_layers)
         add_pooling_layer = config.add_pooling_layer if add_pooling_layer is None else add_pooling_layer
         self.pooler = ZooEncoderPooler(config) if add_pooling_layer else None
-        self.gradient_checkpointing = False
         self.post_init()
 
     def _token_type_embeds(self, token_type_ids: torch.Tensor | None) -> torch.Tensor | None:
@@ -124,19 +118,21 @@ class ZooEncoderModel(InputEmbeddingsMixin, ZooEncoderPreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         **kwargs,
     ) -> ZooEncoderModelOutput:
-        hidden_states, signals = self.embed_inputs(
-            input_ids, inputs_embeds, position_ids, extra_embeds=self._token_type_embeds(token_type_ids)
-        )
         # Every position sees every other, so an encoder is bounded by its training length whatever the position kind.
-        if hidden_states.shape[1] > self.config.max_position_embeddings:
+        tokens = input_ids if input_ids is not None else inputs_embeds
+        if tokens is not None and tokens.shape[1] > self.config.max_position_embeddings:
             raise ValueError(
-                f"Input has {hidden_states.shape[1]} tokens but max_position_embeddings="
+                f"Input has {tokens.shape[1]} tokens but max_position_embeddings="
                 f"{self.config.max_position_embeddings}; truncate it (tokenizer truncation=True, max_length=...)."
             )
-        mask = create_bidirectional_mask(config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask)
-        for layer in self.layers:
-            hidden_states = layer(hidden_states, mask, signals, **kwargs)
-        hidden_states = self.norm(hidden_states)
+        hidden_states = self.run_stack(
+            input_ids,
+            inputs_embeds,
+            attention_mask,
+            position_ids,
+            extra_embeds=self._token_type_embeds(token_type_ids),
+            **kwargs,
+        )
         pooled = self.pooler(hidden_states) if self.pooler is not None else None
         return ZooEncoderModelOutput(last_hidden_state=hidden_states, pooler_output=pooled)
 

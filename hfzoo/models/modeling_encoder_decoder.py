@@ -10,7 +10,6 @@ import torch
 from torch import nn
 from transformers import GenerationMixin
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache
-from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
 from transformers.modeling_outputs import (
     BaseModelOutput,
     BaseModelOutputWithPastAndCrossAttentions,
@@ -25,18 +24,12 @@ from transformers.modeling_outputs import (
 from transformers.utils import ModelOutput, can_return_tuple
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
+from .compat import cache_argument
 from .configuration_encoder_decoder import ZooEncoderDecoderConfig
-from .layers import (
-    Attention,
-    InputEmbeddingsMixin,
-    MixtureOfExperts,
-    TransformerBlock,
-    ZooPreTrainedModel,
-    add_router_loss,
-    build_norm,
-    cache_argument,
-    project_rows,
-)
+from .layers import Attention, MixtureOfExperts, TransformerBlock
+from .losses import add_router_loss
+from .modeling_common import TransformerStack, ZooPreTrainedModel
+from .weight_layout import project_rows
 
 
 def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
@@ -89,7 +82,7 @@ class ZooEncoderDecoderPreTrainedModel(ZooPreTrainedModel):
         return embeddings
 
 
-class Seq2SeqStack(InputEmbeddingsMixin, ZooEncoderDecoderPreTrainedModel):
+class Seq2SeqStack(TransformerStack, ZooEncoderDecoderPreTrainedModel):
     """What both stacks are made of: input embeddings, shared blocks and, for pre-norm, a final norm.
 
     A decoder stack (`is_decoder`) is causal and cross-attends; its depth is the config field `depth_field`.
@@ -100,14 +93,8 @@ class Seq2SeqStack(InputEmbeddingsMixin, ZooEncoderDecoderPreTrainedModel):
 
     def __init__(self, config: ZooEncoderDecoderConfig):
         super().__init__(config)
-        self.build_input_layers(config, bidirectional=not self.is_decoder)
-        self.layers = nn.ModuleList(
-            TransformerBlock(config, layer_idx, is_causal=self.is_decoder, has_cross_attention=self.is_decoder)
-            for layer_idx in range(getattr(config, self.depth_field))
-        )
-        # Post-norm blocks already end in a norm; pre-norm stacks need one at the top.
-        self.norm = build_norm(config) if config.norm_position == "pre" else nn.Identity()
-        self.gradient_checkpointing = False
+        self.build_inputs(config, is_causal=self.is_decoder)
+        self.build_blocks(config, getattr(config, self.depth_field), has_cross_attention=self.is_decoder)
         self.post_init()
 
 
@@ -119,6 +106,7 @@ class ZooSeq2SeqEncoder(Seq2SeqStack):
 
     is_decoder = False
     depth_field = "num_hidden_layers"
+    positions_skip_padding = True  # a padded source row (left or right) gets the positions it has alone
 
     @capture_outputs
     def forward(
@@ -128,16 +116,9 @@ class ZooSeq2SeqEncoder(Seq2SeqStack):
         inputs_embeds: torch.FloatTensor | None = None,
         **kwargs,
     ) -> BaseModelOutput:
-        position_ids = None
-        if attention_mask is not None and attention_mask.dim() == 2:
-            # Count real tokens only: a padded row (left or right) gets the positions it has alone.
-            position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
-        hidden_states, signals = self.embed_inputs(input_ids, inputs_embeds, position_ids)
-        mask = create_bidirectional_mask(config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask)
-        for layer in self.layers:
-            hidden_states = layer(hidden_states, mask, signals, **kwargs)
+        hidden_states = self.run_stack(input_ids, inputs_embeds, attention_mask, **kwargs)
         output_cls = MoEModelOutput if self.config.num_experts else BaseModelOutput
-        return output_cls(last_hidden_state=self.norm(hidden_states))
+        return output_cls(last_hidden_state=hidden_states)
 
 
 class ZooSeq2SeqDecoder(Seq2SeqStack):
@@ -165,11 +146,7 @@ class ZooSeq2SeqDecoder(Seq2SeqStack):
         **kwargs,
     ) -> BaseModelOutputWithPastAndCrossAttentions:
         past_key_values = cache_argument(past_key_values, kwargs)
-        if self.gradient_checkpointing and self.training:
-            use_cache = False  # recomputed blocks would write the cache a second time
-        elif use_cache is None:
-            use_cache = self.config.use_cache
-        if use_cache and past_key_values is None:
+        if self.resolve_use_cache(use_cache) and past_key_values is None:
             # Sized from the decoder's view of the config: one cache layer per decoder block.
             decoder_config = self.config.get_text_config(decoder=True)
             past_key_values = EncoderDecoderCache(
@@ -180,32 +157,19 @@ class ZooSeq2SeqDecoder(Seq2SeqStack):
                 f"The decoder caches self- and cross-attention separately: pass an EncoderDecoderCache, not "
                 f"{type(past_key_values).__name__} (or leave past_key_values unset and let the model create one)."
             )
-        self_attention_cache = past_key_values.self_attention_cache if past_key_values is not None else None
-        past_length = self_attention_cache.get_seq_length() if self_attention_cache is not None else 0
-        hidden_states, signals = self.embed_inputs(input_ids, inputs_embeds, None, past_length)
-
-        # The cache positionally: its keyword is `past_key_values` up to transformers 5.23, `cache` from 5.24.
-        causal_mask = create_causal_mask(self.config, hidden_states, attention_mask, self_attention_cache)
-        cross_mask = create_bidirectional_mask(
-            config=self.config,
-            inputs_embeds=hidden_states,
-            attention_mask=encoder_attention_mask,
+        hidden_states = self.run_stack(
+            input_ids,
+            inputs_embeds,
+            attention_mask,
+            past_key_values=past_key_values,
             encoder_hidden_states=encoder_hidden_states,
+            encoder_attention_mask=encoder_attention_mask,
+            **kwargs,
         )
-        for layer in self.layers:
-            hidden_states = layer(
-                hidden_states,
-                causal_mask,
-                signals,
-                past_key_values,
-                encoder_hidden_states=encoder_hidden_states,
-                encoder_attention_mask=cross_mask,
-                **kwargs,
-            )
         output_cls = BaseModelOutputWithPastAndCrossAttentions
         if self.config.num_experts:
             output_cls = MoEModelOutputWithPastAndCrossAttentions
-        return output_cls(last_hidden_state=self.norm(hidden_states), past_key_values=past_key_values)
+        return output_cls(last_hidden_state=hidden_states, past_key_values=past_key_values)
 
 
 class ZooEncoderDecoderModel(ZooEncoderDecoderPreTrainedModel):

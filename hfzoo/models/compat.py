@@ -1,0 +1,23 @@
+"""What differs between the transformers versions hfzoo runs on, kept in one place.
+
+Imported relatively (`from .compat import ...`), so `save_pretrained` copies it next to the weights; delete an entry
+once the oldest supported transformers no longer needs it.
+"""
+
+from transformers.cache_utils import Cache
+
+
+def cache_argument(past_key_values: Cache | None, kwargs: dict) -> Cache | None:
+    """The cache a caller passed, as `past_key_values` (transformers <= 5.23) or as `cache` (5.24 renamed it, and
+    its `generate` passes `cache=`); taken out of `kwargs` so it does not travel on to the attention functions.
+
+    Both arrive when PEFT's prefix tuning (which passes its prefix as `past_key_values`) runs under 5.24's
+    `generate`: at the first step generate's cache is still empty and the prefix is the one to extend; at every
+    later step generate's cache already holds the prefix and the tokens so far, and PEFT's fresh prefix is stale.
+    """
+    cache = kwargs.pop("cache", None)
+    if cache is None:
+        return past_key_values
+    if past_key_values is not None and cache.get_seq_length() == 0:
+        return past_key_values
+    return cache

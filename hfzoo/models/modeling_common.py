@@ -1,0 +1,166 @@
+"""What the three families' models share: the `PreTrainedModel` base with its capability flags, and the stack.
+
+A stack is the bare model of the decoder and encoder families and each of the encoder-decoder's two halves: token
+embedding, positions, blocks and a final norm, run as embed -> mask -> blocks -> final norm. The families differ
+only in what surrounds that (caches, token types, the pooler, cross-attention inputs), so the loop lives here once.
+"""
+
+import torch
+from torch import nn
+from transformers.cache_utils import Cache, EncoderDecoderCache
+from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
+from transformers.modeling_utils import PreTrainedModel
+from transformers.utils import ModelOutput
+from transformers.utils.output_capturing import OutputRecorder
+
+from .layers import (
+    Attention,
+    MixtureOfExperts,
+    PositionEncoding,
+    PositionSignals,
+    TransformerBlock,
+    active_dropout,
+    build_norm,
+)
+from .losses import VOCABULARY_LOSSES
+from .weight_layout import ModeFollowingLayout
+
+
+class ZooPreTrainedModel(ModeFollowingLayout, PreTrainedModel):
+    """Capability flags shared by the families' `PreTrainedModel` bases (each adds its `config` annotation).
+
+    Every family stacks `TransformerBlock`s whose attention dispatches through transformers' registry, so the same
+    attention backends, checkpointing, device-map splitting and output recording apply to all of them.
+    """
+
+    base_model_prefix = "model"
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["TransformerBlock"]
+    _supports_sdpa = True
+    _supports_flash_attn = True
+    _supports_flex_attn = True
+    _supports_attention_backend = True
+    _can_compile_fullgraph = False
+    _can_record_outputs = {
+        "hidden_states": TransformerBlock,
+        "attentions": OutputRecorder(Attention, index=1),
+        "router_logits": OutputRecorder(MixtureOfExperts, index=1),
+    }
+
+    @PreTrainedModel.loss_function.getter
+    def loss_function(self):
+        # Language-model losses run fused (see `losses`); a loss function the user set still wins.
+        if hasattr(self, "_loss_function"):
+            return self._loss_function
+        return VOCABULARY_LOSSES.get(self.loss_type) or super().loss_function
+
+    def base_model_outputs(self, **inputs) -> ModelOutput:
+        """What a task head reads: the bare model's outputs. A mixture of experts also records its router logits,
+        from which the head adds the load-balancing loss (`losses.add_router_loss`)."""
+        if self.config.num_experts:
+            inputs["output_router_logits"] = True
+        return self.model(**inputs)
+
+
+class TransformerStack:
+    """Mixin for a stack (a bare model, or one half of the encoder-decoder): embeddings, blocks, final norm.
+
+    A mixin rather than a submodule, so the parameters keep the names transformers looks for (`embed_tokens` for
+    `get_input_embeddings` and the tied-weight keys) and the stack stays an instance of its family's base.
+    """
+
+    # Count positions over real tokens only, so a padded row gets the positions it has alone (as generate gives a
+    # left-padded prompt); without this, learned/sinusoidal positions make outputs depend on the padding.
+    positions_skip_padding: bool = False
+
+    def build_inputs(self, config, is_causal: bool) -> None:
+        """Token embedding (optionally scaled), positions, embedding norm and dropout."""
+        self.is_causal = is_causal
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.positions = PositionEncoding(config, bidirectional=not is_causal)
+        self.embedding_norm = build_norm(config) if config.embedding_norm else nn.Identity()
+        self.dropout = nn.Dropout(config.hidden_dropout)
+        self.embedding_scale = config.hidden_size**0.5 if config.scale_embeddings else 1.0
+
+    def build_blocks(self, config, num_layers: int, has_cross_attention: bool = False) -> None:
+        """The blocks and, for pre-norm, the final norm (post-norm blocks already end in one)."""
+        self.layers = nn.ModuleList(
+            TransformerBlock(config, layer_idx, is_causal=self.is_causal, has_cross_attention=has_cross_attention)
+            for layer_idx in range(num_layers)
+        )
+        self.norm = build_norm(config) if config.norm_position == "pre" else nn.Identity()
+        self.gradient_checkpointing = False
+
+    def resolve_use_cache(self, use_cache: bool | None) -> bool:
+        if self.gradient_checkpointing and self.training:
+            return False  # recomputed blocks would write the cache a second time
+        return self.config.use_cache if use_cache is None else use_cache
+
+    def embed_inputs(
+        self,
+        input_ids: torch.Tensor | None,
+        inputs_embeds: torch.Tensor | None,
+        position_ids: torch.Tensor | None,
+        past_length: int = 0,
+        extra_embeds: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, PositionSignals]:
+        """Hidden states entering the first block, and the position signals the blocks need.
+
+        `extra_embeds` (BERT's token-type embeddings) is added before the norm, like the position embedding.
+        """
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("Pass exactly one of input_ids or inputs_embeds.")
+        if inputs_embeds is None:
+            inputs_embeds = self.embed_tokens(input_ids)
+        if self.embedding_scale != 1.0:
+            inputs_embeds = inputs_embeds * self.embedding_scale
+        query_length = inputs_embeds.shape[1]
+        if position_ids is None:
+            position_ids = torch.arange(past_length, past_length + query_length, device=inputs_embeds.device)[None]
+        signals = self.positions(position_ids, query_length, past_length + query_length, inputs_embeds.dtype)
+        hidden_states = inputs_embeds
+        for added in (signals.added, extra_embeds):
+            if added is not None:
+                hidden_states = hidden_states + added
+        return active_dropout(self.dropout, self.embedding_norm(hidden_states)), signals
+
+    def run_stack(
+        self,
+        input_ids: torch.Tensor | None,
+        inputs_embeds: torch.Tensor | None,
+        attention_mask: torch.Tensor | None,
+        position_ids: torch.Tensor | None = None,
+        past_key_values: Cache | None = None,
+        extra_embeds: torch.Tensor | None = None,
+        encoder_hidden_states: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
+        **kwargs,
+    ) -> torch.Tensor:
+        """Embed -> mask -> blocks -> final norm; returns the last hidden state.
+
+        With `encoder_hidden_states` the blocks also cross-attend to them, masked by `encoder_attention_mask`.
+        """
+        self_cache = past_key_values
+        if isinstance(past_key_values, EncoderDecoderCache):
+            self_cache = past_key_values.self_attention_cache
+        past_length = self_cache.get_seq_length() if self_cache is not None else 0
+        if self.positions_skip_padding and position_ids is None and attention_mask is not None:
+            if attention_mask.dim() == 2:
+                position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)[:, past_length:]
+        hidden_states, signals = self.embed_inputs(input_ids, inputs_embeds, position_ids, past_length, extra_embeds)
+        if self.is_causal:
+            # The cache positionally: its keyword is `past_key_values` up to transformers 5.23, `cache` from 5.24.
+            mask = create_causal_mask(self.config, hidden_states, attention_mask, self_cache, position_ids=position_ids)
+        else:
+            mask = create_bidirectional_mask(config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask)
+        if encoder_hidden_states is not None:
+            kwargs["encoder_hidden_states"] = encoder_hidden_states
+            kwargs["encoder_attention_mask"] = create_bidirectional_mask(
+                config=self.config,
+                inputs_embeds=hidden_states,
+                attention_mask=encoder_attention_mask,
+                encoder_hidden_states=encoder_hidden_states,
+            )
+        for layer in self.layers:
+            hidden_states = layer(hidden_states, mask, signals, past_key_values, **kwargs)
+        return self.norm(hidden_states)
