@@ -19,48 +19,27 @@ from transformers import (
     AutoModelForTokenClassification,
 )
 
-from .models.configuration_decoder import ZooDecoderConfig
-from .models.modeling_decoder import (
-    ZooDecoderForCausalLM,
-    ZooDecoderForSequenceClassification,
-    ZooDecoderForTokenClassification,
-    ZooDecoderModel,
-)
-from .models.configuration_encoder import ZooEncoderConfig
-from .models.modeling_encoder import (
-    ZooEncoderForMaskedLM,
-    ZooEncoderForMultipleChoice,
-    ZooEncoderForQuestionAnswering,
-    ZooEncoderForSequenceClassification,
-    ZooEncoderForTokenClassification,
-    ZooEncoderModel,
-)
-from .models.configuration_encoder_decoder import ZooEncoderDecoderConfig
-from .models.modeling_encoder_decoder import (
-    ZooEncoderDecoderForConditionalGeneration,
-    ZooEncoderDecoderForSequenceClassification,
-    ZooEncoderDecoderModel,
-)
+from . import models
 
 AUTO_CLASSES = {
-    ZooDecoderConfig: {
-        AutoModel: ZooDecoderModel,
-        AutoModelForCausalLM: ZooDecoderForCausalLM,
-        AutoModelForSequenceClassification: ZooDecoderForSequenceClassification,
-        AutoModelForTokenClassification: ZooDecoderForTokenClassification,
+    models.ZooDecoderConfig: {
+        AutoModel: models.ZooDecoderModel,
+        AutoModelForCausalLM: models.ZooDecoderForCausalLM,
+        AutoModelForSequenceClassification: models.ZooDecoderForSequenceClassification,
+        AutoModelForTokenClassification: models.ZooDecoderForTokenClassification,
     },
-    ZooEncoderConfig: {
-        AutoModel: ZooEncoderModel,
-        AutoModelForMaskedLM: ZooEncoderForMaskedLM,
-        AutoModelForSequenceClassification: ZooEncoderForSequenceClassification,
-        AutoModelForTokenClassification: ZooEncoderForTokenClassification,
-        AutoModelForQuestionAnswering: ZooEncoderForQuestionAnswering,
-        AutoModelForMultipleChoice: ZooEncoderForMultipleChoice,
+    models.ZooEncoderConfig: {
+        AutoModel: models.ZooEncoderModel,
+        AutoModelForMaskedLM: models.ZooEncoderForMaskedLM,
+        AutoModelForSequenceClassification: models.ZooEncoderForSequenceClassification,
+        AutoModelForTokenClassification: models.ZooEncoderForTokenClassification,
+        AutoModelForQuestionAnswering: models.ZooEncoderForQuestionAnswering,
+        AutoModelForMultipleChoice: models.ZooEncoderForMultipleChoice,
     },
-    ZooEncoderDecoderConfig: {
-        AutoModel: ZooEncoderDecoderModel,
-        AutoModelForSeq2SeqLM: ZooEncoderDecoderForConditionalGeneration,
-        AutoModelForSequenceClassification: ZooEncoderDecoderForSequenceClassification,
+    models.ZooEncoderDecoderConfig: {
+        AutoModel: models.ZooEncoderDecoderModel,
+        AutoModelForSeq2SeqLM: models.ZooEncoderDecoderForConditionalGeneration,
+        AutoModelForSequenceClassification: models.ZooEncoderDecoderForSequenceClassification,
     },
 }
 
@@ -74,7 +53,7 @@ PEFT_DEFAULT_TARGETS = {
 # Per-family replacements of the defaults above: the encoder-decoder also adapts how the decoder reads the source
 # (cross-attention's q_proj and fused kv_proj).
 PEFT_FAMILY_TARGETS = {
-    ZooEncoderDecoderConfig.model_type: {
+    models.ZooEncoderDecoderConfig.model_type: {
         "TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING": ["qkv_proj", "q_proj", "kv_proj"],
         "TRANSFORMERS_MODELS_TO_ADALORA_TARGET_MODULES_MAPPING": ["qkv_proj", "q_proj", "kv_proj"],
         "TRANSFORMERS_MODELS_TO_IA3_TARGET_MODULES_MAPPING": ["qkv_proj", "kv_proj", "down_proj"],

@@ -54,12 +54,12 @@ class ZooPreTrainedModel(ModeFollowingLayout, PreTrainedModel):
             return self._loss_function
         return VOCABULARY_LOSSES.get(self.loss_type) or super().loss_function
 
-    def base_model_outputs(self, **inputs) -> ModelOutput:
+    def base_model_outputs(self, *args, **kwargs) -> ModelOutput:
         """What a task head reads: the bare model's outputs. A mixture of experts also records its router logits,
         from which the head adds the load-balancing loss (`losses.add_router_loss`)."""
         if self.config.num_experts:
-            inputs["output_router_logits"] = True
-        return self.model(**inputs)
+            kwargs["output_router_logits"] = True
+        return self.model(*args, **kwargs)
 
 
 class TransformerStack:

@@ -1,4 +1,10 @@
-"""Decoder-only family: GPT- and Llama-style causal transformers as native transformers models."""
+"""Decoder-only family: GPT- and Llama-style causal transformers as native transformers models.
+
+The classification heads are hfzoo's own rather than transformers' `GenericForSequenceClassification` /
+`GenericForTokenClassification`: those build the base with `AutoModel.from_config`, which fails where a checkpoint
+runs as remote code without hfzoo (the remote config class is registered with no Auto class there), and they would
+drop a mixture of experts' load-balancing loss.
+"""
 
 import torch
 from torch import nn
@@ -79,14 +85,9 @@ class ZooDecoderForCausalLM(ZooDecoderPreTrainedModel, GenerationMixin):
         logits_to_keep: int | torch.Tensor = 0,
         **kwargs,
     ) -> CausalLMOutputWithPast:
+        # Positional, in the order of ZooDecoderModel.forward's parameters.
         outputs = self.base_model_outputs(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            past_key_values=past_key_values,
-            inputs_embeds=inputs_embeds,
-            use_cache=use_cache,
-            **kwargs,
+            input_ids, attention_mask, position_ids, past_key_values, inputs_embeds, use_cache, **kwargs
         )
         hidden_states = outputs.last_hidden_state
         # Only the positions asked for reach the vocabulary projection (generate asks for the last one).
@@ -130,14 +131,9 @@ class ZooDecoderForSequenceClassification(ZooDecoderPreTrainedModel):
         use_cache: bool | None = None,
         **kwargs,
     ) -> SequenceClassifierOutputWithPast:
+        # Positional, in the order of ZooDecoderModel.forward's parameters.
         outputs = self.base_model_outputs(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            past_key_values=past_key_values,
-            inputs_embeds=inputs_embeds,
-            use_cache=use_cache,
-            **kwargs,
+            input_ids, attention_mask, position_ids, past_key_values, inputs_embeds, use_cache, **kwargs
         )
         logits = self.score(outputs.last_hidden_state)
         batch_size = logits.shape[0]
@@ -187,12 +183,7 @@ class ZooDecoderForTokenClassification(ZooDecoderPreTrainedModel):
         **kwargs,
     ) -> TokenClassifierOutput:
         outputs = self.base_model_outputs(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            inputs_embeds=inputs_embeds,
-            use_cache=False,
-            **kwargs,
+            input_ids, attention_mask, position_ids, inputs_embeds=inputs_embeds, use_cache=False, **kwargs
         )
         logits = self.score(self.dropout(outputs.last_hidden_state))
         loss = None

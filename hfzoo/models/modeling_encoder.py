@@ -47,25 +47,6 @@ class ZooMaskedLMOutput(MaskedLMOutput):
 class ZooEncoderPreTrainedModel(ZooPreTrainedModel):
     config: ZooEncoderConfig
 
-    def _encode(
-        self,
-        input_ids: torch.Tensor | None,
-        attention_mask: torch.Tensor | None,
-        token_type_ids: torch.Tensor | None,
-        position_ids: torch.Tensor | None,
-        inputs_embeds: torch.Tensor | None,
-        **kwargs,
-    ) -> ZooEncoderModelOutput:
-        """Run the heads' shared encoder."""
-        return self.base_model_outputs(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            position_ids=position_ids,
-            inputs_embeds=inputs_embeds,
-            **kwargs,
-        )
-
 
 class ZooEncoderPooler(nn.Module):
     """BERT's pooler: dense + tanh on the first ([CLS]) token, the sentence representation its heads classify."""
@@ -142,16 +123,6 @@ def sentence_representation(outputs: ZooEncoderModelOutput) -> torch.Tensor:
     return outputs.pooler_output if outputs.pooler_output is not None else outputs.last_hidden_state[:, 0]
 
 
-def classifier_dropout(config: ZooEncoderConfig) -> nn.Dropout:
-    return nn.Dropout(config.hidden_dropout if config.classifier_dropout is None else config.classifier_dropout)
-
-
-def task_output(output_cls: type[ModelOutput], config: ZooEncoderConfig, loss, outputs, **fields) -> ModelOutput:
-    """How every task head ends: the MoE load-balancing loss joins the task loss; recorded states pass through."""
-    loss, _ = add_router_loss(config, loss, outputs)
-    return output_cls(loss=loss, hidden_states=outputs.hidden_states, attentions=outputs.attentions, **fields)
-
-
 class ZooEncoderLMHead(nn.Module):
     """BERT's masked-LM head: dense + activation + norm, then the vocabulary projection (tied to the embedding)."""
 
@@ -168,27 +139,19 @@ class ZooEncoderLMHead(nn.Module):
         return self.decoder(self.norm(self.act_fn(self.dense(hidden_states))))
 
 
-class ZooEncoderForMaskedLM(ZooEncoderPreTrainedModel):
-    """Masked-LM pretraining (BERT). The masking itself lives in the data collator; the model only takes `labels`.
+class ZooEncoderTaskModel(ZooEncoderPreTrainedModel):
+    """What every encoder head does: encode the inputs, then map the encoding and the targets to the task's output.
 
-    Performance: in training with `labels`, only positions with `labels != -100` (~15% under BERT's masking) go
-    through the head's vocabulary projection, the largest single matmul of MLM training; see `ZooMaskedLMOutput` for
-    the shape of `logits` then. In eval mode or without labels the full logits are computed.
+    A head defines `head` (and, if its inputs need reshaping, `encode`). transformers' generic heads
+    (`GenericForSequenceClassification`, ...) do not fit: they build the encoder with `AutoModel.from_config`, which
+    fails where a checkpoint runs as remote code without hfzoo, they know neither token types nor BERT's pooler,
+    and they would drop a mixture of experts' load-balancing loss.
     """
 
-    _tied_weights_keys = {"lm_head.decoder.weight": "model.embed_tokens.weight"}
-
-    def __init__(self, config: ZooEncoderConfig):
+    def __init__(self, config: ZooEncoderConfig, add_pooling_layer: bool | None = None):
         super().__init__(config)
-        self.model = ZooEncoderModel(config, add_pooling_layer=False)
-        self.lm_head = ZooEncoderLMHead(config)
-        self.post_init()
-
-    def get_output_embeddings(self) -> nn.Linear:
-        return self.lm_head.decoder
-
-    def set_output_embeddings(self, new_embeddings: nn.Linear) -> None:
-        self.lm_head.decoder = new_embeddings
+        self.num_labels = config.num_labels
+        self.model = ZooEncoderModel(config, add_pooling_layer=add_pooling_layer)
 
     @can_return_tuple
     def forward(
@@ -200,8 +163,51 @@ class ZooEncoderForMaskedLM(ZooEncoderPreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
         **kwargs,
-    ) -> ZooMaskedLMOutput:
-        outputs = self._encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs)
+    ) -> ModelOutput:
+        inputs = dict(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+        )
+        return self.head(self.encode(inputs, **kwargs), labels, inputs, **kwargs)
+
+    def encode(self, inputs: dict, **kwargs) -> ZooEncoderModelOutput:
+        return self.base_model_outputs(**inputs, **kwargs)
+
+    def head(self, outputs: ZooEncoderModelOutput, targets, inputs: dict, **kwargs) -> ModelOutput:
+        """The task's output from the encoding; `targets` are the labels, `None` at inference."""
+        raise NotImplementedError
+
+    def task_output(self, output_cls: type[ModelOutput], loss, outputs, **fields) -> ModelOutput:
+        """How a head ends: the MoE load-balancing loss joins the task loss; recorded states pass through."""
+        loss, _ = add_router_loss(self.config, loss, outputs)
+        return output_cls(loss=loss, hidden_states=outputs.hidden_states, attentions=outputs.attentions, **fields)
+
+
+class ZooEncoderForMaskedLM(ZooEncoderTaskModel):
+    """Masked-LM pretraining (BERT). The masking itself lives in the data collator; the model only takes `labels`.
+
+    Performance: in training with `labels`, only positions with `labels != -100` (~15% under BERT's masking) go
+    through the head's vocabulary projection, the largest single matmul of MLM training; see `ZooMaskedLMOutput` for
+    the shape of `logits` then. In eval mode or without labels the full logits are computed.
+    """
+
+    _tied_weights_keys = {"lm_head.decoder.weight": "model.embed_tokens.weight"}
+
+    def __init__(self, config: ZooEncoderConfig):
+        super().__init__(config, add_pooling_layer=False)
+        self.lm_head = ZooEncoderLMHead(config)
+        self.post_init()
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.lm_head.decoder
+
+    def set_output_embeddings(self, new_embeddings: nn.Linear) -> None:
+        self.lm_head.decoder = new_embeddings
+
+    def head(self, outputs: ZooEncoderModelOutput, labels, inputs: dict, **kwargs) -> ZooMaskedLMOutput:
         hidden_states = outputs.last_hidden_state
         if labels is not None and self.training:
             labelled = labels != -100
@@ -219,63 +225,65 @@ class ZooEncoderForMaskedLM(ZooEncoderPreTrainedModel):
         )
 
 
-class ZooEncoderForSequenceClassification(ZooEncoderPreTrainedModel):
+class ZooEncoderClassifier(ZooEncoderTaskModel):
+    """BERT's classification heads: dropout, then one linear layer (`classifier`) with `num_outputs` outputs."""
+
+    def __init__(self, config: ZooEncoderConfig, num_outputs: int, add_pooling_layer: bool | None = None):
+        super().__init__(config, add_pooling_layer=add_pooling_layer)
+        dropout = config.hidden_dropout if config.classifier_dropout is None else config.classifier_dropout
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = nn.Linear(config.hidden_size, num_outputs)
+        self.post_init()
+
+
+class ZooEncoderForSequenceClassification(ZooEncoderClassifier):
     """Classifies the sentence representation (pooled [CLS]); regression, single- or multi-label by `problem_type`."""
 
     def __init__(self, config: ZooEncoderConfig):
-        super().__init__(config)
-        self.num_labels = config.num_labels
-        self.model = ZooEncoderModel(config)
-        self.dropout = classifier_dropout(config)
-        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
-        self.post_init()
+        super().__init__(config, config.num_labels)
 
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        token_type_ids: torch.Tensor | None = None,
-        position_ids: torch.Tensor | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        labels: torch.Tensor | None = None,
-        **kwargs,
-    ) -> SequenceClassifierOutput:
-        outputs = self._encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs)
+    def head(self, outputs: ZooEncoderModelOutput, labels, inputs: dict, **kwargs) -> SequenceClassifierOutput:
         logits = self.classifier(self.dropout(sentence_representation(outputs)))
         loss = None if labels is None else self.loss_function(labels=labels, pooled_logits=logits, config=self.config)
-        return task_output(SequenceClassifierOutput, self.config, loss, outputs, logits=logits)
+        return self.task_output(SequenceClassifierOutput, loss, outputs, logits=logits)
 
 
-class ZooEncoderForTokenClassification(ZooEncoderPreTrainedModel):
+class ZooEncoderForTokenClassification(ZooEncoderClassifier):
     """Tags every token (NER, POS); positions labelled -100 are ignored by the loss."""
 
     def __init__(self, config: ZooEncoderConfig):
-        super().__init__(config)
-        self.num_labels = config.num_labels
-        self.model = ZooEncoderModel(config, add_pooling_layer=False)
-        self.dropout = classifier_dropout(config)
-        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
-        self.post_init()
+        super().__init__(config, config.num_labels, add_pooling_layer=False)
 
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        token_type_ids: torch.Tensor | None = None,
-        position_ids: torch.Tensor | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        labels: torch.Tensor | None = None,
-        **kwargs,
-    ) -> TokenClassifierOutput:
-        outputs = self._encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs)
+    def head(self, outputs: ZooEncoderModelOutput, labels, inputs: dict, **kwargs) -> TokenClassifierOutput:
         logits = self.classifier(self.dropout(outputs.last_hidden_state))
         loss = None if labels is None else self.loss_function(logits, labels, self.config)
-        return task_output(TokenClassifierOutput, self.config, loss, outputs, logits=logits)
+        return self.task_output(TokenClassifierOutput, loss, outputs, logits=logits)
 
 
-class ZooEncoderForQuestionAnswering(ZooEncoderPreTrainedModel):
+class ZooEncoderForMultipleChoice(ZooEncoderClassifier):
+    """Scores each of `num_choices` (prompt, choice) encodings, inputs shaped `[batch, num_choices, seq]` (SWAG).
+
+    Each choice is encoded as its own sequence: the inputs are flattened to `[batch * num_choices, seq]` before
+    encoding. One linear layer scores each sentence representation and a softmax over the choices gives the
+    cross-entropy loss against `labels` (the index of the right choice).
+    """
+
+    def __init__(self, config: ZooEncoderConfig):
+        super().__init__(config, 1)
+
+    def encode(self, inputs: dict, **kwargs) -> ZooEncoderModelOutput:
+        flat = {name: None if tensor is None else tensor.flatten(0, 1) for name, tensor in inputs.items()}
+        return super().encode(flat, **kwargs)
+
+    def head(self, outputs: ZooEncoderModelOutput, labels, inputs: dict, **kwargs) -> MultipleChoiceModelOutput:
+        num_choices = (inputs["input_ids"] if inputs["input_ids"] is not None else inputs["inputs_embeds"]).shape[1]
+        logits = self.classifier(self.dropout(sentence_representation(outputs))).view(-1, num_choices)
+        # transformers has no shared multiple-choice loss; BERT uses plain cross-entropy over the choices.
+        loss = None if labels is None else F.cross_entropy(logits, labels.to(logits.device))
+        return self.task_output(MultipleChoiceModelOutput, loss, outputs, logits=logits)
+
+
+class ZooEncoderForQuestionAnswering(ZooEncoderTaskModel):
     """Extractive QA (SQuAD): start and end logits per token; the loss averages the two cross-entropies.
 
     Targets are `start_positions` / `end_positions` (token indices), the names transformers' QA data preparation and
@@ -283,12 +291,10 @@ class ZooEncoderForQuestionAnswering(ZooEncoderPreTrainedModel):
     """
 
     def __init__(self, config: ZooEncoderConfig):
-        super().__init__(config)
-        self.model = ZooEncoderModel(config, add_pooling_layer=False)
+        super().__init__(config, add_pooling_layer=False)
         self.qa_outputs = nn.Linear(config.hidden_size, 2)
         self.post_init()
 
-    @can_return_tuple
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -300,54 +306,18 @@ class ZooEncoderForQuestionAnswering(ZooEncoderPreTrainedModel):
         end_positions: torch.Tensor | None = None,
         **kwargs,
     ) -> QuestionAnsweringModelOutput:
-        outputs = self._encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs)
+        # Named here so that Trainer and the QA pipeline see them; both travel on as the head's targets.
+        targets = None if start_positions is None or end_positions is None else (start_positions, end_positions)
+        return super().forward(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, targets, **kwargs)
+
+    def head(self, outputs: ZooEncoderModelOutput, targets, inputs: dict, **kwargs) -> QuestionAnsweringModelOutput:
         start_logits, end_logits = (
             logits.contiguous() for logits in self.qa_outputs(outputs.last_hidden_state).unbind(dim=-1)
         )
-        loss = None
-        if start_positions is not None and end_positions is not None:
-            loss = self.loss_function(start_logits, end_logits, start_positions, end_positions)
-        return task_output(
-            QuestionAnsweringModelOutput, self.config, loss, outputs, start_logits=start_logits, end_logits=end_logits
+        loss = None if targets is None else self.loss_function(start_logits, end_logits, *targets)
+        return self.task_output(
+            QuestionAnsweringModelOutput, loss, outputs, start_logits=start_logits, end_logits=end_logits
         )
-
-
-class ZooEncoderForMultipleChoice(ZooEncoderPreTrainedModel):
-    """Scores each of `num_choices` (prompt, choice) encodings, inputs shaped `[batch, num_choices, seq]` (SWAG).
-
-    Each choice is encoded as its own sequence; one linear layer scores its sentence representation and a softmax over
-    the choices gives the cross-entropy loss against `labels` (the index of the right choice).
-    """
-
-    def __init__(self, config: ZooEncoderConfig):
-        super().__init__(config)
-        self.model = ZooEncoderModel(config)
-        self.dropout = classifier_dropout(config)
-        self.classifier = nn.Linear(config.hidden_size, 1)
-        self.post_init()
-
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        token_type_ids: torch.Tensor | None = None,
-        position_ids: torch.Tensor | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        labels: torch.Tensor | None = None,
-        **kwargs,
-    ) -> MultipleChoiceModelOutput:
-        num_choices = (input_ids if input_ids is not None else inputs_embeds).shape[1]
-        # Each choice is its own sequence: [batch, choices, ...] -> [batch * choices, ...].
-        input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds = (
-            None if tensor is None else tensor.flatten(0, 1)
-            for tensor in (input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds)
-        )
-        outputs = self._encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs)
-        logits = self.classifier(self.dropout(sentence_representation(outputs))).view(-1, num_choices)
-        # transformers has no shared multiple-choice loss; BERT uses plain cross-entropy over the choices.
-        loss = None if labels is None else F.cross_entropy(logits, labels.to(logits.device))
-        return task_output(MultipleChoiceModelOutput, self.config, loss, outputs, logits=logits)
 
 
 __all__ = [
