@@ -234,7 +234,7 @@ def build_preset_model(name: str, **overrides):
     return auto_cls.from_config(preset_config(name, **overrides))
 
 
-def count_parameters(name: str) -> int:
+def count_preset_parameters(name: str) -> int:
     """Parameters of preset `name` (with its LM head; tied weights counted once), without allocating them."""
     import torch
 

@@ -22,7 +22,7 @@ from transformers import (
 )
 
 import hfzoo
-from hfzoo.presets import count_parameters
+from hfzoo.presets import count_preset_parameters
 
 ENCODER_PRESETS = ("bert-tiny", "roberta-tiny", "modernbert-tiny")
 HEADS = (
@@ -396,8 +396,8 @@ def parameter_count(model_or_preset) -> int:
 
 @pytest.mark.parametrize("family", ["bert", "roberta", "modernbert"])
 def test_tiny_and_small_encoder_presets_keep_their_budgets(family):
-    assert count_parameters(f"{family}-tiny") < 2_000_000
-    assert 10_000_000 <= count_parameters(f"{family}-small") <= 30_000_000
+    assert count_preset_parameters(f"{family}-tiny") < 2_000_000
+    assert 10_000_000 <= count_preset_parameters(f"{family}-small") <= 30_000_000
 
 
 def test_base_presets_match_the_native_transformers_models():

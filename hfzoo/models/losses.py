@@ -65,23 +65,6 @@ def vocabulary_cross_entropy(
     return VocabularyCrossEntropy.apply(logits, safe_targets, valid.to(torch.float32), divisor.to(torch.float32))
 
 
-def causal_lm_loss(
-    logits: torch.Tensor,
-    labels: torch.Tensor,
-    vocab_size: int,
-    num_items_in_batch: torch.Tensor | int | None = None,
-    ignore_index: int = -100,
-    shift_labels: torch.Tensor | None = None,
-    **kwargs,
-) -> torch.Tensor:
-    """transformers' `ForCausalLMLoss`, fused: position t predicts label t + 1 (or `shift_labels` t when given)."""
-    if shift_labels is None:
-        shift_labels = F.pad(labels, (0, 1), value=ignore_index)[..., 1:]
-    return vocabulary_cross_entropy(
-        logits.reshape(-1, vocab_size), shift_labels.reshape(-1), num_items_in_batch, ignore_index
-    )
-
-
 def masked_lm_loss(
     logits: torch.Tensor,
     labels: torch.Tensor,
@@ -92,6 +75,23 @@ def masked_lm_loss(
 ) -> torch.Tensor:
     """transformers' `ForMaskedLMLoss`, fused: each position predicts its own label."""
     return vocabulary_cross_entropy(logits.reshape(-1, vocab_size), labels.reshape(-1), num_items_in_batch, ignore_index)
+
+
+def causal_lm_loss(
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    vocab_size: int,
+    ignore_index: int = -100,
+    shift_labels: torch.Tensor | None = None,
+    **kwargs,
+) -> torch.Tensor:
+    """transformers' `ForCausalLMLoss`, fused: position t predicts label t + 1 (or `shift_labels` t when given).
+
+    `kwargs` carry `num_items_in_batch` on to `masked_lm_loss`, which scores the shifted labels in place.
+    """
+    if shift_labels is None:
+        shift_labels = F.pad(labels, (0, 1), value=ignore_index)[..., 1:]
+    return masked_lm_loss(logits, shift_labels, vocab_size, ignore_index=ignore_index, **kwargs)
 
 
 VOCABULARY_LOSSES = {"ForCausalLM": causal_lm_loss, "ForMaskedLM": masked_lm_loss}
