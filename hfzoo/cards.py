@@ -17,12 +17,12 @@ from huggingface_hub import EvalResult, ModelCardData
 from transformers import PreTrainedConfig
 
 from .presets import preset_description, preset_family
-from .training.config import CONFIG_FILE
+from .recipe_config import CONFIG_FILE
 from .training.logging import read_log
 
 if TYPE_CHECKING:
-    from .finetuning.config import FinetuneConfig
-    from .training.config import PretrainConfig
+    from .recipes.finetune import FinetuneConfig
+    from .recipes.pretrain import PretrainConfig
     from .training.objectives import Objective
 
 LOSS_CURVE = "loss_curve.png"

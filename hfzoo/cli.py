@@ -4,7 +4,7 @@ import argparse
 import importlib
 import sys
 
-from .presets import PRESETS, count_parameters, list_presets, preset_config, preset_family
+from .presets import PRESETS, count_preset_parameters, list_presets, preset_config, preset_family
 
 
 def presets_table() -> list[dict[str, str]]:
@@ -22,7 +22,7 @@ def presets_table() -> list[dict[str, str]]:
             {
                 "name": name,
                 "family": preset_family(name),
-                "parameters": f"{count_parameters(name) / 1e6:.1f}M",
+                "parameters": f"{count_preset_parameters(name) / 1e6:.1f}M",
                 "layers": layers,
                 "hidden": str(config.hidden_size),
                 "heads": str(config.num_attention_heads),
@@ -56,9 +56,9 @@ def _quickstart(args: argparse.Namespace) -> None:
 
 # Subcommands that run a recipe with all remaining arguments (`hfzoo pretrain --help` lists its keys).
 RECIPES = {
-    "pretrain": ("hfzoo.training.pretrain", "pretrain a preset from scratch (recipes/pretrain.py)"),
-    "finetune": ("hfzoo.training.finetune", "fine-tune any checkpoint, fully or with an adapter (recipes/finetune.py)"),
-    "compose": ("hfzoo.training.compose", "train a router or AdapterFusion over task adapters (recipes/compose.py)"),
+    "pretrain": ("hfzoo.recipes.pretrain", "pretrain a preset from scratch (recipes/pretrain.py)"),
+    "finetune": ("hfzoo.recipes.finetune", "fine-tune any checkpoint, fully or with an adapter (recipes/finetune.py)"),
+    "compose": ("hfzoo.recipes.compose", "train a router or AdapterFusion over task adapters (recipes/compose.py)"),
 }
 
 
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> None:
     commands.add_parser("presets", help="list the model presets").set_defaults(func=_presets)
     quickstart = commands.add_parser("quickstart", help="the end-to-end tour on the embedded default corpus")
     quickstart.add_argument("--output_dir", default="runs/quickstart")
-    quickstart.add_argument("--scale", default="full", choices=["full", "smoke"], help="smoke: a 2-minute wiring check")
+    quickstart.add_argument("--scale", default="full", choices=["full", "smoke"], help="smoke: a few steps per stage, a wiring check")
     quickstart.set_defaults(func=_quickstart)
     args = parser.parse_args(argv)
     args.func(args)

@@ -26,12 +26,14 @@ from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelFo
 
 from .data.default_corpus import load_default_corpus
 from .data.stdlib_tasks import write_task_files
-from .training import compose, finetune, pretrain
+from .recipes import compose, finetune, pretrain
+from .training.task_runs import METRICS_FILE
 
 
 @dataclass(frozen=True)
 class Scale:
-    """Steps per stage: `full` is the tour (< 10 minutes on 2 cores), `smoke` proves the wiring in ~2 minutes."""
+    """Steps per stage: `full` is the tour, long enough for every model to beat its baseline on a laptop CPU;
+    `smoke` runs a few steps per stage, enough to prove the wiring."""
 
     pretrain_steps: int
     finetune_steps: int
@@ -60,10 +62,10 @@ ADAPTERS = (("module", "lora"), ("area", "bottleneck"))  # task, method; both on
 # A router or fusion layer only exists where adapters meet: the LoRA adapter also adapts down_proj, where the
 # (Pfeiffer) bottleneck sits.
 METHOD_OPTIONS = {"lora": ["--method_options.target_modules", "[qkv_proj, down_proj]"], "bottleneck": []}
-# The composition's target task, and the learned compositions trained for it (the first one also trains the
+# The composition's target task, and the learned strategies trained for it (the first one also trains the
 # uniform-average baseline that every learned composition must beat).
 COMPOSITION_TASK = "area"
-COMPOSITIONS = ("fusion", "soft")
+STRATEGIES = ("fusion", "soft")
 
 
 def unigram_perplexity(train_ids: torch.Tensor, validation_ids: torch.Tensor, vocab_size: int) -> float:
@@ -185,7 +187,7 @@ def run_quickstart(output_dir: str | os.PathLike = "runs/quickstart", scale: str
              "--max_steps", str(steps.finetune_steps), "--output_dir",
              str(output_dir / f"adapter-{task}-{method}"), "--seed", str(seed), *limits]
         )  # fmt: skip
-        metrics = json.loads((run_dir / finetune.METRICS_FILE).read_text())
+        metrics = json.loads((run_dir / METRICS_FILE).read_text())
         rows.append(
             {"artefact": f"adapter-{task}-{method}", "what": f"{method} adapter, task '{task}'",
              "parameters": metrics["total_parameters"], "trainable": metrics["trainable_fraction"],
@@ -198,20 +200,20 @@ def run_quickstart(output_dir: str | os.PathLike = "runs/quickstart", scale: str
     files = write_task_files(COMPOSITION_TASK, output_dir / "data" / COMPOSITION_TASK, corpus)
     adapters = ",".join(f"{task}={output_dir / f'adapter-{task}-{method}'}" for task, method in ADAPTERS)
     average = None
-    for composition in COMPOSITIONS:
+    for strategy in STRATEGIES:
         clock = time.perf_counter()
         run_dir = compose.main(
             ["--model", str(encoder_dir), "--task", "sequence-classification", "--train_file", str(files["train"]),
              "--validation_file", str(files["validation"]), "--text_column", "text", "--label_column", "label",
-             "--adapters", adapters, "--composition", composition, "--baseline", str(average is None).lower(),
-             "--max_steps", str(steps.compose_steps), "--output_dir", str(output_dir / f"compose-{composition}"),
+             "--adapters", adapters, "--strategy", strategy, "--baseline", str(average is None).lower(),
+             "--max_steps", str(steps.compose_steps), "--output_dir", str(output_dir / f"compose-{strategy}"),
              "--seed", str(seed), *limits]
         )  # fmt: skip
-        metrics = json.loads((run_dir / finetune.METRICS_FILE).read_text())
-        if average is None:  # the first composition trained the baseline
+        metrics = json.loads((run_dir / METRICS_FILE).read_text())
+        if average is None:  # the first strategy trained the baseline
             average = metrics["baselines"]["average"]["accuracy"]
         rows.append(
-            {"artefact": f"compose-{composition}", "what": f"{composition} over both, task '{COMPOSITION_TASK}'",
+            {"artefact": f"compose-{strategy}", "what": f"{strategy} over both, task '{COMPOSITION_TASK}'",
              "parameters": metrics["total_parameters"], "trainable": metrics["trainable_fraction"],
              "metric": "val accuracy", "value": metrics["accuracy"], "baseline": average,
              "baseline_name": "average", "seconds": time.perf_counter() - clock, "path": str(run_dir)}
@@ -223,7 +225,7 @@ def run_quickstart(output_dir: str | os.PathLike = "runs/quickstart", scale: str
         AutoTokenizer.from_pretrained(output_dir / artefact)
     for task, method in ADAPTERS:  # the base model recorded in the adapter, the head's shape, the adapter and head
         adapter_dir = output_dir / f"adapter-{task}-{method}"
-        head = json.loads((adapter_dir / finetune.METRICS_FILE).read_text())["model_kwargs"]
+        head = json.loads((adapter_dir / METRICS_FILE).read_text())["model_kwargs"]
         head["id2label"] = {int(index): label for index, label in head["id2label"].items()}
         AutoPeftModelForSequenceClassification.from_pretrained(adapter_dir, **head)
     decoder_dir = output_dir / "gpt-tiny-clm"

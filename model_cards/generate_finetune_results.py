@@ -97,7 +97,7 @@ def run_compositions(runs_dir: Path, base: Path, sources: list[str], targets: li
     adapters = ",".join(f"{task}={_shown(str(runs_dir / f'{task}-{kind}'))}" for task in sources)
     return sum(
         run_once(runs_dir / f"{target}-compose-{composition}", COMPOSE_RECIPE, target, base,
-                 ["--method", "full", "--adapters", adapters, "--composition", composition, "--baseline", "false"])
+                 ["--adapters", adapters, "--strategy", composition, "--baseline", "false"])
         for target in targets for composition in COMPOSITIONS
     )  # fmt: skip
 
@@ -121,13 +121,13 @@ def run_once(run_dir: Path, recipe: str, task: str, model: Path, extra_args: lis
 def baselines(run_dir: Path) -> dict[str, float | None]:
     """The floors a fine-tuned model must clear, on the run's own validation examples: the most frequent training
     label's accuracy (classification), and for translation the BLEU of copying the source sentence unchanged."""
-    from hfzoo.finetuning import TASK_CLASSES, load_examples
-    from hfzoo.finetuning.config import from_dict
     from hfzoo.metrics import load_metric
-    from hfzoo.training.compose import majority_class_accuracy
-    from hfzoo.training.config import CONFIG_FILE, load_yaml
+    from hfzoo.recipe_config import CONFIG_FILE, from_dict, load_yaml
+    from hfzoo.recipes.compose import majority_class_accuracy
+    from hfzoo.recipes.finetune import FinetuneConfig
+    from hfzoo.tasks import TASK_CLASSES, load_examples
 
-    config = from_dict(load_yaml(run_dir / CONFIG_FILE))
+    config = from_dict(FinetuneConfig, load_yaml(run_dir / CONFIG_FILE))
     task = TASK_CLASSES[config.task](config)
     train, validation = load_examples(task, config)
     if config.task != "seq2seq":

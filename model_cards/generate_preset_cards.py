@@ -11,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from hfzoo.presets import FAMILY_LM_AUTO_CLASS, PRESETS, count_parameters, list_presets, preset_config
+from hfzoo.presets import FAMILY_LM_AUTO_CLASS, PRESETS, count_preset_parameters, list_presets, preset_config
 
 OUT = Path(__file__).resolve().parent / "presets"
 
@@ -41,7 +41,7 @@ def render_card(name: str) -> str:
             f"{description}. A preset of hfzoo's **{family.replace('_', '-')}** family "
             f"(`{type(config).__name__}`, model_type `{config.model_type}`).",
             "",
-            f"**Parameters:** {count_parameters(name):,} (with the {auto_class} head; tied weights counted once).",
+            f"**Parameters:** {count_preset_parameters(name):,} (with the {auto_class} head; tied weights counted once).",
             "",
             "## Architecture",
             "",

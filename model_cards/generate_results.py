@@ -139,7 +139,7 @@ def _shown(path: str) -> str:
 
 def record(run_dir: Path, recipe_args: list[str]) -> int:
     """Run recipes/pretrain.py with `recipe_args` into `run_dir`, recording command, machine and load; its exit code."""
-    from hfzoo.training.config import parse_args
+    from hfzoo.recipes.pretrain import parse_args
 
     recipe_args = [*recipe_args, "--output_dir", _shown(str(run_dir))]
     config = parse_args(recipe_args)  # the recipe's own parser: a bad key fails here, before anything runs
@@ -213,11 +213,12 @@ def unigram_baseline(run_dir: Path) -> dict[str, Any]:
     from hfzoo.data.corpus import load_corpus
     from hfzoo.data.packing import pack
     from hfzoo.quickstart import unigram_perplexity
-    from hfzoo.training.config import from_dict, load_yaml
+    from hfzoo.recipe_config import from_dict, load_yaml
+    from hfzoo.recipes.pretrain import PretrainConfig
     from hfzoo.training.logging import read_log
     from hfzoo.training.objectives import get_objective
 
-    config = from_dict(load_yaml(run_dir / "training_config.yaml"))
+    config = from_dict(PretrainConfig, load_yaml(run_dir / "training_config.yaml"))
     objective = get_objective(config.objective, config.preset)
     tokenizer = AutoTokenizer.from_pretrained(config.tokenizer or run_dir)
     corpus = load_corpus(config.dataset, data_files=config.data_files, text_column=config.text_column, seed=config.seed)

@@ -1,6 +1,6 @@
 """Fine-tune a pretrained model on a labelled task: `python recipes/finetune.py --config recipes/configs/finetune/sst2.yaml`.
 
-The recipe, step by step, is `hfzoo.training.finetune.finetune` (hfzoo/training/finetune.py): config -> examples
+The recipe, step by step, is `hfzoo.recipes.finetune.finetune` (hfzoo/recipes/finetune.py): config -> examples
 (checked row by row) -> tokenizer -> model with the task's head, full or with a PEFT adapter -> features laid out
 for the model's family -> AdamW + warmup/cosine -> Accelerator -> loop -> validation metrics -> `metrics.json`,
 `predictions.jsonl`, the model or adapter and a model card in `output_dir`. It lives in the package so that
@@ -15,7 +15,7 @@ Any config key can be overridden on the command line (`--key value`, `--method_o
 all with their defaults.
 """
 
-from hfzoo.training.finetune import main
+from hfzoo.recipes.finetune import main
 
 if __name__ == "__main__":
     main()

@@ -1,6 +1,6 @@
 """Pretrain an hfzoo preset from scratch: `python recipes/pretrain.py --config recipes/configs/gpt-small-clm.yaml`.
 
-The recipe, step by step, is `hfzoo.training.pretrain.pretrain` (hfzoo/training/pretrain.py): config ->
+The recipe, step by step, is `hfzoo.recipes.pretrain.pretrain` (hfzoo/recipes/pretrain.py): config ->
 corpus -> tokenizer -> collator -> model -> AdamW + warmup/cosine -> Accelerator -> loop (eval and
 atomic checkpoints every N steps) -> model + tokenizer + model card in `output_dir`. It lives in the
 package so that `hfzoo pretrain` runs the very same code; this file is the script you launch:
@@ -16,7 +16,7 @@ Any config key can be overridden on the command line (`--key value`, `--model.hi
 `--help` lists them all with their defaults.
 """
 
-from hfzoo.training.pretrain import main
+from hfzoo.recipes.pretrain import main
 
 if __name__ == "__main__":
     main()

@@ -1,4 +1,4 @@
-"""The composition recipe end to end, as users run it (`hfzoo.training.compose.main`, what `hfzoo compose` calls).
+"""The composition recipe end to end, as users run it (`hfzoo.recipes.compose.main`, what `hfzoo compose` calls).
 
 Two real task adapters are trained here with the fine-tuning recipe on a tiny bert-tiny checkpoint (wordpiece
 tokenizer trained on the task's own docstrings): LoRA on the stdlib `module` task (on qkv_proj and down_proj) and a
@@ -25,8 +25,8 @@ from hfzoo.adapters import compose, load_composition
 from hfzoo.cli import main as hfzoo_main
 from hfzoo.data.stdlib_tasks import write_task_files
 from hfzoo.data.tokenizer_training import train_tokenizer
-from hfzoo.training import compose as recipe
-from hfzoo.training import finetune
+from hfzoo.recipes import compose as recipe
+from hfzoo.recipes import finetune
 
 REPO = Path(__file__).resolve().parents[1]
 FUSION_CONFIG = REPO / "recipes" / "configs" / "compose" / "stdlib-area-fusion.yaml"
@@ -103,13 +103,13 @@ def reloaded_predictions(setup: dict[str, Path], output_dir: Path, metrics: dict
                 for t in texts]  # fmt: skip
 
 
-def assert_only_trainable_parts_changed(setup: dict[str, Path], output_dir: Path, metrics: dict, method: str) -> dict:
+def assert_only_trainable_parts_changed(setup: dict[str, Path], output_dir: Path, metrics: dict, strategy: str) -> dict:
     """Against the same adapters freshly composed on the base checkpoint: the base and every adapter weight are
     identical, and only router/fusion and head tensors may differ; the saved weights are exactly the trainable ones.
     Returns {key: (trained, fresh)} of the composition's own tensors."""
     trained = load_composition(fresh_base(setup, metrics), output_dir / "composition").state_dict()
-    options = {"granularity": "sequence"} if method == "soft" else {}
-    fresh = compose(fresh_base(setup, metrics), {"module": setup["module"], "area": setup["area"]}, method,
+    options = {"granularity": "sequence"} if strategy == "soft" else {}
+    fresh = compose(fresh_base(setup, metrics), {"module": setup["module"], "area": setup["area"]}, strategy,
                     trainable_modules=HEADS, **options).state_dict()  # fmt: skip
     assert trained.keys() == fresh.keys()
     head = ("base_model.classifier.", "base_model.model.pooler.")
@@ -128,13 +128,13 @@ def test_fusion_beside_its_average_baseline_trains_only_fusion_and_head_and_relo
     run_recipe(recipe.main, "--config", FUSION_CONFIG, *compose_args(setup, out))
     metrics, predictions = read_run(out)
     assert {"accuracy", "f1", "trainable_parameters", "trainable_fraction"} <= metrics.keys()
-    assert metrics["composition"]["method"] == "fusion" and metrics["composition"]["learned_modules"] == 4
+    assert metrics["composition"]["strategy"] == "fusion" and metrics["composition"]["learned_modules"] == 4
     assert metrics["accuracy"] == sum(p["prediction"] == p["label"] for p in predictions) / len(predictions)
     assert metrics["reload_check"] == {"parameters_equal": True, "predictions_equal": True}
 
     # The baseline: the uniform average of the same adapters, only the head trained, same data and steps.
     baseline, _ = read_run(out / "average-baseline")
-    assert baseline["composition"]["method"] == "average" and baseline["steps"] == metrics["steps"] == 6
+    assert baseline["composition"]["strategy"] == "average" and baseline["steps"] == metrics["steps"] == 6
     assert metrics["baselines"]["average"]["accuracy"] == baseline["accuracy"]
     head = AutoModelForSequenceClassification.from_pretrained(setup["base"], num_labels=6)
     head_size = sum(p.numel() for name in HEADS for p in head.get_submodule(name).parameters())
@@ -158,7 +158,7 @@ def test_fusion_beside_its_average_baseline_trains_only_fusion_and_head_and_relo
 
 def test_soft_router_without_baseline(setup, tmp_path):
     out = tmp_path / "soft"
-    run_recipe(recipe.main, *compose_args(setup, out, "--composition", "soft", "--composition_options",
+    run_recipe(recipe.main, *compose_args(setup, out, "--strategy", "soft", "--strategy_options",
                                           "{granularity: sequence}", "--baseline", "false"))  # fmt: skip
     metrics, predictions = read_run(out)
     assert not (out / "average-baseline").exists() and "average" not in metrics["baselines"]
@@ -173,7 +173,7 @@ def test_soft_router_without_baseline(setup, tmp_path):
 
 def test_average_trains_the_head_alone(setup, tmp_path):
     out = tmp_path / "average"
-    run_recipe(hfzoo_main, "compose", *compose_args(setup, out, "--composition", "average"))
+    run_recipe(hfzoo_main, "compose", *compose_args(setup, out, "--strategy", "average"))
     metrics, _ = read_run(out)
     assert metrics["method"] == "average-composition" and metrics["composition"]["learned_modules"] == 0
     assert set(metrics["baselines"]) == {"majority_class"} and not (out / "average-baseline").exists()
@@ -202,10 +202,10 @@ def test_an_adapter_for_another_base_shape_is_named(setup, tmp_path):
     args = compose_args(setup, tmp_path / "out", "--adapters", f"area={setup['area']},narrow={tmp_path / 'narrow'}")
     message = r"adapter 'narrow' does not fit the base model at model\.layers\.0\.mlp\.down_proj: expected lora_A"
     with pytest.raises(ValueError, match=message + r" of shape \[4, 512\], found \[4, 256\]"):
-        run_recipe(recipe.main, *args, "--composition", "average")
+        run_recipe(recipe.main, *args, "--strategy", "average")
 
 
-def test_learned_methods_refuse_adapters_that_never_meet(setup, tmp_path):
+def test_learned_strategies_refuse_adapters_that_never_meet(setup, tmp_path):
     config = hfzoo.preset_config("bert-tiny", vocab_size=1000, num_labels=6)
     model = get_peft_model(AutoModelForSequenceClassification.from_config(config),
                            LoraConfig(r=4, target_modules=["qkv_proj"], task_type="SEQ_CLS"))  # fmt: skip
@@ -213,14 +213,14 @@ def test_learned_methods_refuse_adapters_that_never_meet(setup, tmp_path):
     adapters = f"area={setup['area']},attention={tmp_path / 'attention'}"
     args = compose_args(setup, tmp_path / "out", "--adapters", adapters)
     with pytest.raises(SystemExit, match="no module carries more than one of them.*nothing to weigh"):
-        run_recipe(recipe.main, *args, "--composition", "fusion")
+        run_recipe(recipe.main, *args, "--strategy", "fusion")
 
 
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--composition", "fixed"], "'fixed' applies the adapter each example names"),
-        (["--composition", "mixture"], "unknown value 'mixture'. Valid: average, soft, hard, fusion"),
+        (["--strategy", "fixed"], "'fixed' applies the adapter each example names"),
+        (["--strategy", "mixture"], "unknown value 'mixture'. Valid: average, soft, hard, fusion"),
         (["--method", "lora"], "config key 'method' picks a fine-tuning method"),
     ],
 )
@@ -229,9 +229,9 @@ def test_config_mistakes_are_named(setup, tmp_path, args, message):
         run_recipe(recipe.main, *compose_args(setup, tmp_path / "out", *args))
 
 
-def test_help_lists_finetuning_and_composition_keys(capsys):
+def test_help_lists_task_and_composition_keys(capsys):
     with pytest.raises(SystemExit):
         hfzoo_main(["compose", "--help"])
     text = capsys.readouterr().out
     assert "usage: compose" in text
-    assert all(f"--{key} " in text for key in ("adapters", "composition", "baseline", "max_steps", "train_file"))
+    assert all(f"--{key} " in text for key in ("adapters", "strategy", "baseline", "max_steps", "train_file"))

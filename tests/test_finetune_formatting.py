@@ -21,16 +21,10 @@ from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelFo
 
 import hfzoo
 from hfzoo.data.tokenizer_training import train_tokenizer
-from hfzoo.finetuning import (
-    QuestionAnswering,
-    Seq2Seq,
-    SequenceClassification,
-    TokenClassification,
-    load_examples,
-    parse_args,
-)
-from hfzoo.finetuning.data import DataError
-from hfzoo.training.finetune import load_model, load_tokenizer, main
+from hfzoo.recipes.finetune import main, parse_args
+from hfzoo.tasks import QuestionAnswering, Seq2Seq, SequenceClassification, TokenClassification, load_examples
+from hfzoo.tasks.data import DataError
+from hfzoo.training.task_runs import load_model, load_tokenizer
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 REPO = Path(__file__).resolve().parents[1]
@@ -278,7 +272,7 @@ def test_hub_rows_get_their_class_label_names_back(tmp_path):
     """Hub datasets store labels as ClassLabel ids; the tasks see the names (a parquet folder keeps the features)."""
     import datasets
 
-    from hfzoo.finetuning.data import hub_records
+    from hfzoo.tasks.data import hub_records
 
     features = datasets.Features({
         "tokens": datasets.Sequence(datasets.Value("string")),

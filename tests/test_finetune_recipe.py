@@ -1,4 +1,4 @@
-"""The fine-tuning recipe end to end, as users run it (`hfzoo.training.finetune.main`, what `hfzoo finetune` calls):
+"""The fine-tuning recipe end to end, as users run it (`hfzoo.recipes.finetune.main`, what `hfzoo finetune` calls):
 the four tasks on small samples of the real data sets, on hfzoo checkpoints (from test_finetune_formatting.py) and
 on native transformers ones; adapters reloaded with plain PEFT reproduce the recipe's predictions.
 """
@@ -30,7 +30,8 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
-from hfzoo.training.finetune import METRICS_FILE, PREDICTIONS_FILE, main
+from hfzoo.recipes.finetune import main
+from hfzoo.training.task_runs import METRICS_FILE, PREDICTIONS_FILE
 from hfzoo.training.logging import read_log
 
 QUICK = ["--max_train_samples", "64", "--max_eval_samples", "32", "--max_steps", "8", "--per_device_batch_size", "8",

@@ -1,6 +1,6 @@
 """The pretraining recipe end to end, as users run it.
 
-One reference run (in-process, through `hfzoo.training.pretrain.main`, the function `hfzoo pretrain` calls)
+One reference run (in-process, through `hfzoo.recipes.pretrain.main`, the function `hfzoo pretrain` calls)
 is compared with: `python recipes/pretrain.py` killed by SIGKILL and resumed; a run whose checkpoint
 rename crashed mid-save and was resumed; and the same training as two real DDP processes (`accelerate
 launch` with recipes/configs/accelerate/cpu_ddp.yaml, gloo). All on gpt-tiny with
@@ -31,7 +31,7 @@ from hfzoo.data.corpus import load_corpus
 from hfzoo.data.packing import pack
 from hfzoo.training import checkpointing, list_checkpoints
 from hfzoo.training.logging import read_log
-from hfzoo.training.pretrain import main
+from hfzoo.recipes.pretrain import main
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPE = REPO / "recipes" / "pretrain.py"

@@ -17,12 +17,13 @@ from accelerate.state import AcceleratorState, GradientState
 
 import hfzoo
 from hfzoo.cards import LOSS_CURVE, render_model_card, write_model_card
-from hfzoo.training import checkpointing, get_objective, latest_checkpoint, list_checkpoints, parse_args
+from hfzoo.recipe_config import from_dict
+from hfzoo.recipes.pretrain import PretrainConfig, main, parse_args
+from hfzoo.training import checkpointing, get_objective, latest_checkpoint, list_checkpoints
 from hfzoo.training.checkpointing import Progress, checkpoint_to_resume, load_checkpoint, save_checkpoint
-from hfzoo.training.config import from_dict
+from hfzoo.training.evaluation import EvalShard, evaluate
 from hfzoo.training.logging import RunLogger, read_log
-from hfzoo.training.loop import EvalShard, TrainMeter, build_optimizer, build_scheduler, evaluate
-from hfzoo.training.pretrain import main
+from hfzoo.training.loop import TrainMeter, build_optimizer, build_scheduler
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -86,12 +87,15 @@ def test_config_file_is_optional_given_preset_and_objective():
         ({"model": {"hidden_sise": 64}}, r"config key 'model': Unknown override\(s\) hidden_sise .* Valid keys:"),
         ({"block_size": 4096}, r"'block_size' is 4096, but preset 'gpt-tiny' has learned positions for at most 512"),
         ({"max_steps": 0}, r"config key 'max_steps' must be >= 1, got 0"),
-        ({"mixed_precision": "fp8"}, r"config key 'mixed_precision' must be one of no, fp16, bf16, got 'fp8'"),
+        (
+            {"mixed_precision": "fp8"},
+            r"config key 'mixed_precision': unknown value 'fp8'\. Valid values: no, fp16, bf16",
+        ),
     ],
 )
 def test_malformed_config_names_the_key_the_value_and_what_is_valid(values, message):
     with pytest.raises(ValueError, match=message):
-        from_dict({"preset": "gpt-tiny", "objective": "clm", **values})
+        from_dict(PretrainConfig, {"preset": "gpt-tiny", "objective": "clm", **values})
 
 
 def test_unknown_command_line_key_and_stray_argument_are_errors():
@@ -144,7 +148,7 @@ def test_unknown_collator_option_is_named():
         r"config key 'collator': CausalLMCollator has no option 'mlm_probability'\. Valid options: pad_to_multiple_of"
     )
     with pytest.raises(ValueError, match=message):
-        from_dict({"preset": "gpt-tiny", "objective": "clm", "collator": {"mlm_probability": 0.2}})
+        from_dict(PretrainConfig, {"preset": "gpt-tiny", "objective": "clm", "collator": {"mlm_probability": 0.2}})
 
 
 # ----------------------------------------------------------------------------------------- checkpoints
@@ -320,7 +324,8 @@ def test_evaluate_is_the_token_weighted_loss_of_the_model(accelerator, tokenizer
 
 # ------------------------------------------------------------------------------------------------- cards
 def test_model_card_comes_from_the_log_and_the_configs(tmp_path):
-    config = from_dict({"preset": "llama-tiny", "objective": "clm", "max_steps": 3, "dataset": "wikitext"})
+    values = {"preset": "llama-tiny", "objective": "clm", "max_steps": 3, "dataset": "wikitext"}
+    config = from_dict(PretrainConfig, values)
     model_config = hfzoo.preset_config("llama-tiny", vocab_size=300)
     log = RunLogger(tmp_path, enabled=True, max_steps=3, tensorboard=False)
     log.write(

@@ -1,22 +1,24 @@
-"""What recipes share: the run config, objectives, exact-resume checkpoints, logging, the loop's pieces.
+"""What the recipes share: config parts, objectives, the training loop, evaluation, exact-resume checkpoints, logging.
 
-`hfzoo.training.pretrain.main(argv)` runs the pretraining recipe (also `recipes/pretrain.py` and
-`hfzoo pretrain`).
+The recipes themselves are in `hfzoo.recipes` (also `recipes/*.py` and `hfzoo pretrain | finetune | compose`).
 """
 
 from .checkpointing import Progress, latest_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
-from .config import PretrainConfig, parse_args
+from .loop import Intervals, train
 from .objectives import OBJECTIVES, Objective, get_objective
+from .options import RunOptions, TaskTrainingOptions
 
 __all__ = [
     "OBJECTIVES",
+    "Intervals",
     "Objective",
-    "PretrainConfig",
     "Progress",
+    "RunOptions",
+    "TaskTrainingOptions",
     "get_objective",
     "latest_checkpoint",
     "list_checkpoints",
     "load_checkpoint",
-    "parse_args",
     "save_checkpoint",
+    "train",
 ]

@@ -20,12 +20,16 @@ import json
 import logging
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from tqdm.auto import tqdm
 
+from ..recipe_config import parse_config
+
 logger = logging.getLogger(__name__)
+Config = TypeVar("Config")
 
 LOG_FILE = "log.jsonl"
 
@@ -136,3 +140,14 @@ class RunLogger:
             self.bar.close()
         if self.tensorboard is not None:
             self.tensorboard.close()
+
+
+def start_recipe(config_class: type[Config], argv: Sequence[str] | None, command: str) -> Config:
+    """What every recipe's `main` does first: hfzoo's progress messages on, and the config parsed from `argv`. A bad
+    config (or a missing file it names) exits with what is wrong, prefixed by `command`, not a parser traceback."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("hfzoo").setLevel(logging.INFO)
+    try:
+        return parse_config(config_class, argv, command)
+    except (ValueError, FileNotFoundError) as error:
+        raise SystemExit(f"{command}: {error}") from None

@@ -1,4 +1,7 @@
-"""Pieces of the training loop that every recipe shares: optimizer, schedule, meters, evaluation.
+"""The training loop every recipe runs, and its pieces: optimizer, schedule, throughput meter.
+
+One loop for all recipes: micro-batches accumulate into optimizer steps (clipped, scheduled), and between steps
+it logs, evaluates and checkpoints at the configured intervals, resuming mid-epoch from a `Progress`.
 
 Collation happens in the loop, not in the DataLoader's workers or `collate_fn`: accelerate's loaders fetch
 one batch ahead, so a collator drawing random masks inside the loader would have advanced its generator
@@ -8,16 +11,19 @@ The loaders therefore yield lists of examples (`collate_fn=list`) and the loop c
 
 from __future__ import annotations
 
-import hashlib
-import math
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from accelerate import Accelerator
 from torch import nn
 from transformers import get_cosine_with_min_lr_schedule_with_warmup
+
+from .checkpointing import Progress
+from .logging import RunLogger
 
 
 def build_optimizer(
@@ -96,77 +102,94 @@ class TrainMeter:
         return loss_sum / max(micro_batches, 1), int(tokens), tokens / seconds
 
 
-def task_loss(model: nn.Module, outputs) -> torch.Tensor:
-    """The objective's loss without a mixture-of-experts load-balancing term, which is not part of perplexity."""
-    aux_loss = getattr(outputs, "aux_loss", None)
-    if aux_loss is None:
-        return outputs.loss
-    return outputs.loss - model.config.router_aux_loss_coef * aux_loss
 
 
-class EvalShard(torch.utils.data.Dataset):
-    """This process's share of the validation examples, padded so every process has the same count.
+@dataclass
+class Intervals:
+    """When the loop does what, in optimizer steps. Logging and evaluation also happen at the last step;
+    checkpoints never do (the run saves its final model instead)."""
 
-    Examples are dealt out round-robin; the few padding entries (flagged `False`) repeat an example
-    but carry no targets. Every process then runs the same number of forward passes (FSDP and
-    DeepSpeed need that) and no example is counted twice, so the loss equals a one-process
-    evaluation. (accelerate's prepared loaders would repeat real examples instead.)
-    """
+    max_steps: int
+    log_every: int
+    eval_every: int | None  # none: evaluate at the end only
+    save_every: int | None = None  # none: no checkpoints
 
-    def __init__(self, examples, process_index: int, num_processes: int):
-        self.examples = examples
-        self.indices = list(range(process_index, len(examples), num_processes))
-        self.length = -(-len(examples) // num_processes)
+    def due(self, every: int | None, step: int) -> bool:
+        return step == self.max_steps or (every is not None and step % every == 0)
 
-    def __len__(self) -> int:
-        return self.length
-
-    def __getitem__(self, i: int) -> tuple[dict, bool]:
-        real = i < len(self.indices)
-        return self.examples[self.indices[i] if real else 0], real
+    def checkpoint_due(self, step: int) -> bool:
+        return self.save_every is not None and step % self.save_every == 0 and step < self.max_steps
 
 
-@torch.no_grad()
-def evaluate(
+def train(
     model: nn.Module,
-    dataloader: Iterable[list[tuple[dict, bool]]],
-    collator: Callable[[list], dict],
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    train_loader,
+    collate: Callable[[list], dict],
     accelerator: Accelerator,
+    intervals: Intervals,
+    log: RunLogger,
+    progress: Progress,
     *,
-    shifts_labels: bool,
-    max_batches: int | None = None,
+    max_grad_norm: float | None,
+    evaluate: Callable[[], dict[str, float]],
+    checkpoint: Callable[[Progress], Path] | None = None,
+    after_optimizer_step: Callable[[int], None] | None = None,
 ) -> dict[str, float]:
-    """Validation loss (mean over target tokens, all processes) and its perplexity.
+    """Train until `intervals.max_steps`, continuing from `progress` (updated in place); returns the last metrics.
 
-    `dataloader` yields lists of (example, real) from an `EvalShard`. Each batch's mean loss is
-    weighted by its number of targets (labels != -100; a causal LM has no target at the first
-    position), so batches with more masked tokens count more, as they should.
+    `train_loader` (prepared by accelerate) yields lists of examples, which `collate` turns into a batch.
+    `evaluate` returns validation metrics (logged when not empty); `checkpoint` saves the run's state and returns
+    where; `after_optimizer_step(step)` runs after each optimizer update, before gradients are zeroed (AdaLoRA
+    reallocates its ranks from them). Evaluation and checkpoints are left out of tokens/s.
     """
-    was_training = model.training
-    model.eval()
-    unwrapped = accelerator.unwrap_model(model)
-    sums = torch.zeros(2, dtype=torch.float64, device=accelerator.device)  # loss x targets, targets
-    for index, items in enumerate(dataloader):
-        if max_batches is not None and index >= max_batches:
-            break
-        features, real = zip(*items)
-        batch = to_device(collator(list(features)), accelerator.device)
-        batch["labels"][~torch.tensor(real, device=accelerator.device)] = -100  # padding entries: no targets
-        outputs = model(**batch)
-        labels = batch["labels"][..., 1:] if shifts_labels else batch["labels"]
-        targets = (labels != -100).sum()
-        if targets > 0:  # a batch of padding entries only has a NaN loss (0 / 0)
-            sums += torch.stack([task_loss(unwrapped, outputs).double() * targets, targets.double()])
-    model.train(was_training)
-    loss_sum, targets = accelerator.reduce(sums, reduction="sum").tolist()
-    loss = loss_sum / max(targets, 1)
-    return {"eval_loss": loss, "perplexity": math.exp(min(loss, 700.0)), "eval_targets": int(targets)}
-
-
-def parameter_checksum(model: nn.Module) -> str:
-    """SHA-256 of every parameter's bytes: equal on all processes iff their weights are identical."""
-    digest = hashlib.sha256()
-    for name, param in sorted(model.state_dict().items()):
-        digest.update(name.encode())
-        digest.update(param.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()
+    meter, metrics = TrainMeter(accelerator), {}
+    meter.load_state(progress.meter)
+    model.train()
+    while progress.step < intervals.max_steps:
+        train_loader.set_epoch(progress.epoch)
+        # After a resume, skip the micro-batches of this epoch that the checkpoint had already trained on.
+        batches = train_loader
+        if progress.batches_in_epoch:
+            batches = accelerator.skip_first_batches(train_loader, progress.batches_in_epoch)
+        for features in batches:
+            progress.batches_in_epoch += 1
+            batch = to_device(collate(features), accelerator.device)
+            with accelerator.accumulate(model):
+                loss = model(**batch).loss
+                accelerator.backward(loss)
+                grad_norm = None
+                if accelerator.sync_gradients and max_grad_norm is not None:
+                    grad_norm = accelerator.clip_grad_norm_(model.parameters(), max_grad_norm)
+                optimizer.step()
+                if accelerator.sync_gradients and after_optimizer_step is not None:
+                    after_optimizer_step(progress.step + 1)
+                optimizer.zero_grad()
+            meter.add(loss, count_tokens(batch))
+            if not accelerator.sync_gradients:
+                continue
+            if not accelerator.optimizer_step_was_skipped:  # fp16 overflow: the schedule waits too
+                scheduler.step()
+            progress.step += 1
+            log.advance()
+            if intervals.due(intervals.log_every, progress.step):
+                mean_loss, tokens, tokens_per_s = meter.report()
+                progress.tokens_seen += tokens
+                grad = None if grad_norm is None else float(grad_norm)
+                lr = scheduler.get_last_lr()[0]
+                log.train(progress.step, mean_loss, lr, grad, tokens_per_s, progress.tokens_seen)
+            if intervals.due(intervals.eval_every, progress.step):
+                with meter.paused():
+                    metrics = evaluate()
+                    if metrics:
+                        log.write("eval", step=progress.step, **metrics)
+            if checkpoint is not None and intervals.checkpoint_due(progress.step):
+                with meter.paused():
+                    progress.elapsed, progress.meter = log.elapsed, meter.state()
+                    log.write("checkpoint", step=progress.step, path=str(checkpoint(progress)))
+            if progress.step >= intervals.max_steps:
+                break
+        else:
+            progress.epoch, progress.batches_in_epoch = progress.epoch + 1, 0
+    return metrics

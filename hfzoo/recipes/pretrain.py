@@ -20,12 +20,13 @@ import dataclasses
 import gc
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import yaml
 from accelerate import Accelerator
-from accelerate.utils import DataLoaderConfiguration, DistributedType, gather_object, set_seed
+from accelerate.utils import DistributedType, gather_object, set_seed
 from torch.utils.data import DataLoader
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
@@ -33,23 +34,82 @@ from ..cards import write_model_card
 from ..data.corpus import load_corpus
 from ..data.packing import pack
 from ..data.tokenizer_training import train_tokenizer_on_corpus
-from ..presets import FAMILY_CONFIGS, preset_config, preset_family
-from .checkpointing import Progress, checkpoint_to_resume, load_checkpoint, save_checkpoint
-from .config import CONFIG_FILE, PretrainConfig, parse_args
-from .logging import RunLogger
-from .loop import (
-    EvalShard,
-    TrainMeter,
-    build_optimizer,
-    build_scheduler,
-    count_tokens,
-    evaluate,
-    parameter_checksum,
-    to_device,
-)
-from .objectives import Objective, get_objective
+from ..presets import FAMILY_CONFIGS, list_presets, preset_config, preset_family
+from ..recipe_config import CONFIG_FILE, key, parse_config
+from ..training.checkpointing import Progress, checkpoint_to_resume, load_checkpoint, save_checkpoint
+from ..training.evaluation import EvalShard, evaluate, parameter_checksum
+from ..training.logging import RunLogger, start_recipe
+from ..training.loop import Intervals, build_optimizer, build_scheduler, train
+from ..training.objectives import OBJECTIVES, Objective, get_objective
+from ..training.options import RunOptions
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass
+class PretrainConfig(RunOptions):
+    """Every setting of a pretraining run (the shared `RunOptions` too). YAML keys and command-line flags have
+    exactly these names."""
+
+    # What to train.
+    preset: str = key("", "model preset (see `hfzoo presets`), e.g. gpt-small", required=True,
+                      choices=list_presets, choice_noun="presets")  # fmt: skip
+    objective: str = key("", f"{' | '.join(OBJECTIVES)}; must fit the preset's family", required=True)
+    model: dict = key({}, "overrides of the preset's config fields, e.g. {hidden_dropout: 0.0}")
+    # Data.
+    dataset: str | None = key(None, "corpus: none = embedded default corpus; a local file/folder; or a Hub name")
+    data_files: str | list | dict | None = key(None, "local files (path, glob, list, or split -> paths)")
+    text_column: str = key("text", "column holding the text")
+    max_train_samples: int | None = key(None, "keep only the first N training texts (before packing)", minimum=1)
+    max_eval_samples: int | None = key(None, "keep only the first N validation texts (before packing)", minimum=1)
+    block_size: int = key(128, "tokens per training example; the corpus is packed into blocks of this length",
+                          minimum=1)  # fmt: skip
+    # Tokenizer.
+    tokenizer: str | None = key(None, "tokenizer path; none = train one on the training corpus")
+    tokenizer_kind: str = key("bpe", "kind of tokenizer to train", choices=("bpe", "wordpiece", "unigram"))
+    vocab_size: int | None = key(None, "vocabulary of the trained tokenizer; none = the preset's", minimum=1)
+    # Objective.
+    collator: dict = key({}, "options of the objective's collator, e.g. {mlm_probability: 0.15}")
+    # Optimisation.
+    per_device_batch_size: int = key(8, "blocks per micro-batch on each process", minimum=1)
+    learning_rate: float = key(3e-4, "peak learning rate of AdamW")
+    weight_decay: float = key(0.1, "AdamW weight decay (not applied to biases and norms)")
+    adam_beta1: float = key(0.9, "AdamW beta1")
+    adam_beta2: float = key(0.95, "AdamW beta2")
+    adam_epsilon: float = key(1e-8, "AdamW epsilon")
+    warmup_steps: int = key(100, "linear warmup steps", minimum=0)
+    min_lr_ratio: float = key(0.1, "final learning rate of the cosine decay, as a fraction of the peak")
+    max_steps: int = key(1000, "optimizer steps to train for", minimum=1)
+    # Loop, checkpoints, logs.
+    eval_every: int = key(200, "optimizer steps between evaluations (and one at the end)", minimum=1)
+    eval_batches: int | None = key(None, "evaluate on at most this many batches per process; none = all", minimum=1)
+    save_every: int = key(500, "optimizer steps between checkpoints", minimum=1)
+    keep_checkpoints: int = key(2, "how many of the latest checkpoints to keep", minimum=1)
+    tensorboard: bool = key(True, "also log to TensorBoard (skipped if tensorboard is not installed)")
+    output_dir: str = key("runs/pretrain", "where checkpoints, logs and the final model go")
+    resume: bool | str = key(False, "true = continue from the latest checkpoint in output_dir; or a checkpoint path")
+
+    def check(self) -> None:
+        try:
+            model_config = preset_config(self.preset, **self.model)
+        except (ValueError, TypeError) as error:  # an unknown field or a bad value; the message says which
+            raise ValueError(f"config key 'model': {error}") from None
+        get_objective(self.objective, self.preset).check_collator_options(self.collator)
+        if not 0.0 <= self.min_lr_ratio <= 1.0:
+            raise ValueError(f"config key 'min_lr_ratio' must be in [0, 1], got {self.min_lr_ratio}.")
+        if self.learning_rate <= 0:
+            raise ValueError(f"config key 'learning_rate' must be > 0, got {self.learning_rate}.")
+        limit = model_config.max_position_embeddings
+        if model_config.position_embedding == "learned" and self.block_size > limit:
+            raise ValueError(
+                f"config key 'block_size' is {self.block_size}, but preset {self.preset!r} has learned positions "
+                f"for at most {limit} tokens (max_position_embeddings); use block_size <= {limit}."
+            )
+
+
+def parse_args(argv: Sequence[str] | None = None) -> PretrainConfig:
+    """The config from `argv` (default: `sys.argv[1:]`): YAML file, then overrides, then checks."""
+    return parse_config(PretrainConfig, argv, "pretrain")
 
 
 def _first(dataset, limit: int | None):
@@ -107,12 +167,7 @@ def pretrain(config: PretrainConfig) -> Path:
 
     # --- Accelerator: one process, DDP, FSDP or DeepSpeed, decided by how the script was launched.
     # A seedable sampler reshuffles each epoch from (seed, epoch), so a resumed run sees the same order.
-    accelerator = Accelerator(
-        cpu=config.cpu if config.cpu is not None else not torch.accelerator.is_available(),
-        mixed_precision=config.mixed_precision,
-        gradient_accumulation_steps=config.gradient_accumulation_steps,
-        dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True, data_seed=config.seed),
-    )
+    accelerator = config.accelerator(seedable_data=True)
     set_seed(config.seed)  # same initial weights on every process
     if accelerator.is_main_process:
         output_dir.mkdir(parents=True, exist_ok=True)
@@ -203,61 +258,17 @@ def pretrain(config: PretrainConfig) -> Path:
         config=config.to_dict(),
     )
 
-    # --- The loop: micro-batches accumulate into optimizer steps; eval, checkpoint and log between steps.
-    meter, metrics = TrainMeter(accelerator), {}
-    meter.load_state(progress.meter)
-    model.train()
-    while progress.step < config.max_steps:
-        train_loader.set_epoch(progress.epoch)
-        # After a resume, skip the micro-batches of this epoch that the checkpoint had already trained on.
-        batches = train_loader
-        if progress.batches_in_epoch:
-            batches = accelerator.skip_first_batches(train_loader, progress.batches_in_epoch)
-        for features in batches:
-            progress.batches_in_epoch += 1
-            batch = to_device(collator(features), accelerator.device)
-            with accelerator.accumulate(model):
-                loss = model(**batch).loss
-                accelerator.backward(loss)
-                grad_norm = None
-                if accelerator.sync_gradients and config.max_grad_norm is not None:
-                    grad_norm = accelerator.clip_grad_norm_(model.parameters(), config.max_grad_norm)
-                optimizer.step()
-                optimizer.zero_grad()
-            meter.add(loss, count_tokens(batch))
-            if not accelerator.sync_gradients:
-                continue
-            if not accelerator.optimizer_step_was_skipped:  # fp16 overflow: the schedule waits too
-                scheduler.step()
-            progress.step += 1
-            log.advance()
-            if progress.step % config.log_every == 0 or progress.step == config.max_steps:
-                mean_loss, tokens, tokens_per_s = meter.report()
-                progress.tokens_seen += tokens
-                log.train(
-                    progress.step,
-                    mean_loss,
-                    scheduler.get_last_lr()[0],
-                    None if grad_norm is None else float(grad_norm),
-                    tokens_per_s,
-                    progress.tokens_seen,
-                )
-            if progress.step % config.eval_every == 0 or progress.step == config.max_steps:
-                with meter.paused():
-                    metrics = _validate(model, eval_loader, objective, tokenizer, config, accelerator)
-                    if metrics:
-                        log.write("eval", step=progress.step, **metrics)
-            if progress.step % config.save_every == 0 and progress.step < config.max_steps:
-                with meter.paused():
-                    progress.elapsed, progress.meter = log.elapsed, meter.state()
-                    path = save_checkpoint(
-                        accelerator, output_dir, progress, collator_generator, config.keep_checkpoints
-                    )
-                    log.write("checkpoint", step=progress.step, path=str(path))
-            if progress.step >= config.max_steps:
-                break
-        else:
-            progress.epoch, progress.batches_in_epoch = progress.epoch + 1, 0
+    # --- The loop (hfzoo.training.loop): micro-batches accumulate into optimizer steps; eval, checkpoint and log
+    # between steps.
+    metrics = train(
+        model, optimizer, scheduler, train_loader, collator, accelerator,
+        Intervals(config.max_steps, config.log_every, config.eval_every, config.save_every), log, progress,
+        max_grad_norm=config.max_grad_norm,
+        evaluate=lambda: _validate(model, eval_loader, objective, tokenizer, config, accelerator),
+        checkpoint=lambda progress: save_checkpoint(
+            accelerator, output_dir, progress, collator_generator, config.keep_checkpoints
+        ),
+    )  # fmt: skip
 
     # --- Save: weights (safetensors) + tokenizer + model card, loadable with the Auto classes.
     accelerator.wait_for_everyone()
@@ -286,7 +297,7 @@ def pretrain(config: PretrainConfig) -> Path:
     accelerator.wait_for_everyone()
     # A DDP wrapper that outlives its process group can hang in gloo's destructor at exit (pytorch#75097):
     # release it (and the cycles its hooks form) while every process is still here, then end.
-    del model, batches
+    del model
     accelerator.free_memory()
     gc.collect()
     accelerator.end_training()
@@ -295,10 +306,4 @@ def pretrain(config: PretrainConfig) -> Path:
 
 def main(argv: Sequence[str] | None = None) -> Path:
     """Entry point of `recipes/pretrain.py` and `hfzoo pretrain`: parse `argv`, then `pretrain`."""
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    logging.getLogger("hfzoo").setLevel(logging.INFO)
-    try:
-        config = parse_args(argv)
-    except (ValueError, FileNotFoundError) as error:  # a bad config: say what is wrong, not where in the parser
-        raise SystemExit(f"pretrain: {error}") from None
-    return pretrain(config)
+    return pretrain(start_recipe(PretrainConfig, argv, "pretrain"))

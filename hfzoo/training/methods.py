@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -21,7 +22,7 @@ from peft.utils.peft_types import PeftType
 from torch import nn
 
 from ..adapters import BottleneckConfig
-from .config import FinetuneConfig
+from ..recipe_config import key
 
 METHOD_CONFIGS: dict[str, type[PeftConfig]] = {
     "lora": LoraConfig,
@@ -32,6 +33,33 @@ METHOD_CONFIGS: dict[str, type[PeftConfig]] = {
 # Settings that differ from the PEFT defaults: 20 virtual tokens as in Li & Liang's table-to-text runs (PEFT's default
 # needs the value given).
 METHOD_DEFAULTS: dict[str, dict] = {"prefix": {"num_virtual_tokens": 20}}
+METHODS = ("full", *METHOD_CONFIGS)
+# Learning rates when none is given: full fine-tuning moves pretrained weights (BERT: 2e-5 to 5e-5); adapters start
+# from zero or near-identity and need larger steps (LoRA, IA3, prefix and bottleneck papers: 1e-4 to 1e-2).
+DEFAULT_LEARNING_RATES = {"full": 5e-5, "lora": 5e-4, "ia3": 3e-3, "prefix": 1e-2, "bottleneck": 1e-3}
+
+
+@dataclass
+class MethodOptions:
+    """The config keys of a fine-tuning method: which weights train, and from which starting point."""
+
+    from_scratch: bool = key(
+        False, "full fine-tuning of the same architecture from random weights: the baseline that shows what "
+        "pretraining is worth"
+    )
+    method: str = key("full", "all weights, or a PEFT adapter on a frozen base", choices=METHODS,
+                      choice_noun="methods")  # fmt: skip
+    peft_config: str | None = key(None, "a PEFT config file (JSON/YAML, any method, e.g. AdaLoRA); overrides method")
+    method_options: dict = key({}, "fields of the method's PEFT config, e.g. {r: 16, lora_alpha: 32}")
+
+    def check(self) -> None:
+        if self.from_scratch and (self.method != "full" or self.peft_config):
+            raise ValueError("config key 'from_scratch': an adapter on a randomly initialised body is not a baseline; "
+                             "use it with --method full.")
+
+    def default_learning_rate(self) -> float:
+        """The method's learning rate when none is configured (a `--peft_config` file counts as an adapter)."""
+        return DEFAULT_LEARNING_RATES["lora" if self.peft_config else self.method]
 
 
 def head_modules(model: nn.Module, missing_parameters: list[str]) -> list[str]:
@@ -73,7 +101,7 @@ def _from_file(path: str) -> PeftConfig:
     return config_cls(**values)
 
 
-def peft_config_for(config: FinetuneConfig, task_type: TaskType, heads: list[str]) -> PeftConfig | None:
+def peft_config_for(config: MethodOptions, task_type: TaskType, heads: list[str]) -> PeftConfig | None:
     """The run's PEFT config (None for full fine-tuning), with the task type and the heads to save filled in."""
     if config.peft_config is not None:
         peft_config = _from_file(config.peft_config)
@@ -114,7 +142,7 @@ def _takes_past_key_values(model: nn.Module) -> bool:
     return any("past_key_values" in inspect.signature(m.forward).parameters for m in (model, body))
 
 
-def count_parameters(model: nn.Module) -> dict[str, float]:
+def count_trainable_parameters(model: nn.Module) -> dict[str, float]:
     """Trainable and total parameters (an adapter's frozen base counted in the total) and the trainable fraction."""
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     total = sum(p.numel() for p in model.parameters())

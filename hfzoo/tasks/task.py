@@ -1,5 +1,5 @@
-"""What every fine-tuning task shares: the `Task` interface the recipe calls, model families, GPT-style input
-formatting, padding, sharded prediction and loading the train/validation examples.
+"""What every task shares: the `Task` interface the recipes call, the registry of tasks, model families, GPT-style
+input formatting, padding and loading the train/validation examples.
 
 A task turns examples into features (token ids + targets), features into batches, and the model's outputs back
 into predictions and metrics. How the input is laid out depends on the model's family, as in the papers:
@@ -14,20 +14,19 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
-from accelerate import Accelerator
-from accelerate.utils import gather_object
 from peft import TaskType
 from torch import nn
 from transformers import PretrainedConfig, PreTrainedTokenizerBase
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
 from ..presets import FAMILY_CONFIGS
-from ..training.loop import EvalShard, to_device
-from .config import FinetuneConfig
 from .data import DataError, data_files, hold_out, hub_records
+
+if TYPE_CHECKING:
+    from .options import TaskOptions
 
 FAMILIES = tuple(FAMILY_CONFIGS)
 _HFZOO_FAMILIES = {config_cls.model_type: family for family, config_cls in FAMILY_CONFIGS.items()}
@@ -103,9 +102,15 @@ def pad_features(features: Sequence[dict], pad_token_id: int, side: str = "right
     return batch
 
 
+TASK_CLASSES: dict[str, type[Task]] = {}  # task name -> class; every `Task` subclass with a name registers itself
+
+
 class Task:
-    """One fine-tuning task. The recipe calls, in order: `read`/`from_records` (examples), `fit_labels`,
-    `model_kwargs` and `auto_class` (the model), `bind` (tokenizer), `encode`, `collate`, `predict_batch`, `finish`.
+    """One task. The recipes call, in order: `read`/`from_records` (examples), `fit_labels`, `model_kwargs` and
+    `auto_class` (the model), `bind` (tokenizer), `encode`, `collate`, `predict_batch`, `finish`.
+
+    Defining a subclass with a `name` registers it in `TASK_CLASSES`, which is what the `task` config key accepts:
+    a new task is one new module imported by `hfzoo.tasks`.
     """
 
     name: str = ""
@@ -115,7 +120,12 @@ class Task:
     peft_task_types: dict[str, TaskType] = {}  # family -> PEFT task type
     trains_head: bool = True  # a new head on top of the pretrained model (classification, QA), saved with adapters
 
-    def __init__(self, config: FinetuneConfig):
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.name:
+            TASK_CLASSES[cls.name] = cls
+
+    def __init__(self, config: TaskOptions):
         self.config = config
         self.tokenizer: PreTrainedTokenizerBase | None = None
         self.family = ""
@@ -168,7 +178,7 @@ class Task:
         raise NotImplementedError
 
 
-def load_examples(task: Task, config: FinetuneConfig) -> tuple[list, list]:
+def load_examples(task: Task, config: TaskOptions) -> tuple[list, list]:
     """(train, validation) examples: from files, a dataset folder or the Hub; limited by max_*_samples."""
     if config.dataset is not None and not Path(config.dataset).exists():
         records = hub_records(config.dataset, config.dataset_config, "train")
@@ -192,26 +202,3 @@ def load_examples(task: Task, config: FinetuneConfig) -> tuple[list, list]:
     if not train or not validation:
         raise DataError(f"no examples left: {len(train)} for training, {len(validation)} for validation")
     return train, validation
-
-
-@torch.no_grad()
-def predict_all(
-    task: Task, model: nn.Module, features: list[dict], accelerator: Accelerator, batch_size: int
-) -> list:
-    """`task.predict_batch` over all `features`, each process on its share; the outputs in feature order.
-
-    Every process runs the same number of batches (an `EvalShard` repeats one feature to even them out, flagged
-    not real), which FSDP and DeepSpeed need; the main process's list is complete after the gather.
-    """
-    was_training = model.training
-    model.eval()
-    shard = EvalShard(list(range(len(features))), accelerator.process_index, accelerator.num_processes)
-    mine = []
-    for start in range(0, len(shard), batch_size):
-        items = [shard[i] for i in range(start, min(start + batch_size, len(shard)))]
-        batch = to_device(task.collate([features[index] for index, _ in items]), accelerator.device)
-        outputs = task.predict_batch(model, batch)
-        mine.extend((index, output) for (index, real), output in zip(items, outputs) if real)
-    model.train(was_training)
-    gathered = gather_object(mine) if accelerator.num_processes > 1 else mine
-    return [output for _, output in sorted(gathered, key=lambda pair: pair[0])]

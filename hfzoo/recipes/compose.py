@@ -1,16 +1,16 @@
 """Compose trained task adapters for a new task: the base model and the adapters (PEFT folders, LoRA or bottleneck)
 stay frozen; a learned router or AdapterFusion (`hfzoo.adapters.compose`) and a fresh task head train on the target
-task with the fine-tuning recipe's data formatting, loop and metrics (hfzoo.training.finetune).
+task with the fine-tuning recipe's data formatting, loop and metrics (`hfzoo.training.task_runs`).
 
 A learned composition is only worth having if it beats the uniform average of the same adapters with a head trained
 the same way, so a `soft`, `hard` or `fusion` run first trains that baseline (same data, steps and seed, in
 `average-baseline/`) and reports both in metrics.json and the card, beside the majority class. `--baseline false`
-skips it; `--composition average` is the baseline on its own.
+skips it; `--strategy average` is the baseline on its own.
 
     python recipes/compose.py --config recipes/configs/compose/stdlib-area-fusion.yaml
     hfzoo compose --model runs/bert-tiny-mlm --task sequence-classification \\
         --train_file runs/data/area/train.csv --validation_file runs/data/area/validation.csv \\
-        --adapters module=runs/module-lora,area=runs/area-bottleneck --composition soft --max_steps 200
+        --adapters module=runs/module-lora,area=runs/area-bottleneck --strategy soft --max_steps 200
 
 Outputs in `output_dir`: `metrics.json` (validation metrics, trainable parameters, the composition, the baselines,
 the reload check), `predictions.jsonl`, `composition/` (`ComposedModel.save_pretrained`: the spec, the router/fusion
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import logging
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -34,25 +33,37 @@ import torch
 from accelerate import Accelerator
 from transformers import PreTrainedModel
 
-from ..adapters import ComposedModel, compose, load_composition
-from ..adapters.stacked import read_adapter
+from ..adapters import STRATEGIES, ComposedModel, compose, load_composition, read_adapter
 from ..cards import FINETUNE_METRICS, write_finetune_card
-from ..finetuning import Task, count_parameters, head_modules
-from ..finetuning.config import FinetuneConfig, parse_args
-from ..finetuning.task import predict_all
-from .config import _key
-from .finetune import build_accelerator, load_model, prepare_run, run_summary, train_and_evaluate, write_results
+from ..recipe_config import key, parse_config
+from ..tasks import Task
+from ..training.evaluation import predict_all
+from ..training.logging import start_recipe
+from ..training.methods import count_trainable_parameters, head_modules
+from ..training.task_runs import (
+    TaskRunOptions,
+    load_model,
+    log_trainable,
+    prepare_run,
+    run_summary,
+    train_and_evaluate,
+    write_results,
+)
 
-logger = logging.getLogger(__name__)
-
-COMPOSITIONS = ("average", "soft", "hard", "fusion")
-LEARNED = ("soft", "hard", "fusion")  # the methods with parameters of their own, which must beat "average"
 # Routers, fusion layers and the head all start fresh (routers at zero, fusion's value at the identity), as adapters
 # do, so they take adapter-sized steps rather than full fine-tuning's (AdapterFusion used 5e-5 on a trained head).
 DEFAULT_LEARNING_RATE = 1e-3
 COMPOSITION_DIR = "composition"
 BASELINE_DIR = "average-baseline"
-_FINETUNING_ONLY = {"method": "full", "peft_config": None, "method_options": {}}
+_NOT_A_METHOD = (
+    "picks a fine-tuning method; a composition trains its router or fusion and a head over frozen adapters "
+    "(choose how with --strategy)."
+)
+
+
+def learned(strategy: str) -> bool:
+    """Whether `strategy` has parameters of its own, so that it must beat the uniform average to be worth having."""
+    return STRATEGIES[strategy].learned
 
 
 def parse_adapter_list(text: str) -> dict[str, str]:
@@ -61,52 +72,49 @@ def parse_adapter_list(text: str) -> dict[str, str]:
     for entry in filter(None, (part.strip() for part in text.split(","))):
         name, equals, folder = (piece.strip() for piece in entry.partition("="))
         if not (equals and name and folder):
-            raise ValueError(f"config key 'adapters': {entry!r} is not name=path; write name=path,name=path")
+            raise ValueError(f"{entry!r} is not name=path; write name=path,name=path")
         if name in adapters:
-            raise ValueError(f"config key 'adapters': the name {name!r} is given twice")
+            raise ValueError(f"the name {name!r} is given twice")
         adapters[name] = folder
     return adapters
 
 
 @dataclass
-class ComposeConfig(FinetuneConfig):
-    """Every fine-tuning key (model, task, data, formatting, optimisation, outputs) plus the composition's own."""
+class ComposeConfig(TaskRunOptions):
+    """Every setting of a composition run: the task and its data, optimisation and outputs as fine-tuning has them,
+    and the composition's own keys. YAML keys and command-line flags have exactly these names; `learning_rate: null`
+    means `DEFAULT_LEARNING_RATE`."""
 
-    adapters: dict | str = _key({}, "name -> trained PEFT adapter folder (LoRA or bottleneck); or name=path,name=path")
-    composition: str = _key("fusion", " | ".join(COMPOSITIONS))
-    composition_options: dict = _key(
-        {}, "the method's options, e.g. {granularity: sequence}, {top_k: 2}, {temperature: 2.0}, "
+    foreign_keys = {name: _NOT_A_METHOD for name in ("method", "peft_config", "method_options", "from_scratch")}
+
+    adapters: dict = key({}, "name -> trained PEFT adapter folder (LoRA or bottleneck); or name=path,name=path",
+                         parse=parse_adapter_list)  # fmt: skip
+    strategy: str = key("fusion", "how the adapters combine (all but fixed, which has nothing to train)",
+                        choices=lambda: tuple(STRATEGIES), choice_noun="strategies")  # fmt: skip
+    strategy_options: dict = key(
+        {}, "the strategy's options, e.g. {granularity: sequence}, {top_k: 2}, {temperature: 2.0}, "
         "{weights: [0.7, 0.3]}; trainable_modules: modules to train beside the head"
     )
-    baseline: bool = _key(True, "soft/hard/fusion: first train the head on the uniform average of the same adapters")
-    learning_rate: float | None = _key(None, f"peak learning rate; none = {DEFAULT_LEARNING_RATE}")
-    output_dir: str = _key("runs/compose", "where metrics, predictions, the composition and the card go")
+    baseline: bool = key(True, "a learned strategy: first train the head on the uniform average of the same adapters")
+    output_dir: str = key("runs/compose", "where metrics, predictions, the composition and the card go")
 
-    def __post_init__(self) -> None:
-        """Check the composition's keys (hfzoo.finetuning.config.validate checks the fine-tuning ones)."""
-        if isinstance(self.adapters, str):
-            self.adapters = parse_adapter_list(self.adapters)
-        if self.composition == "fixed":
+    def check(self) -> None:
+        if self.strategy == "fixed":
             raise ValueError(
-                "config key 'composition': 'fixed' applies the adapter each example names at inference and has "
+                "config key 'strategy': 'fixed' applies the adapter each example names at inference and has "
                 "nothing to train; to train a head on one adapter alone, compose just that one with 'average'."
             )
-        if self.composition not in COMPOSITIONS:
-            raise ValueError(
-                f"config key 'composition': unknown value {self.composition!r}. Valid: {', '.join(COMPOSITIONS)}."
-            )
-        for key, default in _FINETUNING_ONLY.items():
-            if getattr(self, key) != default:
-                raise ValueError(
-                    f"config key {key!r} picks a fine-tuning method; a composition trains its router or fusion and "
-                    "a head over frozen adapters (choose how with --composition)."
-                )
-        check_adapters(self.adapters, self.composition)
+        check_adapters(self.adapters, self.strategy)
 
 
-def check_adapters(adapters: dict[str, str], composition: str) -> None:
+def parse_args(argv: Sequence[str] | None = None) -> ComposeConfig:
+    """The config from `argv` (default: `sys.argv[1:]`): YAML file, then overrides, then checks."""
+    return parse_config(ComposeConfig, argv, "compose")
+
+
+def check_adapters(adapters: dict[str, str], strategy: str) -> None:
     """Read every adapter now, so a missing folder or an unsupported adapter fails before any data or model is
-    loaded (shapes are checked against the model by `compose`), and make sure a learned method has something to
+    loaded (shapes are checked against the model by `compose`), and make sure a learned strategy has something to
     learn: a router or fusion only exists at modules that two or more adapters adapt (a softmax over one adapter is
     1), so adapters with disjoint targets would leave it nothing to weigh."""
     if not adapters:
@@ -118,26 +126,26 @@ def check_adapters(adapters: dict[str, str], composition: str) -> None:
         except (FileNotFoundError, ValueError) as error:
             raise ValueError(f"config key 'adapters': {error}") from None
     adapters_per_module = Counter(path for adapter in loaded for path in adapter.modules)
-    if composition in LEARNED and max(adapters_per_module.values(), default=0) < 2:
+    if learned(strategy) and max(adapters_per_module.values(), default=0) < 2:
         targets = {a.name: sorted({path.rsplit(".", 1)[-1] for path in a.modules}) for a in loaded}
         raise ValueError(
             f"config key 'adapters': no module carries more than one of them (targets: {targets}), so a "
-            f"{composition!r} composition has nothing to weigh; train the adapters on shared modules (e.g. LoRA "
+            f"{strategy!r} composition has nothing to weigh; train the adapters on shared modules (e.g. LoRA "
             "with --method_options.target_modules '[qkv_proj, down_proj]' beside a bottleneck on down_proj)."
         )
 
 
 # ----------------------------------------------------------------------------------------------- the recipe
 def compose_adapters(config: ComposeConfig) -> Path:
-    """Train `config.composition` of `config.adapters` on `config.task`, after the uniform-average baseline for the
-    learned methods; returns the output folder."""
-    accelerator = build_accelerator(config)  # one for both runs: ending it ends the process group
+    """Train the `config.strategy` composition of `config.adapters` on `config.task`, after the uniform-average
+    baseline for the learned strategies; returns the output folder."""
+    accelerator = config.accelerator()  # one for both runs: ending it ends the process group
     baseline = None
-    if config.baseline and config.composition in LEARNED:
-        options = {key: value for key, value in config.composition_options.items() if key == "trainable_modules"}
+    if config.baseline and learned(config.strategy):
+        options = {key: value for key, value in config.strategy_options.items() if key == "trainable_modules"}
         baseline = train_composition(
             dataclasses.replace(
-                config, composition="average", composition_options=options, baseline=False,
+                config, strategy="average", strategy_options=options, baseline=False,
                 output_dir=str(Path(config.output_dir) / BASELINE_DIR),
             ),
             accelerator,
@@ -158,20 +166,16 @@ def train_composition(config: ComposeConfig, accelerator: Accelerator, baseline:
 
     # --- The composition: base and adapters frozen; the routers or fusion and the head (trainable_modules) train.
     composed = compose_for_task(model, config, head_modules(model, missing) if task.trains_head else [])
-    parameters = count_parameters(composed)
-    logger.info(
-        "%s composition of %s on %s: %s of %s parameters trainable (%.3f%%)",
-        config.composition, ", ".join(config.adapters), config.model, f"{parameters['trainable_parameters']:,}",
-        f"{parameters['total_parameters']:,}", 100 * parameters["trainable_fraction"],
-    )  # fmt: skip
+    parameters = count_trainable_parameters(composed)
+    log_trainable(f"{config.strategy} composition of {', '.join(config.adapters)} on {config.model}", parameters)
 
-    # --- Features, then fine-tuning's loop: AdamW on what is trainable, evaluation, log.jsonl.
+    # --- Features, then the shared loop: AdamW on what is trainable, evaluation, log.jsonl.
     train_features = task.encode(train_examples, training=True)
     eval_features = task.encode(eval_examples, training=False)
     learning_rate = config.learning_rate if config.learning_rate is not None else DEFAULT_LEARNING_RATE
     run = train_and_evaluate(
         config, task, composed, train_features, eval_examples, eval_features, accelerator, learning_rate,
-        family=family, composition=config.composition, adapters=config.adapters,
+        family=family, strategy=config.strategy, adapters=config.adapters,
         train_examples=len(train_examples), **parameters,
     )  # fmt: skip
     trained: ComposedModel = accelerator.unwrap_model(run.model)
@@ -182,9 +186,9 @@ def train_composition(config: ComposeConfig, accelerator: Accelerator, baseline:
         trained.save_pretrained(output_dir / COMPOSITION_DIR)
     accelerator.wait_for_everyone()
     reload = check_reload(config, task, trained, eval_examples, eval_features, run.records, accelerator)
-    method = f"{config.composition}-composition"
+    method = f"{config.strategy}-composition"
     summary = run_summary(task, base_model, method, parameters, run, len(train_examples), len(eval_examples))
-    summary["composition"] = describe(trained)
+    summary["composition"] = describe(trained, config.strategy)
     summary["baselines"] = baselines(baseline, majority_class_accuracy(train_examples, eval_examples))
     summary["reload_check"] = reload
     if accelerator.is_main_process:
@@ -200,14 +204,14 @@ def train_composition(config: ComposeConfig, accelerator: Accelerator, baseline:
 def compose_for_task(model: PreTrainedModel, config: ComposeConfig, heads: list[str]) -> ComposedModel:
     """`compose()` the configured adapters on `model` with `heads` (and any configured `trainable_modules`) trained;
     an adapter that does not fit the model raises an error naming it, the module and the shapes."""
-    options = dict(config.composition_options)
+    options = dict(config.strategy_options)
     trainable = [*heads, *options.pop("trainable_modules", [])]
-    composed = compose(model, config.adapters, config.composition, trainable_modules=trainable, **options)
+    composed = compose(model, config.adapters, config.strategy, trainable_modules=trainable, **options)
     if not any(p.requires_grad for p in composed.parameters()):
         composed.unload()
         raise ValueError(
             f"nothing to train: task {config.task!r} has no head on this model and an 'average' composition has no "
-            "parameters; name modules in composition_options.trainable_modules"
+            "parameters; name modules in strategy_options.trainable_modules"
         )
     return composed
 
@@ -234,10 +238,10 @@ def check_reload(
     return {"parameters_equal": same_parameters, "predictions_equal": reloaded_records == records}
 
 
-def describe(composed: ComposedModel) -> dict[str, Any]:
-    """metrics.json's account of the composition: method, options, adapters, what trained where."""
+def describe(composed: ComposedModel, strategy: str) -> dict[str, Any]:
+    """metrics.json's account of the composition: strategy, options, adapters, what trained where."""
     return {
-        "method": composed.method,
+        "strategy": strategy,
         "options": composed.options,
         "adapters": [
             {"name": a.name, "kind": a.kind, "rank": a.rank, "modules": len(a.modules),
@@ -279,26 +283,27 @@ def _markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> st
 def composition_section(summary: dict[str, Any]) -> str:
     """The card's account of the composition and how it compares with the uniform average and the majority class."""
     composition = summary["composition"]
-    method = composition["method"]
+    strategy = composition["strategy"]
     adapters = _markdown_table(
         ("adapter", "kind", "rank / width", "modules", "folder"),
         [(a["name"], a["kind"], a["rank"], a["modules"], f"`{a['folder']}`") for a in composition["adapters"]],
     )
     trained = ", ".join(f"`{m}`" for m in composition["trainable_modules"]) or "nothing else"
     options = {key: value for key, value in composition["options"].items() if key != "trainable_modules"}
-    if method in LEARNED:
+    if learned(strategy):
         where = (
             f"{composition['learned_modules']} of the {composition['composed_modules']} adapted modules carry more "
-            f"than one adapter; there the {method} layers learn how to weigh them (elsewhere one adapter applies as is)"
+            f"than one adapter; there the {strategy} layers learn how to weigh them (elsewhere one adapter applies "
+            "as is)"
         )
     else:
         where = f"each of the {composition['composed_modules']} adapted modules adds its adapters' outputs, weighted"
     text = (
-        f"## Composition\n\n`{method}` over {len(composition['adapters'])} frozen adapters on the frozen base model "
+        f"## Composition\n\n`{strategy}` over {len(composition['adapters'])} frozen adapters on the frozen base model "
         f"(options: `{json.dumps(options)}`): {where}. Trained beside them: {trained}.\n\n{adapters}"
     )
     metrics = [key for key in FINETUNE_METRICS if key in summary]
-    rows = [(f"{method} (this run)", *(f"{summary[k]:.4f}" for k in metrics), f"{summary['trainable_parameters']:,}")]
+    rows = [(f"{strategy} (this run)", *(f"{summary[k]:.4f}" for k in metrics), f"{summary['trainable_parameters']:,}")]
     names = {"average": "uniform average of the same adapters, head trained", "majority_class": "majority class"}
     for name, row in summary["baselines"].items():
         values = (f"{row[k]:.4f}" if k in row else "-" for k in metrics)
@@ -308,7 +313,7 @@ def composition_section(summary: dict[str, Any]) -> str:
         primary = metrics[0]
         gain = summary[primary] - summary["baselines"]["average"][primary]
         verdict = "beats" if gain > 0 else "does not beat"
-        text += f"\n\n`{method}` {verdict} the uniform average of the same adapters: {gain:+.4f} {primary}"
+        text += f"\n\n`{strategy}` {verdict} the uniform average of the same adapters: {gain:+.4f} {primary}"
         if primary == "accuracy":  # how many examples that is, to judge it against chance
             text += f" ({round(gain * summary['eval_examples']):+d} of {summary['eval_examples']} examples)"
         text += "."
@@ -353,12 +358,5 @@ def write_composition_card(output_dir: Path, config: ComposeConfig, summary: dic
 
 
 def main(argv: Sequence[str] | None = None) -> Path:
-    """Entry point of `recipes/compose.py` and `hfzoo compose`: parse `argv` (fine-tuning's keys and the
-    composition's), then `compose_adapters`."""
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    logging.getLogger("hfzoo").setLevel(logging.INFO)
-    try:
-        config = parse_args(argv, ComposeConfig, "compose")
-    except (ValueError, FileNotFoundError) as error:  # a bad config or adapter: say which, not where in the parser
-        raise SystemExit(f"compose: {error}") from None
-    return compose_adapters(config)
+    """Entry point of `recipes/compose.py` and `hfzoo compose`: parse `argv`, then `compose_adapters`."""
+    return compose_adapters(start_recipe(ComposeConfig, argv, "compose"))

@@ -1,4 +1,4 @@
-"""Fine-tuning data as records that remember where they came from, so a malformed row is reported by file and line.
+"""Task data as records that remember where they came from, so a malformed row is reported by file and line.
 
 A record is `(where, fields)`: `where` reads "path, line N" (or "name[split] row N" for a Hub dataset) and every
 error about the row starts with it. The task modules turn records into their examples (and read the formats only
@@ -18,10 +18,12 @@ import json
 import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..data.corpus import CorpusError, _decoded_lines, _split_of
-from .config import FinetuneConfig
+
+if TYPE_CHECKING:
+    from .options import TaskOptions
 
 Record = tuple[str, dict[str, Any]]
 TABLE_SUFFIXES = (".csv", ".tsv", ".jsonl")
@@ -29,7 +31,7 @@ Example = TypeVar("Example")
 
 
 class DataError(CorpusError):
-    """Malformed fine-tuning data; the message starts with the file and line (or the SQuAD question id)."""
+    """Malformed task data; the message starts with the file and line (or the SQuAD question id)."""
 
 
 def column(where: str, fields: dict[str, Any], name: str) -> Any:
@@ -130,7 +132,7 @@ def hub_records(name: str, config_name: str | None, split: str) -> list[Record] 
     return records
 
 
-def data_files(config: FinetuneConfig, suffixes: Sequence[str]) -> dict[str, str | None]:
+def data_files(config: TaskOptions, suffixes: Sequence[str]) -> dict[str, str | None]:
     """`{"train": path, "validation": path or None}` from `train_file`/`validation_file` or a `dataset` folder.
 
     In a folder, a file's split is the last split word in its name (train; validation/valid/val/dev; test), as for

@@ -1,0 +1,91 @@
+"""Fine-tune a pretrained model on a labelled task: config -> examples -> tokenizer -> model (+ adapter) ->
+features -> AdamW -> loop -> validation metrics -> metrics.json, predictions, model or adapter, card.
+
+Read `finetune` top to bottom; it is the recipe. What it shares with the composition recipe (preparing the run, the
+training run with its evaluations, the files it leaves) is in `hfzoo.training.task_runs`. The task (`hfzoo.tasks`:
+sequence-classification, token-classification, question-answering, seq2seq) decides how examples become token ids
+for the model's family and how outputs become predictions and metrics. It runs as one process or under
+`accelerate launch` / `torchrun`:
+
+    python recipes/finetune.py --config recipes/configs/finetune/sst2.yaml
+    hfzoo finetune --model runs/bert-small-mlm --task sequence-classification --dataset ../shared/data/sst2 \\
+        --text_column sentence --method lora --max_steps 200
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..cards import write_finetune_card
+from ..recipe_config import key, parse_config
+from ..training.logging import start_recipe
+from ..training.methods import MethodOptions, apply_method, count_trainable_parameters, head_modules, peft_config_for
+from ..training.task_runs import (
+    TaskRunOptions,
+    log_trainable,
+    prepare_run,
+    run_summary,
+    train_and_evaluate,
+    write_results,
+)
+
+
+@dataclass
+class FinetuneConfig(MethodOptions, TaskRunOptions):
+    """Every setting of a fine-tuning run: the task and its data, the method, optimisation, outputs. YAML keys and
+    command-line flags have exactly these names; `learning_rate: null` means the method's default."""
+
+    output_dir: str = key("runs/finetune", "where metrics, predictions, the model or adapter and the card go")
+
+
+def parse_args(argv: Sequence[str] | None = None) -> FinetuneConfig:
+    """The config from `argv` (default: `sys.argv[1:]`): YAML file, then overrides, then checks."""
+    return parse_config(FinetuneConfig, argv, "finetune")
+
+
+def finetune(config: FinetuneConfig) -> Path:
+    """Fine-tune `config.model` on `config.task`; returns the output folder (metrics, predictions, model, card)."""
+    output_dir = Path(config.output_dir)
+    accelerator = config.accelerator()
+
+    # --- Examples, tokenizer and model with the task's head (hfzoo.training.task_runs.prepare_run).
+    task, train_examples, eval_examples, model, missing = prepare_run(config, accelerator, config.from_scratch)
+    tokenizer, family = task.tokenizer, task.family
+    base_model = model.name_or_path  # a local folder's absolute path: what an adapter reloads onto
+
+    # --- The method: an adapter freezes the body (and trains the head with it).
+    heads = head_modules(model, missing) if task.trains_head else []
+    model = apply_method(model, peft_config_for(config, task.peft_task_types[family], heads))
+    parameters = count_trainable_parameters(model)
+    method = config.peft_config or config.method
+    log_trainable(f"{task.name} on {config.model} ({family}), method {method}", parameters)
+
+    # --- Features: token ids and targets laid out for the family (see hfzoo/tasks/task.py).
+    train_features = task.encode(train_examples, training=True)
+    eval_features = task.encode(eval_examples, training=False)
+
+    # --- AdamW, the loop, validation metrics and the log.
+    learning_rate = config.learning_rate if config.learning_rate is not None else config.default_learning_rate()
+    run = train_and_evaluate(
+        config, task, model, train_features, eval_examples, eval_features, accelerator, learning_rate,
+        family=family, method=method, train_examples=len(train_examples), **parameters,
+    )  # fmt: skip
+    unwrapped = accelerator.unwrap_model(run.model)
+
+    # --- Save: metrics, predictions, the adapter (PEFT format) or the full model, tokenizer, card.
+    accelerator.wait_for_everyone()
+    summary = run_summary(task, base_model, method, parameters, run, len(train_examples), len(eval_examples))
+    unwrapped.save_pretrained(output_dir, is_main_process=accelerator.is_main_process, save_function=accelerator.save)
+    if accelerator.is_main_process:
+        write_results(output_dir, tokenizer, summary, run.records)
+        write_finetune_card(output_dir, config, summary)
+    accelerator.wait_for_everyone()
+    accelerator.end_training()
+    return output_dir
+
+
+def main(argv: Sequence[str] | None = None) -> Path:
+    """Entry point of `recipes/finetune.py` and `hfzoo finetune`: parse `argv`, then `finetune`."""
+    return finetune(start_recipe(FinetuneConfig, argv, "finetune"))

@@ -1,0 +1,55 @@
+"""The config keys of a labelled task: which model, which task, which data, and how examples become features.
+
+Both recipes that train on a task (fine-tuning and composition) take these keys, and the tasks read them. The
+`task` key's valid values are the registered `Task` classes (`TASK_CLASSES`), so a new task needs no edit here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..recipe_config import key
+from .task import TASK_CLASSES
+
+
+@dataclass
+class TaskOptions:
+    """What to train, on which data, formatted how. YAML keys and command-line flags have exactly these names."""
+
+    # What to train, on what.
+    model: str = key("", "an hfzoo checkpoint folder, any local transformers folder, or a Hub model name",
+                     required=True)  # fmt: skip
+    tokenizer: str | None = key(None, "tokenizer path or name; none = the model's")
+    task: str = key("", "the task", required=True, choices=lambda: tuple(TASK_CLASSES), choice_noun="tasks")
+    trust_remote_code: bool = key(False, "let transformers run modeling code saved with a checkpoint")
+    # Data.
+    dataset: str | None = key(None, "a local folder with train/validation (dev, valid, val) files, or a Hub name")
+    dataset_config: str | None = key(None, "the Hub dataset's configuration name, e.g. sst2 for glue")
+    train_file: str | None = key(None, "training file: csv/tsv/jsonl; CoNLL text; SQuAD json; parallel text")
+    validation_file: str | None = key(None, "validation file, same formats")
+    validation_split: float | None = key(None, "hold out this fraction of train when there is no validation file")
+    text_column: str | None = key(None, "input text column (seq2seq: source; parallel text: its file suffix)")
+    text_pair_column: str | None = key(None, "second text column of sentence-pair tasks (RTE, MNLI)")
+    label_column: str | None = key(None, "label column (token-classification jsonl: the tag-list column)")
+    target_column: str | None = key(None, "seq2seq target column (parallel text: its file suffix)")
+    max_train_samples: int | None = key(None, "keep only the first N training examples", minimum=1)
+    max_eval_samples: int | None = key(None, "keep only the first N validation examples", minimum=1)
+    # Formatting.
+    max_length: int = key(128, "tokens per input (longer inputs are truncated; QA: split into windows)", minimum=1)
+    max_target_length: int = key(64, "tokens per target (seq2seq) and generated tokens at most", minimum=1)
+    doc_stride: int = key(32, "question-answering: tokens shared by consecutive context windows")
+    n_best: int = key(20, "question-answering: start/end candidates per window", minimum=1)
+    max_answer_length: int = key(30, "question-answering: longest answer, in tokens", minimum=1)
+    task_prefix: str | None = key(None, "text-to-text prefix for encoder-decoders, e.g. sst2, rte, 'translate: '")
+    label_words: dict = key({}, "text-to-text target word of each label, e.g. {0: negative, 1: positive}")
+    num_beams: int = key(1, "beams when generating (seq2seq and text-to-text evaluation)", minimum=1)
+
+    def check(self) -> None:
+        if self.dataset is None and self.train_file is None:
+            raise ValueError("give a data source: --dataset (a folder or a Hub name) or --train_file.")
+        if self.dataset is not None and self.train_file is not None:
+            raise ValueError("give --dataset or --train_file/--validation_file, not both.")
+        if self.validation_split is not None and not 0.0 < self.validation_split < 1.0:
+            raise ValueError(f"config key 'validation_split' must be in (0, 1), got {self.validation_split}.")
+        if self.task == "question-answering" and not 0 <= self.doc_stride < self.max_length:
+            raise ValueError(f"config key 'doc_stride' must be in [0, max_length), got {self.doc_stride}.")

@@ -1,0 +1,116 @@
+"""Evaluation on every process: the validation loss of a language model, and a task's predictions.
+
+Each process evaluates its share of the examples (`EvalShard`); the main process ends with the complete result,
+in example order, and every process runs the same number of forward passes, which FSDP and DeepSpeed need.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Callable, Iterable
+
+import torch
+from accelerate import Accelerator
+from accelerate.utils import gather_object
+from torch import nn
+
+from ..tasks import Task
+from .loop import to_device
+
+
+def task_loss(model: nn.Module, outputs) -> torch.Tensor:
+    """The objective's loss without a mixture-of-experts load-balancing term, which is not part of perplexity."""
+    aux_loss = getattr(outputs, "aux_loss", None)
+    if aux_loss is None:
+        return outputs.loss
+    return outputs.loss - model.config.router_aux_loss_coef * aux_loss
+
+
+class EvalShard(torch.utils.data.Dataset):
+    """This process's share of the validation examples, padded so every process has the same count.
+
+    Examples are dealt out round-robin; the few padding entries (flagged `False`) repeat an example
+    but carry no targets. Every process then runs the same number of forward passes (FSDP and
+    DeepSpeed need that) and no example is counted twice, so the loss equals a one-process
+    evaluation. (accelerate's prepared loaders would repeat real examples instead.)
+    """
+
+    def __init__(self, examples, process_index: int, num_processes: int):
+        self.examples = examples
+        self.indices = list(range(process_index, len(examples), num_processes))
+        self.length = -(-len(examples) // num_processes)
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, i: int) -> tuple[dict, bool]:
+        real = i < len(self.indices)
+        return self.examples[self.indices[i] if real else 0], real
+
+
+@torch.no_grad()
+def evaluate(
+    model: nn.Module,
+    dataloader: Iterable[list[tuple[dict, bool]]],
+    collator: Callable[[list], dict],
+    accelerator: Accelerator,
+    *,
+    shifts_labels: bool,
+    max_batches: int | None = None,
+) -> dict[str, float]:
+    """Validation loss (mean over target tokens, all processes) and its perplexity.
+
+    `dataloader` yields lists of (example, real) from an `EvalShard`. Each batch's mean loss is
+    weighted by its number of targets (labels != -100; a causal LM has no target at the first
+    position), so batches with more masked tokens count more, as they should.
+    """
+    was_training = model.training
+    model.eval()
+    unwrapped = accelerator.unwrap_model(model)
+    sums = torch.zeros(2, dtype=torch.float64, device=accelerator.device)  # loss x targets, targets
+    for index, items in enumerate(dataloader):
+        if max_batches is not None and index >= max_batches:
+            break
+        features, real = zip(*items)
+        batch = to_device(collator(list(features)), accelerator.device)
+        batch["labels"][~torch.tensor(real, device=accelerator.device)] = -100  # padding entries: no targets
+        outputs = model(**batch)
+        labels = batch["labels"][..., 1:] if shifts_labels else batch["labels"]
+        targets = (labels != -100).sum()
+        if targets > 0:  # a batch of padding entries only has a NaN loss (0 / 0)
+            sums += torch.stack([task_loss(unwrapped, outputs).double() * targets, targets.double()])
+    model.train(was_training)
+    loss_sum, targets = accelerator.reduce(sums, reduction="sum").tolist()
+    loss = loss_sum / max(targets, 1)
+    return {"eval_loss": loss, "perplexity": math.exp(min(loss, 700.0)), "eval_targets": int(targets)}
+
+
+def parameter_checksum(model: nn.Module) -> str:
+    """SHA-256 of every parameter's bytes: equal on all processes iff their weights are identical."""
+    digest = hashlib.sha256()
+    for name, param in sorted(model.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(param.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+@torch.no_grad()
+def predict_all(task: Task, model: nn.Module, features: list[dict], accelerator: Accelerator, batch_size: int) -> list:
+    """`task.predict_batch` over all `features`, each process on its share; the outputs in feature order.
+
+    Every process runs the same number of batches (an `EvalShard` repeats one feature to even them out, flagged
+    not real), which FSDP and DeepSpeed need; the main process's list is complete after the gather.
+    """
+    was_training = model.training
+    model.eval()
+    shard = EvalShard(list(range(len(features))), accelerator.process_index, accelerator.num_processes)
+    mine = []
+    for start in range(0, len(shard), batch_size):
+        items = [shard[i] for i in range(start, min(start + batch_size, len(shard)))]
+        batch = to_device(task.collate([features[index] for index, _ in items]), accelerator.device)
+        outputs = task.predict_batch(model, batch)
+        mine.extend((index, output) for (index, real), output in zip(items, outputs) if real)
+    model.train(was_training)
+    gathered = gather_object(mine) if accelerator.num_processes > 1 else mine
+    return [output for _, output in sorted(gathered, key=lambda pair: pair[0])]

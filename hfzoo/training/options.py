@@ -1,0 +1,72 @@
+"""Config parts the recipes share: how any run executes, and how a run on a labelled task trains.
+
+A recipe's config lists the parts it is made of as bases (`hfzoo.recipe_config` explains the machinery); the keys
+are flat, so YAML files and command lines name them directly (`--seed 3`, not `--run.seed 3`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from accelerate import Accelerator
+from accelerate.utils import DataLoaderConfiguration
+
+from ..recipe_config import MIXED_PRECISION, key
+
+
+@dataclass
+class RunOptions:
+    """How a run executes, whatever it trains: devices, precision, gradient steps, logging and the seed."""
+
+    gradient_accumulation_steps: int = key(1, "micro-batches per optimizer step", minimum=1)
+    max_grad_norm: float | None = key(1.0, "gradient clipping norm; none = no clipping")
+    mixed_precision: str | None = key(None, "none = as launched (accelerate config), else no",
+                                      choices=MIXED_PRECISION)  # fmt: skip
+    cpu: bool | None = key(None, "force CPU; none = CPU only when no accelerator is available")
+    log_every: int = key(10, "optimizer steps between log records", minimum=1)
+    seed: int = key(42, "seed of every random draw: initialisation, data order, dropout, masking")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every key of the run's config (all its parts), as saved in its output folder and its log."""
+        return dataclasses.asdict(self)
+
+    def accelerator(self, seedable_data: bool = False) -> Accelerator:
+        """The run's Accelerator: one process, DDP, FSDP or DeepSpeed, decided by how the script was launched.
+
+        `seedable_data`: samplers reshuffle each epoch from (seed, epoch), so a resumed run sees the same order.
+        """
+        return Accelerator(
+            cpu=self.cpu if self.cpu is not None else not torch.accelerator.is_available(),
+            mixed_precision=self.mixed_precision,
+            gradient_accumulation_steps=self.gradient_accumulation_steps,
+            dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True, data_seed=self.seed)
+            if seedable_data
+            else None,
+        )
+
+
+@dataclass
+class TaskTrainingOptions:
+    """How a run on a labelled task trains and evaluates (fine-tuning and composition): batches, AdamW with linear
+    warmup and cosine decay to zero, run length in epochs or steps."""
+
+    per_device_batch_size: int = key(16, "examples (QA: windows) per micro-batch on each process", minimum=1)
+    eval_batch_size: int | None = key(None, "examples per evaluation batch; none = per_device_batch_size", minimum=1)
+    learning_rate: float | None = key(None, "peak learning rate; none = the recipe's default (see its --help)")
+    weight_decay: float = key(0.01, "AdamW weight decay (not applied to biases and norms)")
+    warmup_ratio: float = key(0.06, "fraction of the steps spent in linear warmup (RoBERTa: 6%)")
+    num_epochs: float = key(3.0, "passes over the training set (when max_steps is not given)")
+    max_steps: int | None = key(None, "optimizer steps; overrides num_epochs", minimum=1)
+    eval_every: int | None = key(None, "optimizer steps between evaluations; none = only at the end", minimum=1)
+    tensorboard: bool = key(False, "also log to TensorBoard (skipped if tensorboard is not installed)")
+
+    def check(self) -> None:
+        if not 0.0 <= self.warmup_ratio < 1.0:
+            raise ValueError(f"config key 'warmup_ratio' must be in [0, 1), got {self.warmup_ratio}.")
+        if self.num_epochs <= 0:
+            raise ValueError(f"config key 'num_epochs' must be > 0, got {self.num_epochs}.")
+        if self.learning_rate is not None and self.learning_rate <= 0:
+            raise ValueError(f"config key 'learning_rate' must be > 0, got {self.learning_rate}.")
