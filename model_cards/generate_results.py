@@ -56,13 +56,6 @@ RESULTS = "results.json"
 LOAD_SAMPLE_SECONDS = 15
 # glibc otherwise returns freed memory to the OS and faults it back in on every step (see benchmarks/);
 # it reads these only at process start, hence `env` in the command.
-# What a "target token" is for each objective: the loss and perplexity are means over these.
-TARGETS = {
-    "clm": "every next token of each block",
-    "mlm": "the masked positions only",
-    "span_corruption": "the decoder's target sequence: a sentinel before each dropped span, its tokens, then EOS",
-    "denoising": "the whole original block, reconstructed by the decoder",
-}
 MALLOC_TUNED = {"MALLOC_MMAP_THRESHOLD_": "17179869184", "MALLOC_TRIM_THRESHOLD_": "17179869184"}
 
 
@@ -375,6 +368,8 @@ def render(summary: dict[str, Any]) -> str:
     """The card's Markdown, with Hub metadata (model-index: validation loss and perplexity) as front matter."""
     from huggingface_hub import EvalResult, ModelCardData
 
+    from hfzoo.training.objectives import OBJECTIVES
+
     s, t, b, m, final = summary, summary["training"], summary["baseline"], summary["machine"], summary["final"]
     common = dict(task_type=s["pipeline_tag"], task_name=s["task"], dataset_type=s["data"]["name"],
                   dataset_name=s["data"]["name"], dataset_split="validation")  # fmt: skip
@@ -405,7 +400,7 @@ def render(summary: dict[str, Any]) -> str:
         ["final validation perplexity", f"{final['perplexity']:.2f}"],
         ["unigram baseline perplexity (same split, tokenizer, targets)", f"{b['unigram_perplexity']:.2f}"],
         ["unigram baseline loss", f"{b['unigram_loss']:.4f}"],
-        ["validation targets scored", f"{final['eval_targets']:,} ({TARGETS[s['objective']]})"],
+        ["validation targets scored", f"{final['eval_targets']:,} ({OBJECTIVES[s['objective']].scored_targets})"],
         ["optimizer steps", t["steps"]],
         ["tokens seen (model inputs, padding excluded)",
          f"{t['tokens_seen']:,} ({t['tokens_seen'] / t['steps']:,.0f} per step, from {t['tokens_per_step']:,} corpus "

@@ -2,7 +2,8 @@
 
 The objective is not the model (style guide): masking, span corruption and denoising live in collators
 in `hfzoo.data.collators`; the model only takes `labels`. Everything the recipe, the config checks and
-the model card need to know about an objective is a row here, so adding one is one edit.
+the model card need to know about an objective is an entry of `OBJECTIVES`, so a new objective is its collator
+plus one entry here: the config's `objective` key, its checks and the cards read this registry.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ class Objective:
     pipeline_tag: str  # for the model card metadata
     task_name: str  # human-readable, for the model card's model-index
     shifts_labels: bool  # causal LMs predict token t+1 from position t, so the first label is never a target
+    scored_targets: str  # what a target token is: validation loss and perplexity are means over these
 
     def check_collator_options(self, options: dict) -> None:
         """Raise if `options` (config key `collator`) holds an argument the collator does not take."""
@@ -47,19 +49,26 @@ class Objective:
         return self.collator(tokenizer, **options, **({"generator": generator} if seeded else {}))
 
 
-# fmt: off
 OBJECTIVES: dict[str, Objective] = {o.name: o for o in (
-    #         name               family             auto class             collator
-    Objective("clm",             "decoder",         AutoModelForCausalLM,  CausalLMCollator,
-              "text-generation",      "Causal language modeling",      shifts_labels=True),
-    Objective("mlm",             "encoder",         AutoModelForMaskedLM,  MaskedLMCollator,
-              "fill-mask",            "Masked language modeling",      shifts_labels=False),
-    Objective("span_corruption", "encoder_decoder", AutoModelForSeq2SeqLM, SpanCorruptionCollator,
-              "text2text-generation", "Span corruption (T5)",          shifts_labels=False),
-    Objective("denoising",       "encoder_decoder", AutoModelForSeq2SeqLM, DenoisingCollator,
-              "text2text-generation", "Denoising autoencoding (BART)", shifts_labels=False),
-)}
-# fmt: on
+    Objective(
+        "clm", "decoder", AutoModelForCausalLM, CausalLMCollator, "text-generation", "Causal language modeling",
+        shifts_labels=True, scored_targets="every next token of each block",
+    ),
+    Objective(
+        "mlm", "encoder", AutoModelForMaskedLM, MaskedLMCollator, "fill-mask", "Masked language modeling",
+        shifts_labels=False, scored_targets="the masked positions only",
+    ),
+    Objective(
+        "span_corruption", "encoder_decoder", AutoModelForSeq2SeqLM, SpanCorruptionCollator, "text2text-generation",
+        "Span corruption (T5)", shifts_labels=False,
+        scored_targets="the decoder's target sequence: a sentinel before each dropped span, its tokens, then EOS",
+    ),
+    Objective(
+        "denoising", "encoder_decoder", AutoModelForSeq2SeqLM, DenoisingCollator, "text2text-generation",
+        "Denoising autoencoding (BART)", shifts_labels=False,
+        scored_targets="the whole original block, reconstructed by the decoder",
+    ),
+)}  # fmt: skip
 
 
 def get_objective(name: str, preset: str) -> Objective:
