@@ -164,6 +164,8 @@ class ZooDecoderForSequenceClassification(ZooDecoderPreTrainedModel):
 
 
 class ZooDecoderForTokenClassification(ZooDecoderPreTrainedModel):
+    """Tags every token from the causal hidden state (each token sees only its left context); -100 is ignored."""
+
     def __init__(self, config: ZooDecoderConfig):
         super().__init__(config)
         self.num_labels = config.num_labels
