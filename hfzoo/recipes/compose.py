@@ -55,6 +55,8 @@ from ..training.task_runs import (
 DEFAULT_LEARNING_RATE = 1e-3
 COMPOSITION_DIR = "composition"
 BASELINE_DIR = "average-baseline"
+# What this recipe trains: every strategy but `fixed`, which applies the adapter each example names at inference.
+TRAINABLE_STRATEGIES = tuple(name for name in STRATEGIES if name != "fixed")
 _NOT_A_METHOD = (
     "picks a fine-tuning method; a composition trains its router or fusion and a head over frozen adapters "
     "(choose how with --strategy)."
@@ -89,8 +91,7 @@ class ComposeConfig(TaskRunOptions):
 
     adapters: dict = key({}, "name -> trained PEFT adapter folder (LoRA or bottleneck); or name=path,name=path",
                          parse=parse_adapter_list)  # fmt: skip
-    strategy: str = key("fusion", "how the adapters combine (all but fixed, which has nothing to train)",
-                        choices=lambda: tuple(STRATEGIES), choice_noun="strategies")  # fmt: skip
+    strategy: str = key("fusion", f"{' | '.join(TRAINABLE_STRATEGIES)}: how the adapters combine")
     strategy_options: dict = key(
         {}, "the strategy's options, e.g. {granularity: sequence}, {top_k: 2}, {temperature: 2.0}, "
         "{weights: [0.7, 0.3]}; trainable_modules: modules to train beside the head"
@@ -103,6 +104,10 @@ class ComposeConfig(TaskRunOptions):
             raise ValueError(
                 "config key 'strategy': 'fixed' applies the adapter each example names at inference and has "
                 "nothing to train; to train a head on one adapter alone, compose just that one with 'average'."
+            )
+        if self.strategy not in TRAINABLE_STRATEGIES:
+            raise ValueError(
+                f"config key 'strategy': unknown value {self.strategy!r}. Valid: {', '.join(TRAINABLE_STRATEGIES)}."
             )
         check_adapters(self.adapters, self.strategy)
 

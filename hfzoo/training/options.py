@@ -55,7 +55,8 @@ class TaskTrainingOptions:
 
     per_device_batch_size: int = key(16, "examples (QA: windows) per micro-batch on each process", minimum=1)
     eval_batch_size: int | None = key(None, "examples per evaluation batch; none = per_device_batch_size", minimum=1)
-    learning_rate: float | None = key(None, "peak learning rate; none = the recipe's default (see its --help)")
+    learning_rate: float | None = key(None, "peak learning rate; none = a default for what trains (fine-tuning: "
+                                      "per method, full 5e-5 to prefix 1e-2; composition: 1e-3)")  # fmt: skip
     weight_decay: float = key(0.01, "AdamW weight decay (not applied to biases and norms)")
     warmup_ratio: float = key(0.06, "fraction of the steps spent in linear warmup (RoBERTa: 6%)")
     num_epochs: float = key(3.0, "passes over the training set (when max_steps is not given)")
