@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 from accelerate import Accelerator
 from torch import nn
+from torch.utils.data import DataLoader
 from transformers import get_cosine_with_min_lr_schedule_with_warmup
 
 from .checkpointing import Progress
@@ -102,8 +103,6 @@ class TrainMeter:
         return loss_sum / max(micro_batches, 1), int(tokens), tokens / seconds
 
 
-
-
 @dataclass
 class Intervals:
     """When the loop does what, in optimizer steps. Logging and evaluation also happen at the last step;
@@ -125,7 +124,7 @@ def train(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
     scheduler: torch.optim.lr_scheduler.LRScheduler,
-    train_loader,
+    train_loader: DataLoader,
     collate: Callable[[list], dict],
     accelerator: Accelerator,
     intervals: Intervals,
