@@ -1,0 +1,42 @@
+"""Model cards from what a run wrote: a `RunRecord` (resolved config, log records, summary, model config) rendered
+through an ordered list of `Section`s under Hub metadata.
+
+Nothing in a card is typed by hand, and nothing edits a finished card: a recipe picks its sections (pretraining,
+fine-tuning, composition, or adds its own) and `write_card` writes README.md and the loss curve atomically. Cards
+sit below the training package (they import presets, the config machinery and adapters only), so the record is
+plain data built by the recipe.
+"""
+
+from .composition import composition_sections
+from .entry_points import render_model_card, write_finetune_card, write_model_card
+from .finetuning import FINETUNE_METRICS, FINETUNE_SECTIONS, finetune_metadata
+from .pretraining import (
+    ARCHITECTURE_FIELDS,
+    DEFAULT_CORPUS,
+    PRETRAINING_SECTIONS,
+    architecture_rows,
+    describe_objective,
+    pretraining_metadata,
+)
+from .render import (
+    CARD,
+    LOSS_CURVE,
+    Curve,
+    RunRecord,
+    Section,
+    markdown_table,
+    model_card_data,
+    plot_loss_curve,
+    plot_losses,
+    render_card,
+    write_card,
+    write_text_atomic,
+)
+
+__all__ = [
+    "ARCHITECTURE_FIELDS", "CARD", "DEFAULT_CORPUS", "FINETUNE_METRICS", "FINETUNE_SECTIONS", "LOSS_CURVE",
+    "PRETRAINING_SECTIONS", "Curve", "RunRecord", "Section", "architecture_rows", "composition_sections",
+    "describe_objective", "finetune_metadata", "markdown_table", "model_card_data", "plot_loss_curve", "plot_losses",
+    "pretraining_metadata", "render_card", "render_model_card", "write_card", "write_finetune_card",
+    "write_model_card", "write_text_atomic",
+]  # fmt: skip

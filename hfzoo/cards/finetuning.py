@@ -1,0 +1,117 @@
+"""The fine-tuning card, from the run's metrics.json (the record's summary), log and config: the validation
+metrics, how many parameters trained, the run, and how to reload the full model or the PEFT adapter.
+
+A composition run's card is this card with the composition's sections added (`hfzoo.cards.composition`), which is
+why the pieces are separate sections rather than one template.
+"""
+
+from __future__ import annotations
+
+import os
+
+from huggingface_hub import ModelCardData
+
+from .render import CONFIGURATION, LOSS_CURVE, RunRecord, Section, markdown_table, model_card_data
+
+# Validation metrics a fine-tuning run can report, with their display names, in display order.
+FINETUNE_METRICS = {
+    "accuracy": "Accuracy",
+    "f1": "F1",
+    "matthews_correlation": "Matthews correlation",
+    "precision": "Precision",
+    "recall": "Recall",
+    "exact_match": "Exact match",
+    "bleu": "BLEU",
+}
+
+
+def reported_metrics(summary: dict) -> list[str]:
+    """The `FINETUNE_METRICS` keys a run reported, in display order."""
+    return [key for key in FINETUNE_METRICS if key in summary]
+
+
+def task_data(config: dict) -> str:
+    """The task's data as the config names it: a Hub dataset or the training file."""
+    return config.get("dataset") or config.get("train_file")
+
+
+def finetune_metadata(record: RunRecord) -> ModelCardData:
+    """PEFT or transformers as the library (an adapter loads through PEFT), the base model when it is on the
+    Hub, tags (task, method) and every reported validation metric as the model-index."""
+    summary, dataset = record.summary, task_data(record.config)
+    hub_dataset = record.config.get("dataset")
+    return model_card_data(
+        record.name, ["hfzoo", "fine-tuning", summary["task"], summary["method"]],
+        pipeline_tag=summary["pipeline_tag"], task_name=summary["task"], dataset=(dataset, dataset),
+        metrics=[(key, FINETUNE_METRICS[key], round(summary[key], 4)) for key in reported_metrics(summary)],
+        library_name="transformers" if summary["method"] == "full" else "peft",
+        base_model=None if os.path.exists(summary["model"]) else summary["model"],
+        datasets=[hub_dataset] if hub_dataset is not None and not os.path.exists(hub_dataset) else None,
+    )  # fmt: skip
+
+
+def _intro(record: RunRecord) -> str:
+    s = record.summary
+    return (
+        f"`{s['model']}` fine-tuned for {s['task']} with hfzoo's fine-tuning recipe "
+        f"(method: {s['method']}; {100 * s['trainable_fraction']:.3f}% of the parameters trained)."
+    )
+
+
+def _results(record: RunRecord) -> str:
+    s = record.summary
+    rows = [(FINETUNE_METRICS[key], f"{s[key]:.4f}") for key in reported_metrics(s)]
+    table = markdown_table(("metric", "validation"), rows)
+    return f"On {s['eval_examples']} validation examples:\n\n{table}\n\n![loss curve]({LOSS_CURVE})"
+
+
+def _parameters(record: RunRecord) -> str:
+    s = record.summary
+    rows = [
+        ("method", s["method"]),
+        ("trainable parameters", f"{s['trainable_parameters']:,}"),
+        ("total parameters", f"{s['total_parameters']:,}"),
+        ("trainable fraction", f"{100 * s['trainable_fraction']:.3f}%"),
+    ]
+    return markdown_table(("", "value"), rows)
+
+
+def _training(record: RunRecord) -> str:
+    s, train = record.summary, record.events("train")
+    rows = [
+        ("base model", f"`{s['model']}` ({s['family']})"),
+        ("data", f"{task_data(record.config)}: {s['train_examples']} training, {s['eval_examples']} validation "
+                 "examples"),
+        ("optimizer steps", f"{s['steps']} ({s['epochs']} epochs)"),
+        ("final training loss", f"{train[-1]['loss']:.4f}" if train else "not logged"),
+    ]  # fmt: skip
+    return markdown_table(("setting", "value"), rows)
+
+
+def _usage(record: RunRecord) -> str:
+    s, name = record.summary, record.name
+    auto_class = s["auto_class"]
+    if s["method"] == "full":
+        load = f'model = {auto_class}.from_pretrained("{name}")'
+        imports = f"from transformers import {auto_class}, AutoTokenizer"
+    else:  # the base with the same head shape, then the adapter (which restores the trained head)
+        kwargs = "".join(f", {key}={value!r}" for key, value in s["model_kwargs"].items())
+        load = (
+            f'base = {auto_class}.from_pretrained("{s["model"]}"{kwargs})\n'
+            f'model = PeftModel.from_pretrained(base, "{name}")'
+        )
+        imports = f"from peft import PeftModel\nfrom transformers import {auto_class}, AutoTokenizer"
+    return f"""```python
+import hfzoo  # registers hfzoo's architectures and its bottleneck adapters with transformers and PEFT
+{imports}
+
+{load}
+tokenizer = AutoTokenizer.from_pretrained("{name}")
+```"""
+
+
+TITLE = Section(lambda record: record.name, _intro, level=1)
+RESULTS = Section("Results", _results)
+PARAMETERS = Section("Parameters", _parameters)
+TRAINING = Section("Training", _training)
+FINETUNE_SECTIONS = (TITLE, RESULTS, PARAMETERS, TRAINING, CONFIGURATION, Section("How to use", _usage))

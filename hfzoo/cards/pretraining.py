@@ -1,0 +1,164 @@
+"""The pretraining card: what was trained (preset, architecture), on what, how, how well, and how to load it.
+
+The objective's description travels in the record's summary (`describe_objective`), so this module needs nothing
+from the training package: an objective is anything with a name, a task name, a pipeline tag and an Auto class.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from huggingface_hub import ModelCardData
+
+from ..presets import preset_description, preset_family
+from .render import CONFIGURATION, LOSS_CURVE, RunRecord, Section, markdown_table, model_card_data
+
+DEFAULT_CORPUS = "hfzoo default corpus (Python standard-library docstrings)"
+
+# Config fields shown in the architecture table, in this order, when the model config has them.
+ARCHITECTURE_FIELDS = (
+    "model_type",
+    "num_hidden_layers",
+    "num_decoder_layers",
+    "hidden_size",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "intermediate_size",
+    "activation",
+    "norm_type",
+    "norm_position",
+    "position_embedding",
+    "max_position_embeddings",
+    "vocab_size",
+    "tie_word_embeddings",
+    "num_experts",
+    "num_experts_per_tok",
+    "hidden_dropout",
+    "attention_dropout",
+)
+
+
+def describe_objective(objective: Any) -> dict[str, str]:
+    """A pretraining run's summary: its objective (a `hfzoo.training.objectives.Objective`) as plain data."""
+    return {
+        "objective": objective.name,
+        "task_name": objective.task_name,
+        "pipeline_tag": objective.pipeline_tag,
+        "auto_class": objective.auto_class.__name__,
+    }
+
+
+def architecture_rows(model_config: dict[str, Any]) -> list[tuple[str, Any]]:
+    """The `ARCHITECTURE_FIELDS` the model config has, without the expert counts of a dense model."""
+    shown = [key for key in ARCHITECTURE_FIELDS if key in model_config]
+    if not model_config.get("num_experts"):
+        shown = [key for key in shown if not key.startswith("num_experts")]
+    return [(key, model_config[key]) for key in shown]
+
+
+def training_data(config: dict[str, Any]) -> tuple[str, str, list[str] | None]:
+    """(name, type, Hub `datasets` metadata) of the training corpus."""
+    dataset, data_files = config.get("dataset"), config.get("data_files")
+    if dataset is None and data_files is None:
+        return DEFAULT_CORPUS, "hfzoo-default-corpus", None
+    if dataset is not None and not os.path.exists(dataset):  # a Hub dataset name
+        return dataset, dataset, [dataset]
+    return f"local files: {dataset if dataset is not None else str(data_files)}", "local", None
+
+
+def pretraining_metadata(record: RunRecord) -> ModelCardData:
+    """Tags (preset, family, objective), the corpus when it is on the Hub, and the final validation loss and
+    perplexity as the model-index."""
+    preset, summary = record.config["preset"], record.summary
+    dataset_name, dataset_type, datasets = training_data(record.config)
+    evals = record.events("eval")
+    metrics = []
+    if evals:
+        final = evals[-1]
+        metrics = [("perplexity", "Perplexity", round(final["perplexity"], 4)),
+                   ("loss", "Validation loss", round(final["eval_loss"], 4))]  # fmt: skip
+    return model_card_data(
+        record.name, ["hfzoo", preset, preset_family(preset), summary["objective"], "pretraining"],
+        pipeline_tag=summary["pipeline_tag"], task_name=summary["task_name"], dataset=(dataset_type, dataset_name),
+        metrics=metrics, datasets=datasets,
+    )  # fmt: skip
+
+
+def _intro(record: RunRecord) -> str:
+    return (
+        f"A `{record.config['preset']}` model pretrained from scratch with hfzoo's pretraining recipe "
+        f"({record.summary['task_name'].lower()} on {training_data(record.config)[0]})."
+    )
+
+
+def _results(record: RunRecord) -> str:
+    evals = record.events("eval")
+    results = "No evaluation was run."
+    if evals:
+        rows = [(f"step {r['step']}", f"loss {r['eval_loss']:.4f}, perplexity {r['perplexity']:.2f}") for r in evals]
+        results = markdown_table(("evaluation", "validation"), rows)
+    return f"{results}\n\n![loss curve]({LOSS_CURVE})"
+
+
+def _architecture(record: RunRecord) -> str:
+    preset = record.config["preset"]
+    rows = [
+        ("preset", f"`{preset}` ({preset_description(preset)})"),
+        ("parameters", f"{record.events('start')[0]['parameters']:,}"),
+        *architecture_rows(record.model_config),
+    ]
+    return markdown_table(("field", "value"), rows)
+
+
+def _training(record: RunRecord) -> str:
+    start, train = record.events("start")[0], record.events("train")
+    end = (record.events("end") or [{}])[-1]
+    rows = [
+        ("objective", f"{record.summary['objective']} ({record.summary['task_name']})"),
+        ("training data", training_data(record.config)[0]),
+        ("processes", f"{start['num_processes']} ({start['distributed_type']}, {start['device']})"),
+        ("mixed precision", start["mixed_precision"]),
+        ("global batch", f"{start['global_batch_size']} blocks x {record.config['block_size']} tokens"),
+        ("optimizer steps", end.get("step", train[-1]["step"] if train else 0)),
+        ("tokens seen", f"{end.get('tokens_seen', 0):,}"),
+        ("wall time", f"{end.get('elapsed', 0.0):.1f} s"),
+    ]
+    if train:
+        speeds = sorted(r["tokens_per_s"] for r in train)
+        rows.append(("throughput (median)", f"{speeds[len(speeds) // 2]:,.0f} tokens/s"))
+    return markdown_table(("setting", "value"), rows)
+
+
+def _usage(record: RunRecord) -> str:
+    name, model_class, pipeline_tag = record.name, record.summary["auto_class"], record.summary["pipeline_tag"]
+    return f"""With hfzoo installed (`import hfzoo` registers the architecture with the Auto classes):
+
+```python
+import hfzoo
+from transformers import {model_class}, AutoTokenizer, pipeline
+
+path = "{name}"  # this folder, or its Hub repository id
+model = {model_class}.from_pretrained(path)
+tokenizer = AutoTokenizer.from_pretrained(path)
+pipe = pipeline("{pipeline_tag}", model=model, tokenizer=tokenizer)
+```
+
+Without hfzoo: the modeling code is saved next to the weights, so transformers runs it when you allow it:
+
+```python
+from transformers import {model_class}, AutoTokenizer
+
+model = {model_class}.from_pretrained("{name}", trust_remote_code=True)
+tokenizer = AutoTokenizer.from_pretrained("{name}")
+```"""
+
+
+PRETRAINING_SECTIONS = (
+    Section(lambda record: record.name, _intro, level=1),
+    Section("Results", _results),
+    Section("Architecture", _architecture),
+    Section("Training", _training),
+    CONFIGURATION,
+    Section("How to use", _usage),
+)
