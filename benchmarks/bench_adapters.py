@@ -8,7 +8,7 @@ one kind, each a real PEFT folder written here:
 - `bottleneck`: hfzoo's bottleneck adapter with its defaults (Pfeiffer placement: after the feed-forward block,
   on `mlp.down_proj`, width d/16), random weights.
 
-Every composition method runs at every N: `fixed` on a mixed batch (row i gets adapter i mod N), `average`, `soft`,
+Every composition strategy runs at every N: `fixed` on a mixed batch (row i gets adapter i mod N), `average`, `soft`,
 `hard` (inference; routers drawn at random so that tokens really spread over the adapters) and `fusion`. Beside
 them, in every group: the base model, a single unmerged PEFT adapter (`single`), PEFT's own mixed batch over the
 same N adapters (`peft_mixed`, `adapter_names`), and for LoRA the single adapter merged into the weights (`merged`).
@@ -20,7 +20,7 @@ with fewer than 1024 tokens repeat the forward within a call so that a call take
 
 The printed table and the issue's targets use latency ratios, variant / reference (< 1: faster): hard <= 1.05x
 single at every N, fusion <= 1.5x base at N = 8, fixed (mixed batch) <= 1.1x single. The JSON rows also carry the
-layout `report.py` renders (speed, > 1 favouring the variant, against `single` for the methods the targets compare
+layout `report.py` renders (speed, > 1 favouring the variant, against `single` for the strategies the targets compare
 with one adapter, else against `base`), and peak tensor memory rows (a warm call at the largest N, fresh processes).
 The issue's figures are taken with 2 threads; when other work oversubscribes the two cores, two-thread kernels stall
 waiting for each other (seen: a 1x32 forward at 0.4 s instead of 0.03 s, ratios anywhere in 0.4-5x), and
@@ -43,7 +43,7 @@ from peft import LoraConfig, PeftModel, get_peft_model
 from transformers import AutoModelForCausalLM, PreTrainedModel
 
 import hfzoo
-from hfzoo.adapters import BottleneckConfig, compose
+from hfzoo.adapters import STRATEGIES, BottleneckConfig, compose
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (  # noqa: E402  (the benchmarks folder is not a package)
@@ -61,7 +61,6 @@ from common import (  # noqa: E402  (the benchmarks folder is not a package)
     write_json,
 )
 
-METHODS = ("fixed", "average", "soft", "hard", "fusion")
 KINDS = ("lora", "bottleneck")
 REFERENCES = {"lora": ("base", "single", "merged", "peft_mixed"), "bottleneck": ("base", "single", "peft_mixed")}
 ROUTER_INIT_STD = 1.0  # random routers, so that hard routing really sends tokens to different adapters
@@ -155,8 +154,8 @@ def forward_workload(model, forward_kwargs: dict, batch: int, length: int, args)
     return run, calls
 
 
-def variants_of(kind: str, methods: list[str]) -> tuple[str, ...]:
-    return (*REFERENCES[kind], *methods)
+def variants_of(kind: str, strategies: list[str]) -> tuple[str, ...]:
+    return (*REFERENCES[kind], *strategies)
 
 
 def parse_shape(text: str) -> tuple[int, int]:
@@ -193,7 +192,7 @@ def measure_speed(args, base: PreTrainedModel, folders: dict[str, list[Path]]) -
             for shape in args.shapes:
                 batch, length = parse_shape(shape)
                 variants = []
-                for variant in variants_of(kind, args.methods):
+                for variant in variants_of(kind, args.strategies):
                     key = variant if variant in ("base", "single", "merged") else (variant, n)
                     if key not in references:
                         references[key] = build_variant(base, kind, variant, folders[kind][:n], args.seed)
@@ -206,7 +205,7 @@ def measure_speed(args, base: PreTrainedModel, folders: dict[str, list[Path]]) -
     for group in groups:
         kind, shape, n = group.name.split("/")
         times, units = timings[group.name], group.variants[0].units
-        for variant in variants_of(kind, args.methods):
+        for variant in variants_of(kind, args.strategies):
             reference = SHOWN_REFERENCE.get(variant, "base")
             per_call = [value / calls_of[shape] * 1000 for value in times[variant]]
             rows.append({
@@ -232,10 +231,10 @@ def measure_memory(args, root: Path) -> list[dict]:
     rows = []
     with PeakMemoryProbe(preload=PRELOAD) as probe:
         for kind in args.kinds:
-            wanted = ["base", *(args.memory_variants or variants_of(kind, args.methods))]
+            wanted = ["base", *(args.memory_variants or variants_of(kind, args.strategies))]
             peaks = {
                 variant: probe.measure(memory_probe, kind, variant, count, str(root), args)
-                for variant in variants_of(kind, args.methods) if variant in wanted
+                for variant in variants_of(kind, args.strategies) if variant in wanted
             }
             for variant, peak in peaks.items():
                 rows.append({
@@ -293,7 +292,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--preset-size", default="small", help="the base model is llama-<size> (tiny, small, base)")
     parser.add_argument("--kinds", nargs="+", default=list(KINDS), choices=KINDS)
-    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    parser.add_argument("--strategies", nargs="+", default=list(STRATEGIES), choices=list(STRATEGIES))
     parser.add_argument("--counts", type=int, nargs="+", default=[1, 2, 4, 8], help="numbers of adapters N")
     parser.add_argument("--shapes", nargs="+", default=["8x128", "1x32"], help="batch x sequence length")
     parser.add_argument("--tokens-per-call", type=int, default=1024,

@@ -1,4 +1,4 @@
-"""Composition of task adapters (`hfzoo.adapters.compose`): each method against plain PEFT or its definition, router
+"""Composition of task adapters (`hfzoo.adapters.compose`): each strategy against plain PEFT or its definition, router
 training on a small real task, save/load, and the errors users see.
 
 The main adapters are real PEFT adapters trained here for a few steps on real text (stdlib docstrings of one module
@@ -218,14 +218,14 @@ def test_merging_through_peft(setup):
 
 # ----------------------------------------------------------------------------------------------- routers
 @pytest.mark.parametrize(
-    "method, options",
+    "strategy, options",
     [("soft", {"granularity": "sequence"}), ("hard", {"granularity": "token"}), ("fusion", {})],
 )
-def test_routers_learn_a_new_task_and_train_only_themselves_and_the_head(setup, tmp_path, method, options):
+def test_routers_learn_a_new_task_and_train_only_themselves_and_the_head(setup, tmp_path, strategy, options):
     """Target task: which module a docstring comes from, with a fresh `score` head trained with the composition."""
     texts = [text for task in TASKS for text in setup.texts[task][:8]]
     batch, labels = setup.encode(texts), torch.arange(len(TASKS)).repeat_interleave(8)
-    composed = compose(classifier_base(setup), setup.folders, method, trainable_modules=["score"], **options)
+    composed = compose(classifier_base(setup), setup.folders, strategy, trainable_modules=["score"], **options)
     before = {name: p.detach().clone() for name, p in composed.named_parameters()}
     torch.manual_seed(0)
     losses = _train(composed, batch, labels, steps=30, lr=1e-2)
@@ -311,9 +311,9 @@ def test_fusion_at_init_is_the_mean_and_its_shortcut_is_exact(setup):
 
 
 # ----------------------------------------------------------------------------------------------- save / load
-@pytest.mark.parametrize("method", ["fixed", "hard"])
-def test_save_load_round_trip_is_self_contained(setup, tmp_path, method):
-    composed = compose(causal_base(setup), setup.folders, method)
+@pytest.mark.parametrize("strategy", ["fixed", "hard"])
+def test_save_load_round_trip_is_self_contained(setup, tmp_path, strategy):
+    composed = compose(causal_base(setup), setup.folders, strategy)
     composed.print_trainable_parameters()
     (tmp_path / "composition").mkdir()  # an existing folder is replaced whole
     (tmp_path / "composition" / "stale.txt").write_text("old")
@@ -322,7 +322,7 @@ def test_save_load_round_trip_is_self_contained(setup, tmp_path, method):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["composition"]
     assert sorted(p.name for p in saved.iterdir()) == ["adapters", "composition.json", "composition.safetensors"]
     spec = json.loads((saved / "composition.json").read_text())
-    assert spec["method"] == method and [a["name"] for a in spec["adapters"]] == list(TASKS)
+    assert spec["strategy"] == strategy and [a["name"] for a in spec["adapters"]] == list(TASKS)
     assert [a["kind"] for a in spec["adapters"]] == ["lora", "lora", "bottleneck"]
     assert spec["adapters"][1]["rank"] == 8 and spec["adapters"][2]["adapter_config"]["peft_type"] == "BOTTLENECK"
     assert spec["base_model"]["config"]["model_type"] == "hfzoo_decoder"
@@ -330,7 +330,7 @@ def test_save_load_round_trip_is_self_contained(setup, tmp_path, method):
     assert spec["base_model"]["modules"]["model.layers.0.self_attn.qkv_proj"] == [qkv.out_features, qkv.in_features]
 
     batch, names = sample_batch(setup), ["logging", "email", "asyncio", "__base__", "email", "logging"]
-    kwargs = {"adapter_names": names} if method == "fixed" else {}
+    kwargs = {"adapter_names": names} if strategy == "fixed" else {}
     reloaded = load_composition(causal_base(setup), saved)
     assert isinstance(reloaded, ComposedModel) and reloaded.adapter_names == list(TASKS)
     assert torch.equal(reloaded(**batch, **kwargs).logits, composed(**batch, **kwargs).logits)
@@ -363,7 +363,7 @@ def test_unsupported_peft_options_are_named(setup, tmp_path):
         get_peft_model(causal_base(setup), config).save_pretrained(tmp_path / option)
         with pytest.raises(ValueError, match=f"uses the option {option}"):
             compose(causal_base(setup), {"a": tmp_path / option}, "fixed")
-    with pytest.raises(ValueError, match="method 'soft' takes the options"):
+    with pytest.raises(ValueError, match="strategy 'soft' takes the options"):
         compose(causal_base(setup), setup.folders, "soft", top_k=1)
 
 
@@ -478,16 +478,16 @@ def test_other_models_fixed_equals_peft_and_routers_run(other_model, tmp_path):
         copies = [reference.base_model.model.get_submodule(f"{path}.modules_to_save.{a}") for a in "ab"]
         expected = (copies[0](pooled) + copies[1](pooled)) / 2
         torch.testing.assert_close(averaged.composed_layers[path](pooled), expected, **FP32)
-        # routed methods compose for a new task: they need a fresh head
+        # routed strategies compose for a new task: they need a fresh head
         with pytest.raises(ValueError, match="saves its own .*modules_to_save"):
             compose(build(name), folders, "soft")
     head = {"trainable_modules": sorted(heads)} if heads else {}
-    for method, options in (("soft", {"granularity": "sequence"}), ("hard", {}), ("fusion", {})):
-        routed = compose(build(name), folders, method, **head, **options).train()
+    for strategy, options in (("soft", {"granularity": "sequence"}), ("hard", {}), ("fusion", {})):
+        routed = compose(build(name), folders, strategy, **head, **options).train()
         routed(**model_inputs(routed, labels="class" if heads else "tokens")).loss.backward()
         assert all(p.grad is not None for p in routed.parameters() if p.requires_grad)
-        routed.eval().save_pretrained(tmp_path / method)
-        reloaded = load_composition(build(name), tmp_path / method)
+        routed.eval().save_pretrained(tmp_path / strategy)
+        reloaded = load_composition(build(name), tmp_path / strategy)
         assert torch.equal(reloaded(**model_inputs(routed)).logits, routed(**model_inputs(routed)).logits)
 
 

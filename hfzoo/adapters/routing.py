@@ -1,7 +1,7 @@
 """How the stacked adapters of one module are combined: fixed selection, weighted average, soft and hard routers,
 AdapterFusion. Each combiner is an `nn.Module` called as `combiner(layer, x, y)` with the module input x and base
-output y, and builds only on `StackedAdapters`' batched operations (see `stacked.py`), so no method loops over
-adapters and none runs the model twice.
+output y, and builds only on `StackedAdapters`' batched operations (see `stacked.py`), so no strategy loops over
+adapters and none runs the model twice. `strategies.py` declares which strategy uses which combiner.
 
 Routing inputs of a call (per-example adapter names, padding masks) reach the layers through the `RoutingContext`
 their `ComposedModel` sets for the duration of `forward`/`generate`; no global state.
@@ -226,7 +226,8 @@ class AdapterFusion(nn.Module):
       bottleneck's up rows and bias). So every score comes from `y @ E.T + e` with `E = directions K^T Q`, a
       [adapter hidden units, width] matrix: (M r) x width per token instead of 2 width^2;
     - the a_n sum to 1, so the output is `V (y + sum_n a_n delta_n)`: V once per token, not once per adapter;
-    - on an nn.Linear / Conv1D base with LoRA adapters only (e.g. a fused qkv_proj), y = W x + b is linear in x as
+    - on an nn.Linear / Conv1D base whose adapters' hidden states are a linear map of x (LoRA only, e.g. on a fused
+      qkv_proj: `MethodStack.input_map`), y = W x + b is linear in x as
       well, so V and E fold into the base weight (`forward_folded`): one matmul of x with `[V W; A; E W]` yields
       V y, every adapter's hidden state and the score projections, and `directions V^T` maps the weighted hidden
       state back. The module then costs its own projection plus low-rank products, like a soft router.
@@ -234,7 +235,7 @@ class AdapterFusion(nn.Module):
     a weight they come from changes (in place, e.g. an optimizer step or `load_state_dict`). Training computes them
     in every forward, with gradients (2 (M r) width^2 per forward rather than 2 width^2 per token), and does not
     fold. A low-rank or per-head query/key, or one fusion per block at hidden width, would be cheaper still but
-    would change the method (its capacity, or where it fuses); this keeps AdapterFusion's function exactly.
+    would change what AdapterFusion computes (its capacity, or where it fuses); this keeps its function exactly.
     """
 
     def __init__(self, width: int, temperature: float) -> None:
@@ -259,18 +260,19 @@ class AdapterFusion(nn.Module):
 
     def forward_folded(self, layer: ComposedLayer, x: torch.Tensor) -> torch.Tensor | None:
         """The module's output computed from x with V and E folded into the base weight; None where that does not
-        apply (another base module or adapter kind, hooks on the base module, or a gradient is needed)."""
-        base, stack = layer.base_layer, layer.adapters
-        if type(base) not in (nn.Linear, Conv1D) or stack.bottleneck or stack.heads or not stack.lora:
+        apply (another base module, adapters whose hidden state is not a linear map of x, hooks on the base
+        module, or a gradient is needed)."""
+        base, stack = layer.base_layer, layer.adapters.foldable
+        if type(base) not in (nn.Linear, Conv1D) or stack is None:
             return None
         if base._forward_hooks or base._forward_pre_hooks or self._needs_grad(layer, folded=True):
             return None
-        products, lora = self._products(layer, folded=True), stack.lora
-        width, units = products["value_directions"].shape[1], lora.size * lora.rank
+        products = self._products(layer, folded=True)
+        width, units = products["value_directions"].shape[1], stack.num_directions
         mapped = F.linear(x, products["input_map"], products["input_bias"])
         value, hidden, projected = mapped.split([width, units, units], dim=-1)
-        hidden = hidden.unflatten(-1, (lora.size, lora.rank))
-        attention = (lora.score(hidden, projected) / self.temperature).softmax(-1)
+        hidden = hidden.unflatten(-1, (stack.size, -1))
+        attention = (stack.score(hidden, projected) / self.temperature).softmax(-1)
         return value + (hidden * attention.unsqueeze(-1)).flatten(-2) @ products["value_directions"]
 
     def _sources(self, layer: ComposedLayer, folded: bool) -> list[torch.Tensor]:
@@ -297,12 +299,12 @@ class AdapterFusion(nn.Module):
         query, query_bias = keyed @ self.query.weight, keyed @ self.query.bias
         if not folded:
             return {"query": query, "query_bias": query_bias}
-        base, lora = layer.base_layer, layer.adapters.lora
+        base = layer.base_layer
         weight = base.weight if isinstance(base, nn.Linear) else base.weight.T  # [width, in]
         bias = base.bias if base.bias is not None else weight.new_zeros(weight.shape[0])
         value = self.value.weight
         return {
-            "input_map": torch.cat([value @ weight, lora.A[: lora.size].flatten(0, 1), query @ weight]),
+            "input_map": torch.cat([value @ weight, layer.adapters.foldable.input_map(), query @ weight]),
             "input_bias": torch.cat([value @ bias + self.value.bias, query_bias.new_zeros(len(query_bias)),
                                      query @ bias + query_bias]),
             "value_directions": directions @ value.T,

@@ -24,6 +24,8 @@ MERGE_ERROR = (
 
 # The init of Houlsby et al. (2019): small random down projection, zero up projection => identity at init.
 DOWN_INIT_STD = 0.01
+# LayerNorm's epsilon on the adapter input (nn.LayerNorm's default); compositions stacking these adapters use it too.
+NORM_EPS = 1e-5
 
 
 class BottleneckLayer(nn.Module, BaseTunerLayer):
@@ -60,7 +62,7 @@ class BottleneckLayer(nn.Module, BaseTunerLayer):
         reference = next(self.get_base_layer().parameters())
         placement = {"device": reference.device, "dtype": reference.dtype if reference.is_floating_point() else None}
         self.bottleneck_norm[adapter_name] = (
-            nn.LayerNorm(self.out_features, **placement) if config.layer_norm else nn.Identity()
+            nn.LayerNorm(self.out_features, eps=NORM_EPS, **placement) if config.layer_norm else nn.Identity()
         )
         self.bottleneck_down[adapter_name] = nn.Linear(self.out_features, width, **placement)
         self.bottleneck_up[adapter_name] = nn.Linear(width, self.out_features, **placement)

@@ -1,18 +1,20 @@
-"""Composition of task adapters: `compose(base_model, {"name": peft_folder, ...}, method, **options)`.
+"""Composition of task adapters: `compose(base_model, {"name": peft_folder, ...}, strategy, **options)`.
 
 Every module that any adapter targets is replaced by one `ComposedLayer` holding all adapters' weights for that
-module stacked (see `stacked.py`), so each method is batched tensor ops, with no Python loop over adapters on the
-forward path and never a second pass through the model (`routing.py`). A composition is a small spec
+module stacked (see `stacked.py`), so each strategy (`strategies.py`) is batched tensor ops, with no Python loop
+over adapters on the forward path and never a second pass through the model (`routing.py`). A composition is a small spec
 (`composition.json`) plus the weights it trained (`composition.safetensors`: routers, fusion, `trainable_modules`)
 plus a copy of every adapter folder, written by `ComposedModel.save_pretrained` and read by `load_composition`.
 
-Adapters may mix kinds (LoRA and bottleneck): each contributes its own delta to the modules it targets (LoRA from
-the module input, bottleneck from the module output), also when both kinds target the same module, and the
-routers and fusion weigh all adapters present at a module alike. PEFT-merging (`merge=...`) is LoRA only.
+Adapters may mix methods (any of `stacking.METHOD_STACKS`: LoRA, bottleneck, IA3): each contributes its own delta
+to the modules it targets (LoRA from the module input, bottleneck from the module output), also when several
+methods target the same module, and the routers and fusion weigh all adapters present at a module alike.
+PEFT-merging (`merge=...`) is LoRA only.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -30,42 +32,16 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import PreTrainedModel
 
-from .routing import (
-    GRANULARITIES,
-    MASK_KEYS,
-    AdapterFusion,
-    ComposedLayer,
-    FixedSelection,
-    HardRouter,
-    RoutingContext,
-    SoftRouter,
-    WeightedAverage,
-)
-from .stacked import (
-    ADAPTER_CONFIG,
-    ADAPTER_WEIGHTS,
-    LoraFactors,
-    StackedAdapters,
-    TaskAdapter,
-    check_fits,
-    linear_shape,
-    output_width,
-    read_adapter,
-)
+from .routing import MASK_KEYS, ComposedLayer, RoutingContext
+from .stacked import StackedAdapters
+from .stacking import LoraFactors, StackedLoRA, linear_shape, output_width
+from .strategies import STRATEGIES
+from .task_adapter import ADAPTER_CONFIG, ADAPTER_WEIGHTS, TaskAdapter, check_fits, read_adapter
 
 BASE = "__base__"  # the adapter name meaning "no adapter" in `adapter_names`
 COMPOSITION_CONFIG = "composition.json"
 COMPOSITION_WEIGHTS = "composition.safetensors"
 FORMAT = "hfzoo-composition"
-# method -> its options and their defaults (every method also takes `trainable_modules`).
-METHOD_OPTIONS: dict[str, dict[str, Any]] = {
-    "fixed": {},
-    "average": {"weights": None, "merge": None, "density": None, "seed": 0},
-    "soft": {"granularity": "token"},
-    "hard": {"granularity": "token", "top_k": 1, "temperature": 1.0},
-    "fusion": {"temperature": 1.0},
-}
-MERGES = ("linear", "ties", "dare_linear", "dare_ties", "cat")
 _MERGED = "__merged__"
 # Config fields recorded with a composition and compared on load (those a model's config has).
 _FINGERPRINT_FIELDS = (
@@ -76,12 +52,13 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 
 def compose(
-    base_model: PreTrainedModel, adapters: Mapping[str, str | os.PathLike], method: str, **options: Any
+    base_model: PreTrainedModel, adapters: Mapping[str, str | os.PathLike], strategy: str, **options: Any
 ) -> ComposedModel:
     """Compose the PEFT adapters `adapters` (name -> folder with `adapter_config.json` + `adapter_model.safetensors`,
-    LoRA or bottleneck) on `base_model`, which is modified in place (like `get_peft_model`; `unload()` restores it).
+    LoRA, bottleneck or IA3) on `base_model`, which is modified in place (like `get_peft_model`; `unload()` restores
+    it).
 
-    Methods and their options:
+    Strategies (`STRATEGIES`) and their options:
         "fixed": each example names its adapter: `forward(..., adapter_names=[...])` / `generate(...)`, one name
             per example ("__base__": none; one name for the whole batch also works). Mixed batches gather the
             stacked weights per row, costing about one adapter.
@@ -100,13 +77,13 @@ def compose(
         "fusion": AdapterFusion per adapted module (see `AdapterFusion`), `temperature` of its softmax.
         A module that only one adapter targets applies that adapter as is under soft, hard and fusion (a softmax
         over one adapter is 1, so a router or fusion there would learn nothing).
-        `trainable_modules=[...]` (all methods): modules to train with the composition and save with it, e.g. a
+        `trainable_modules=[...]` (all strategies): modules to train with the composition and save with it, e.g. a
             fresh classification head (`"score"`, `"classifier"`); they must not contain adapted modules. An
             adapter's own saved copy of such a module (`modules_to_save`) is then not used.
 
     The base model and the adapters are frozen; routers, fusion and `trainable_modules` are trainable. Adapters'
     own copies of heads (`modules_to_save`, nn.Linear) are used per row by "fixed" and averaged by "average"; the
-    routed methods compose for a new task and require such a head in `trainable_modules`. Adapter dropout is not
+    learned strategies compose for a new task and require such a head in `trainable_modules`. Adapter dropout is not
     applied (the adapters are frozen). Modules whose input rows are not examples (experts inside a mixture of
     experts; "fixed" raises for them) support "average" and token-level routing only.
     """
@@ -115,38 +92,16 @@ def compose(
     for name in adapters:
         if name == BASE or not _NAME.fullmatch(name):
             raise ValueError(f"adapter name {name!r}: use letters, digits, '_', '.', '-' (and not {BASE!r})")
-    options = _resolve_options(method, len(adapters), options)
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown composition strategy {strategy!r}; choose one of {sorted(STRATEGIES)}")
+    options = STRATEGIES[strategy].resolve(len(adapters), options)
     loaded = [read_adapter(name, folder) for name, folder in adapters.items()]
-    return _compose(base_model, method, options, loaded)
+    return _compose(base_model, strategy, options, loaded)
 
 
-def _resolve_options(method: str, num_adapters: int, options: dict[str, Any]) -> dict[str, Any]:
-    """The method's options with defaults filled in, validated (they are saved in `composition.json`)."""
-    if method not in METHOD_OPTIONS:
-        raise ValueError(f"unknown composition method {method!r}; choose one of {sorted(METHOD_OPTIONS)}")
-    allowed = {**METHOD_OPTIONS[method], "trainable_modules": []}
-    unknown = sorted(set(options) - set(allowed))
-    if unknown:
-        raise ValueError(f"method {method!r} takes the options {sorted(allowed)}, not {unknown}")
-    resolved = {**allowed, **options}
-    resolved["trainable_modules"] = list(resolved["trainable_modules"])
-    if "weights" in resolved:
-        weights = resolved["weights"] or [1.0 / num_adapters] * num_adapters
-        if len(weights) != num_adapters:
-            raise ValueError(f"weights has {len(weights)} entries for {num_adapters} adapters")
-        resolved["weights"] = [float(w) for w in weights]
-    if resolved.get("merge") not in (None, *MERGES):
-        raise ValueError(f"merge must be one of {MERGES} (or None: output averaging), got {resolved['merge']!r}")
-    if resolved.get("granularity", "token") not in GRANULARITIES:
-        raise ValueError(f"granularity must be one of {GRANULARITIES}, got {resolved['granularity']!r}")
-    if not (isinstance(resolved.get("top_k", 1), int) and 1 <= resolved.get("top_k", 1) <= num_adapters):
-        raise ValueError(f"top_k must be an integer from 1 to the number of adapters ({num_adapters})")
-    if resolved.get("temperature", 1.0) <= 0:
-        raise ValueError(f"temperature must be positive, got {resolved['temperature']}")
-    return resolved
-
-
-def _compose(base_model: PreTrainedModel, method: str, options: dict, adapters: list[TaskAdapter]) -> ComposedModel:
+def _compose(
+    base_model: PreTrainedModel, strategy: str, options: dict, adapters: list[TaskAdapter]
+) -> ComposedModel:
     if isinstance(base_model, PeftModel):
         raise ValueError("compose() takes the plain transformers model, not a PeftModel (call `unload()` first)")
     if any(isinstance(module, ComposedLayer) for module in base_model.modules()):
@@ -154,9 +109,9 @@ def _compose(base_model: PreTrainedModel, method: str, options: dict, adapters: 
     trainable = _trainable_paths(base_model, options["trainable_modules"])
     for adapter in adapters:
         adapter.heads = {path: params for path, params in adapter.heads.items() if path not in trainable}
-        if method in ("soft", "hard", "fusion") and adapter.heads:
+        if STRATEGIES[strategy].learned and adapter.heads:
             raise ValueError(
-                f"adapter {adapter.name!r} saves its own {sorted(adapter.heads)} (modules_to_save); a {method!r} "
+                f"adapter {adapter.name!r} saves its own {sorted(adapter.heads)} (modules_to_save); a {strategy!r} "
                 "composition trains for a new task: name that module in trainable_modules to train one for it"
             )
         check_fits(adapter, base_model)
@@ -165,7 +120,7 @@ def _compose(base_model: PreTrainedModel, method: str, options: dict, adapters: 
     if options.get("merge"):
         merged = _merge_with_peft(base_model, adapters, options)
         # the originals keep their heads (averaged as outputs), their LoRA deltas come from the merged adapter
-        stacked = [TaskAdapter(a.name, a.folder, a.kind, a.config, {}, a.heads) for a in adapters] + [merged]
+        stacked = [dataclasses.replace(a, modules={}) for a in adapters] + [merged]
         weights = weights + [1.0]
     paths = sorted({path for adapter in stacked for path in (*adapter.modules, *adapter.heads)})
     for path in trainable:
@@ -183,7 +138,9 @@ def _compose(base_model: PreTrainedModel, method: str, options: dict, adapters: 
         module = base_model.get_submodule(path)
         entries = [(i, a) for i, a in enumerate(stacked) if path in a.modules or path in a.heads]
         stack = StackedAdapters(path, module, output_width(module, base_model), entries, len(stacked))
-        combiner = _combiner(method, options, stack, module, base_model, weights)
+        shape = linear_shape(module)
+        in_features = shape[1] if shape else base_model.config.hidden_size
+        combiner = STRATEGIES[strategy].combiner(options, stack, in_features, weights)
         combiner.to(next(module.parameters()).device, next(module.parameters()).dtype)
         on_decoder_side = encoder is not None and module not in encoder_modules
         mask_key = "decoder_attention_mask" if on_decoder_side else "attention_mask"
@@ -196,7 +153,7 @@ def _compose(base_model: PreTrainedModel, method: str, options: dict, adapters: 
     for layer in layers.values():
         layer.combiner.requires_grad_(True)
     composed = ComposedModel(
-        base_model, method, options, adapters, layers, trainable, context, fingerprint, requires_grad
+        base_model, strategy, options, adapters, layers, trainable, context, fingerprint, requires_grad
     )
     composed.training = base_model.training  # new modules follow the base model's train/eval mode
     return composed
@@ -212,34 +169,16 @@ def _trainable_paths(model: nn.Module, names: list[str]) -> list[str]:
     return paths
 
 
-def _combiner(
-    method: str, options: dict, stack: StackedAdapters, module: nn.Module, model: nn.Module, weights: list | None
-) -> nn.Module:
-    shape = linear_shape(module)
-    in_features = shape[1] if shape else model.config.hidden_size
-    if method == "fixed":
-        return FixedSelection()
-    if method == "average":
-        return WeightedAverage(torch.tensor([weights[index] for index in stack.members]))
-    if stack.size == 1:  # nothing to route or fuse: a softmax over one adapter is 1
-        return WeightedAverage(torch.ones(1))
-    if method == "soft":
-        return SoftRouter(in_features, stack.size, options["granularity"])
-    if method == "hard":
-        return HardRouter(in_features, stack.size, options["granularity"], options["top_k"], options["temperature"])
-    return AdapterFusion(stack.width, options["temperature"])
-
-
 def _merge_with_peft(base_model: PreTrainedModel, adapters: list[TaskAdapter], options: dict) -> TaskAdapter:
     """Merge the LoRA adapters into one with PEFT's `add_weighted_adapter`, then give the base model back intact."""
     for adapter in adapters:
-        if adapter.kind != "lora":
+        if adapter.peft_type != StackedLoRA.peft_type:
             raise ValueError(
                 f"merge={options['merge']!r} merges LoRA adapters through PEFT; adapter {adapter.name!r} is a "
                 f"{adapter.kind} adapter (use merge=None: output averaging)"
             )
     requires_grad = {name: p.requires_grad for name, p in base_model.named_parameters()}
-    merged = TaskAdapter(_MERGED, None, "lora", {"merge": options["merge"]})
+    merged = TaskAdapter(_MERGED, None, StackedLoRA.peft_type, {"merge": options["merge"]})
     peft_model = PeftModel.from_pretrained(base_model, adapters[0].folder, adapter_name=adapters[0].name)
     try:
         for adapter in adapters[1:]:
@@ -297,18 +236,18 @@ class ComposedModel(nn.Module):
     """A base model with composed adapters; behaves like the transformers model it wraps.
 
     `forward(**kwargs)` returns the base model's outputs, `generate(...)` its generations, and any other attribute
-    (`config`, `device`, `generation_config`, ...) falls back to the base model. "fixed" compositions take
-    `adapter_names=[...]` in both.
+    (`config`, `device`, `generation_config`, ...) falls back to the base model. Compositions whose strategy picks
+    adapters by name ("fixed") take `adapter_names=[...]` in both.
     """
 
     def __init__(
-        self, base_model: PreTrainedModel, method: str, options: dict, adapters: list[TaskAdapter],
+        self, base_model: PreTrainedModel, strategy: str, options: dict, adapters: list[TaskAdapter],
         layers: dict[str, ComposedLayer], trainable_modules: list[str], context: RoutingContext, fingerprint: dict,
         requires_grad: dict[str, bool],
     ) -> None:
         super().__init__()
         self.base_model = base_model
-        self.method, self.options, self.adapters = method, options, adapters
+        self.strategy, self.options, self.adapters = strategy, options, adapters
         self.composed_layers, self.trainable_modules = layers, trainable_modules
         self.routing_context, self.fingerprint, self._requires_grad = context, fingerprint, requires_grad
 
@@ -336,7 +275,8 @@ class ComposedModel(nn.Module):
     @contextmanager
     def _routing(self, adapter_names: list[str] | None, kwargs: dict, generating: bool) -> Iterator[None]:
         context = self.routing_context
-        if self.method == "fixed":
+        by_name = STRATEGIES[self.strategy].by_adapter_name
+        if by_name:
             if adapter_names is None:
                 raise ValueError(
                     "a 'fixed' composition needs adapter_names=[...]: one adapter name (or '__base__') per example"
@@ -344,13 +284,13 @@ class ComposedModel(nn.Module):
             context.adapter_index = self._adapter_index(adapter_names)
         elif adapter_names is not None:
             raise ValueError(
-                f"adapter_names picks adapters per example in a 'fixed' composition; this one is {self.method!r}"
+                f"adapter_names picks adapters per example in a 'fixed' composition; this one is {self.strategy!r}"
             )
-        per_call = self.method == "fixed" or self.options.get("granularity") == "sequence"
+        per_call = by_name or self.options.get("granularity") == "sequence"
         # the walk over every module is only paid where it matters (it cost ~1.5% of a short inference forward)
         if per_call and self.training and self._checkpointing():
             raise ValueError(
-                f"a {self.method!r} composition routes by per-call inputs, which gradient checkpointing's recomputed "
+                f"a {self.strategy!r} composition routes by per-call inputs, which gradient checkpointing's recomputed "
                 "forward would not see; disable gradient checkpointing (or use token granularity)"
             )
         context.masks = {key: kwargs[key] for key in MASK_KEYS if isinstance(kwargs.get(key), torch.Tensor)}
@@ -414,7 +354,7 @@ class ComposedModel(nn.Module):
             for a in self.adapters
         ]
         return {
-            "format": FORMAT, "version": 1, "method": self.method, "options": self.options, "adapters": adapters,
+            "format": FORMAT, "version": 1, "strategy": self.strategy, "options": self.options, "adapters": adapters,
             "base_model": self.fingerprint,
         }
 
@@ -472,7 +412,7 @@ def load_composition(base_model: PreTrainedModel, path: str | os.PathLike) -> Co
         raise ValueError(f"{path / COMPOSITION_CONFIG} is not a saved composition (format {spec.get('format')!r})")
     _check_fingerprint(spec["base_model"], base_model)
     adapters = {adapter["name"]: path / "adapters" / adapter["name"] for adapter in spec["adapters"]}
-    composed = compose(base_model, adapters, spec["method"], **spec["options"])
+    composed = compose(base_model, adapters, spec["strategy"], **spec["options"])
     try:
         composed._load_state(load_file(path / COMPOSITION_WEIGHTS))
     except Exception:
