@@ -116,7 +116,8 @@ def assert_only_trainable_parts_changed(setup: dict[str, Path], output_dir: Path
     own = {k for k in trained if ".combiner." in k or k.startswith(head)}
     changed = {k for k in trained if not torch.equal(trained[k], fresh[k])}
     assert changed <= own, sorted(changed - own)  # frozen base and adapters: bit-identical to the files
-    assert any(".adapters.lora." in k for k in trained) and any(".adapters.bottleneck." in k for k in trained)
+    stacked = {k.rsplit(".", 1)[-1] for k in trained if ".adapters.stacks." in k}
+    assert {"A", "Bt", "down", "up_t"} <= stacked  # LoRA's factors and the bottleneck's, both composed
     saved = load_file(output_dir / "composition" / "composition.safetensors")
     assert sum(t.numel() for t in saved.values()) == metrics["trainable_parameters"]
     assert {f"base_model.{k}" for k in saved} == own
