@@ -2,9 +2,10 @@
 
 Every module that any adapter targets is replaced by one `ComposedLayer` holding all adapters' weights for that
 module stacked (see `stacked.py`), so each strategy (`strategies.py`) is batched tensor ops, with no Python loop
-over adapters on the forward path and never a second pass through the model (`routing.py`). A composition is a small spec
-(`composition.json`) plus the weights it trained (`composition.safetensors`: routers, fusion, `trainable_modules`)
-plus a copy of every adapter folder, written by `ComposedModel.save_pretrained` and read by `load_composition`.
+over adapters on the forward path and never a second pass through the model (`routing.py`). A composition is a
+small spec (`composition.json`) plus the weights it trained (`composition.safetensors`: routers, fusion,
+`trainable_modules`) plus a copy of every adapter folder, written by `ComposedModel.save_pretrained` and read by
+`load_composition`.
 
 Adapters may mix methods (any of `stacking.METHOD_STACKS`: LoRA, bottleneck, IA3): each contributes its own delta
 to the modules it targets (LoRA from the module input, bottleneck from the module output), also when several
@@ -32,9 +33,10 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import PreTrainedModel
 
-from .routing import MASK_KEYS, ComposedLayer, RoutingContext
+from .routing import MASK_KEYS, ComposedLayer, RoutingContext, Wrapper
 from .stacked import StackedAdapters
-from .stacking import LoraFactors, StackedLoRA, linear_shape, output_width
+from .stacking import linear_shape, output_width
+from .stacking.lora import LoraFactors, StackedLoRA
 from .strategies import STRATEGIES
 from .task_adapter import ADAPTER_CONFIG, ADAPTER_WEIGHTS, TaskAdapter, check_fits, read_adapter
 
@@ -232,13 +234,15 @@ def _check_fingerprint(saved: dict, model: PreTrainedModel) -> None:
 
 
 # ----------------------------------------------------------------------------------------------- the model
-class ComposedModel(nn.Module):
+class ComposedModel(Wrapper):
     """A base model with composed adapters; behaves like the transformers model it wraps.
 
     `forward(**kwargs)` returns the base model's outputs, `generate(...)` its generations, and any other attribute
     (`config`, `device`, `generation_config`, ...) falls back to the base model. Compositions whose strategy picks
     adapters by name ("fixed") take `adapter_names=[...]` in both.
     """
+
+    wrapped = "base_model"
 
     def __init__(
         self, base_model: PreTrainedModel, strategy: str, options: dict, adapters: list[TaskAdapter],
@@ -250,14 +254,6 @@ class ComposedModel(nn.Module):
         self.strategy, self.options, self.adapters = strategy, options, adapters
         self.composed_layers, self.trainable_modules = layers, trainable_modules
         self.routing_context, self.fingerprint, self._requires_grad = context, fingerprint, requires_grad
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return super().__getattr__(name)
-        except AttributeError:
-            if name == "base_model":
-                raise
-            return getattr(self.base_model, name)
 
     @property
     def adapter_names(self) -> list[str]:

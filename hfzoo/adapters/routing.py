@@ -50,11 +50,28 @@ class RoutingContext:
         self.sequence_cache: dict[nn.Module, torch.Tensor] | None = None
 
 
-class ComposedLayer(nn.Module):
+class Wrapper(nn.Module):
+    """A module standing in for the one it wraps (attribute `wrapped`): the wrapped module's attributes (`weight`,
+    `in_features`, `config`, ...) stay readable through it, because models and users read them."""
+
+    wrapped: str  # the attribute holding the wrapped module
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            if name == self.wrapped:
+                raise
+            return getattr(getattr(self, self.wrapped), name)
+
+
+class ComposedLayer(Wrapper):
     """A base module with every adapter that targets it stacked (`adapters`) and combined by `combiner`.
 
     Modules returning a tuple (a mixture-of-experts block) are adapted on their first output.
     """
+
+    wrapped = "base_layer"
 
     def __init__(
         self,
@@ -68,15 +85,6 @@ class ComposedLayer(nn.Module):
         self.base_layer, self.adapters, self.combiner = base_layer, adapters, combiner
         self.mask_key = mask_key
         object.__setattr__(self, "context", context)  # shared by all layers of a model: not a submodule
-
-    def __getattr__(self, name: str) -> Any:
-        """Attributes of the wrapped module (`weight`, `in_features`, ...) stay readable: models read them."""
-        try:
-            return super().__getattr__(name)
-        except AttributeError:
-            if name == "base_layer":
-                raise
-            return getattr(self.base_layer, name)
 
     def forward(self, x: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
         combiner = self.combiner

@@ -34,6 +34,7 @@ class TaskAdapter:
     config: dict
     modules: dict[str, Any] = field(default_factory=dict)
     heads: dict[str, dict[str, torch.Tensor]] = field(default_factory=dict)
+    rank: int = 0  # the largest over modules (`MethodStack.rank_part`)
 
     @property
     def kind(self) -> str:
@@ -43,11 +44,6 @@ class TaskAdapter:
     @property
     def stack_type(self) -> type[MethodStack]:
         return METHOD_STACKS[self.peft_type]
-
-    @property
-    def rank(self) -> int:
-        """The largest `MethodStack.size_of` over modules (LoRA rank, bottleneck width)."""
-        return max((self.stack_type.size_of(factors) for factors in self.modules.values()), default=0)
 
 
 def read_adapter(name: str, folder: str | Path) -> TaskAdapter:
@@ -89,6 +85,8 @@ def read_adapter(name: str, folder: str | Path) -> TaskAdapter:
         adapter.heads.setdefault(module, {})[param] = tensor
     for module, parts in factors.items():
         adapter.modules[module] = stack_type.read_factors(name, config, module, parts)
+        rank = 1 if stack_type.rank_part is None else parts[stack_type.rank_part].shape[0]
+        adapter.rank = max(adapter.rank, rank)
     return adapter
 
 

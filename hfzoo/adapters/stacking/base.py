@@ -88,20 +88,27 @@ class MethodStack(nn.Module):
     """The adapters of one PEFT method on one base module, stacked (see the module docstring).
 
     A subclass declares its method: `peft_type` (as in `adapter_config.json`), `factor_key` (matches a saved
-    tensor key, PEFT's prefix removed, with groups `module` and `part`), and the class methods that read and check
-    one adapter's factors. x is the module input [..., in], y its base output [..., out].
+    tensor key, PEFT's prefix removed, with groups `module` and `part`), the options it implements, and the class
+    methods that read and check one adapter's factors. x is the module input [..., in], y its base output [..., out].
     """
 
     peft_type: ClassVar[str]
     factor_key: ClassVar[re.Pattern]
+    config_class: ClassVar[type]  # the method's PEFT config: options left at its defaults are always accepted
+    supported_options: ClassVar[set[str] | None] = None  # the other options the stack implements (None: all)
+    why_unsupported: ClassVar[dict[str, str]] = {}  # option -> why the stack cannot implement it
+    # the saved part whose first dimension is an adapter's size, recorded as its rank (LoRA's rank, a bottleneck's
+    # width); None: 1 (IA3's vector)
+    rank_part: ClassVar[str | None] = None
     linear_in_input: ClassVar[bool] = False  # `input_map` exists
     size: int  # M, the adapters stacked here
+    gathered_per_row: int  # values `select` copies per chosen slot of a row
 
     # ------------------------------------------------------------------------------------------- one adapter
     @classmethod
     def check_options(cls, adapter: str, config: dict) -> None:
         """Raise an error naming any option of `adapter_config.json` this method's stack does not implement."""
-        raise NotImplementedError
+        check_options(adapter, config, cls.config_class, cls.supported_options, cls.why_unsupported)
 
     @classmethod
     def read_factors(cls, adapter: str, config: dict, path: str, parts: dict[str, torch.Tensor]) -> Any:
@@ -111,11 +118,6 @@ class MethodStack(nn.Module):
     @classmethod
     def check_fits(cls, adapter: str, path: str, module: nn.Module, model: nn.Module, factors: Any) -> None:
         """Raise an error naming the module and the shapes where `factors` do not fit `module`."""
-        raise NotImplementedError
-
-    @staticmethod
-    def size_of(factors: Any) -> int:
-        """The size of one module's adapter as the composition spec records it (LoRA rank, bottleneck width)."""
         raise NotImplementedError
 
     # ------------------------------------------------------------------------------------------- stacked
@@ -148,11 +150,6 @@ class MethodStack(nn.Module):
     def select_grouped(self, x: torch.Tensor, y: torch.Tensor, groups: Any) -> torch.Tensor:
         """The chosen deltas of token rows (x [n, in], y [n, out]) for `groups` (`SlotGroups`): [assignments, out],
         in group order."""
-        raise NotImplementedError
-
-    @property
-    def gathered_per_row(self) -> int:
-        """Values `select` copies per chosen slot of a row."""
         raise NotImplementedError
 
     def input_map(self) -> torch.Tensor:

@@ -17,7 +17,7 @@ from transformers.activations import ACT2FN
 
 from ..bottleneck.config import BottleneckConfig
 from ..bottleneck.layer import NORM_EPS
-from .base import MethodStack, check_options, expect_shape, frozen, output_width
+from .base import MethodStack, expect_shape, frozen, output_width
 
 _DEFAULTS = {f.name: f.default for f in fields(BottleneckConfig)}
 
@@ -41,10 +41,8 @@ class StackedBottleneck(MethodStack):
 
     peft_type = "BOTTLENECK"
     factor_key = re.compile(r"(?P<module>.+)\.(?P<part>bottleneck_(down|up|norm)\.(weight|bias))")
-
-    @classmethod
-    def check_options(cls, adapter: str, config: dict) -> None:
-        check_options(adapter, config, BottleneckConfig)  # every bottleneck option is supported
+    config_class = BottleneckConfig
+    rank_part = "bottleneck_down.weight"
 
     @classmethod
     def read_factors(cls, adapter: str, config: dict, path: str, parts: dict[str, torch.Tensor]) -> BottleneckFactors:
@@ -62,10 +60,6 @@ class StackedBottleneck(MethodStack):
         width, d = factors.down_weight.shape[0], output_width(module, model)
         expect_shape(adapter, path, "bottleneck_down.weight", (width, d), factors.down_weight)
         expect_shape(adapter, path, "bottleneck_up.weight", (d, width), factors.up_weight)
-
-    @staticmethod
-    def size_of(factors: BottleneckFactors) -> int:
-        return factors.down_weight.shape[0]
 
     def __init__(self, factors: list[BottleneckFactors], base: nn.Module, path: str) -> None:
         super().__init__()
@@ -94,6 +88,7 @@ class StackedBottleneck(MethodStack):
         self.uses_norm = bool(has_norm.any())
         self.norm_weight, self.norm_bias = frozen(norm_weight.to(**place)), frozen(norm_bias.to(**place))
         self.register_buffer("has_norm", has_norm.to(like.device), persistent=False)
+        self.gathered_per_row = 2 * self.width * d
 
     def _inputs(self, y: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
         """Each adapter's input, [..., K, d] for `slots` [K] (or [n, 1, k] against y [n, T, d]): y, or its
@@ -137,10 +132,6 @@ class StackedBottleneck(MethodStack):
         if groups.weights is not None:
             hidden, up_bias = hidden * groups.weights, up_bias * groups.weights
         return F.grouped_mm(hidden, self.up_t, offs=groups.offsets) + up_bias
-
-    @property
-    def gathered_per_row(self) -> int:
-        return self.down[0].numel() + self.up_t[0].numel()
 
     def select(
         self, x: torch.Tensor, y: torch.Tensor, slots: torch.Tensor, weights: torch.Tensor | None

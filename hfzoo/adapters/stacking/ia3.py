@@ -11,13 +11,25 @@ the rows of W^T (input scaling), shared by all adapters. Input scaling costs one
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from peft import IA3Config
 from torch import nn
 
-from .base import MethodStack, check_options, expect_shape, frozen, linear_module_shape
+from .base import MethodStack, expect_shape, frozen, linear_module_shape
+
+
+@dataclass
+class IA3Factors:
+    """One module's IA3 vector as PEFT saves it: `[1, in]` scales the input (feedforward), `[out, 1]` the output."""
+
+    vector: torch.Tensor
+
+    @property
+    def scales_input(self) -> bool:
+        return self.vector.shape[0] == 1 and self.vector.shape[1] != 1
 
 
 class StackedIA3(MethodStack):
@@ -25,33 +37,21 @@ class StackedIA3(MethodStack):
 
     peft_type = "IA3"
     factor_key = re.compile(r"(?P<module>.+)\.(?P<part>ia3_l)")
+    config_class = IA3Config  # every IA3 option reads the same from the saved vectors
 
     @classmethod
-    def check_options(cls, adapter: str, config: dict) -> None:
-        check_options(adapter, config, IA3Config)  # every IA3 option reads the same from the saved vectors
+    def read_factors(cls, adapter: str, config: dict, path: str, parts: dict[str, torch.Tensor]) -> IA3Factors:
+        return IA3Factors(parts["ia3_l"])
 
     @classmethod
-    def read_factors(cls, adapter: str, config: dict, path: str, parts: dict[str, torch.Tensor]) -> torch.Tensor:
-        """PEFT saves `[1, in]` for an input (feedforward) scaling, `[out, 1]` for an output scaling."""
-        return parts["ia3_l"]
-
-    @classmethod
-    def check_fits(cls, adapter: str, path: str, module: nn.Module, model: nn.Module, factors: torch.Tensor) -> None:
+    def check_fits(cls, adapter: str, path: str, module: nn.Module, model: nn.Module, factors: IA3Factors) -> None:
         out_features, in_features = linear_module_shape(adapter, path, module, "IA3")
-        expected = (1, in_features) if cls._scales_input(factors) else (out_features, 1)
-        expect_shape(adapter, path, "ia3_l", expected, factors)
+        expected = (1, in_features) if factors.scales_input else (out_features, 1)
+        expect_shape(adapter, path, "ia3_l", expected, factors.vector)
 
-    @staticmethod
-    def size_of(factors: torch.Tensor) -> int:
-        return 1
-
-    @staticmethod
-    def _scales_input(vector: torch.Tensor) -> bool:
-        return vector.shape[0] == 1 and vector.shape[1] != 1
-
-    def __init__(self, factors: list[torch.Tensor], base: nn.Module, path: str) -> None:
+    def __init__(self, factors: list[IA3Factors], base: nn.Module, path: str) -> None:
         super().__init__()
-        modes = {self._scales_input(f) for f in factors}
+        modes = {f.scales_input for f in factors}
         if len(modes) > 1:
             raise ValueError(
                 f"IA3 adapters on {path} scale its input (feedforward_modules) in some adapters and its output in "
@@ -60,10 +60,11 @@ class StackedIA3(MethodStack):
         self.scales_input = modes.pop()
         like = next(base.parameters())
         self.size = len(factors)
-        vectors = torch.zeros(self.size + 1, factors[0].numel())
-        for slot, vector in enumerate(factors):
-            vectors[slot] = vector.float().flatten() - 1
+        vectors = torch.zeros(self.size + 1, factors[0].vector.numel())
+        for slot, f in enumerate(factors):
+            vectors[slot] = f.vector.float().flatten() - 1
         self.vectors = frozen(vectors.to(like.device, like.dtype))
+        self.gathered_per_row = vectors.shape[1]
         # the base module itself, not a submodule: its weight stays the base model's parameter, counted once
         object.__setattr__(self, "base", base)
 
@@ -100,10 +101,6 @@ class StackedIA3(MethodStack):
         if groups.weights is not None:
             scale = scale * groups.weights
         return self._delta(self.hidden(x, y).index_select(0, groups.rows) * scale)
-
-    @property
-    def gathered_per_row(self) -> int:
-        return self.vectors.shape[1]
 
     def select(
         self, x: torch.Tensor, y: torch.Tensor, slots: torch.Tensor, weights: torch.Tensor | None

@@ -17,7 +17,7 @@ from peft import LoraConfig
 from peft.utils.other import get_pattern_key
 from torch import nn
 
-from .base import MethodStack, check_options, expect_shape, frozen, linear_module_shape
+from .base import MethodStack, expect_shape, frozen, linear_module_shape
 
 # LoRA options that leave a saved adapter an additive low-rank delta (or that are read below: rank, alpha, rsLoRA,
 # per-module patterns). Every other option must be at LoraConfig's default, else `read_adapter` names it.
@@ -53,7 +53,9 @@ class StackedLoRA(MethodStack):
 
     peft_type = "LORA"
     factor_key = re.compile(r"(?P<module>.+)\.(?P<part>lora_A|lora_B)\.weight")
+    rank_part = "lora_A"
     linear_in_input = True
+    config_class, supported_options, why_unsupported = LoraConfig, _HARMLESS_OPTIONS, _WHY_UNSUPPORTED
 
     @classmethod
     def check_options(cls, adapter: str, config: dict) -> None:
@@ -64,7 +66,7 @@ class StackedLoRA(MethodStack):
                 "model's weights at initialisation: the adapter only holds on that rewritten base. Convert it to a "
                 "plain LoRA first (PEFT: save_pretrained(..., path_initial_model_for_weight_conversion=...))."
             )
-        check_options(adapter, config, LoraConfig, _HARMLESS_OPTIONS, _WHY_UNSUPPORTED)
+        super().check_options(adapter, config)
 
     @classmethod
     def read_factors(cls, adapter: str, config: dict, path: str, parts: dict[str, torch.Tensor]) -> LoraFactors:
@@ -81,10 +83,6 @@ class StackedLoRA(MethodStack):
         expect_shape(adapter, path, "lora_A", (rank, in_features), factors.A)
         expect_shape(adapter, path, "lora_B", (out_features, rank), factors.B)
 
-    @staticmethod
-    def size_of(factors: LoraFactors) -> int:
-        return factors.A.shape[0]
-
     def __init__(self, factors: list[LoraFactors], base: nn.Module, path: str) -> None:
         super().__init__()
         like = next(base.parameters())
@@ -98,6 +96,7 @@ class StackedLoRA(MethodStack):
             Bt[slot, :rank] = (f.B.float() * f.scaling).T
         self.A = frozen(A.to(like.device, like.dtype))
         self.Bt = frozen(Bt.to(like.device, like.dtype))
+        self.gathered_per_row = self.rank * (in_features + out_features)
 
     def hidden(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """`x @ A_n.T` for every adapter: [..., M, R], one matmul of width M*R."""
@@ -122,10 +121,6 @@ class StackedLoRA(MethodStack):
         if groups.weights is not None:
             hidden = hidden * groups.weights
         return F.grouped_mm(hidden, self.Bt, offs=groups.offsets)
-
-    @property
-    def gathered_per_row(self) -> int:
-        return self.A[0].numel() + self.Bt[0].numel()
 
     def select(
         self, x: torch.Tensor, y: torch.Tensor, slots: torch.Tensor, weights: torch.Tensor | None
