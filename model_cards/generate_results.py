@@ -31,33 +31,27 @@ import hashlib
 import json
 import math
 import os
-import platform
 import shlex
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
-import time
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import torch
 import yaml
+from recording import LOAD_SAMPLE_SECONDS, REPO_ROOT, RUN_RECORD, run_recorded, shown
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-RUN_RECORD = "run_record.json"
+from hfzoo.cards import (
+    CARD, DEFAULT_CORPUS, Curve, RunRecord, Section, architecture_rows, markdown_table, model_card_data, plot_losses,
+    render_card, write_text_atomic,
+)  # fmt: skip
+
 BASELINE = "baseline.json"
 SPLIT_INFO = "split.yaml"  # beside the split files; not a corpus format, so load_corpus ignores it
 DATA_SPLIT = "data_split.yaml"  # its copy in the run folder
 CURVE = "loss_vs_time.png"
 RESULTS = "results.json"
-LOAD_SAMPLE_SECONDS = 15
-# glibc otherwise returns freed memory to the OS and faults it back in on every step (see benchmarks/);
-# it reads these only at process start, hence `env` in the command.
-MALLOC_TUNED = {"MALLOC_MMAP_THRESHOLD_": "17179869184", "MALLOC_TRIM_THRESHOLD_": "17179869184"}
-
 
 # ------------------------------------------------------------------------------------------------ split-text
 def split_text(source: Path, out_dir: Path, train_fraction: float) -> dict[str, Any]:
@@ -91,50 +85,19 @@ def split_text(source: Path, out_dir: Path, train_fraction: float) -> dict[str, 
 
 
 # ------------------------------------------------------------------------------------------------ record
-def _git() -> dict[str, Any]:
-    """The checkout's commit and its uncommitted files under hfzoo/ and recipes/ (others edit the same tree)."""
-
-    def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True).stdout
-
-    dirty = git("status", "--porcelain", "--", "hfzoo", "recipes").splitlines()  # "XY path": status, then path
-    return {"commit": git("rev-parse", "HEAD").strip(), "uncommitted": [line[3:] for line in dirty]}
 
 
-def _machine() -> dict[str, Any]:
-    cpu = next(
-        (line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-         if line.startswith("model name")),
-        platform.processor(),
-    )  # fmt: skip
-    memory_kb = int(Path("/proc/meminfo").read_text().split()[1])
-    return {
-        "cpu": cpu,
-        "cores": len(os.sched_getaffinity(0)),
-        "memory_gib": round(memory_kb / 2**20, 1),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "torch_threads": torch.get_num_threads(),
-    }
 
 
-def _load_sample(start: float) -> list[float]:
-    """[seconds since start, 1-, 5-, 15-minute load average] (the numbers `uptime` prints)."""
-    return [round(time.time() - start, 1), *os.getloadavg()]
 
 
-def _shown(path: str) -> str:
-    """`path` relative to the repository when inside it, so the recorded command runs in any checkout."""
-    path = os.path.abspath(path)  # not resolve(): a virtualenv's python is a symlink out of the repository
-    return os.path.relpath(path, REPO_ROOT) if Path(path).is_relative_to(REPO_ROOT) else path
 
 
 def record(run_dir: Path, recipe_args: list[str]) -> int:
     """Run recipes/pretrain.py with `recipe_args` into `run_dir`, recording command, machine and load; its exit code."""
     from hfzoo.recipes.pretrain import parse_args
 
-    recipe_args = [*recipe_args, "--output_dir", _shown(str(run_dir))]
+    recipe_args = [*recipe_args, "--output_dir", shown(str(run_dir))]
     config = parse_args(recipe_args)  # the recipe's own parser: a bad key fails here, before anything runs
     if (run_dir / "log.jsonl").exists():
         raise SystemExit(f"record: {run_dir} already holds a run (log.jsonl); choose a new folder.")
@@ -147,41 +110,6 @@ def record(run_dir: Path, recipe_args: list[str]) -> int:
     return returncode
 
 
-def run_recorded(run_dir: Path, recipe: str, recipe_args: list[str]) -> int:
-    """Run `recipe` (a script path relative to the repository) with `recipe_args` under `nice -n 10` with the malloc
-    thresholds, its output in `run_dir/stdout.log`; write the command, the machine, the code's commit and the load
-    average (sampled every 15 s) to `run_dir/run_record.json`. Returns the recipe's exit code."""
-    malloc = [f"{key}={value}" for key, value in MALLOC_TUNED.items()]
-    command = ["nice", "-n", "10", "env", *malloc, _shown(sys.executable), recipe, *recipe_args]
-    info = {
-        "command": shlex.join(command),
-        "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "machine": _machine(),
-        "git": _git(),
-    }
-    start, samples = time.time(), []
-    # `kill` of this recorder must not leave the run behind, training with nobody recording it.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(f"record: terminated; {run_dir} is incomplete"))
-    with (run_dir / "stdout.log").open("w", encoding="utf-8") as output:
-        process = subprocess.Popen(command, cwd=REPO_ROOT, stdout=output, stderr=subprocess.STDOUT)
-        try:
-            while True:
-                samples.append(_load_sample(start))
-                try:
-                    process.wait(timeout=LOAD_SAMPLE_SECONDS)
-                    break
-                except subprocess.TimeoutExpired:
-                    continue
-        finally:
-            if process.poll() is None:
-                process.terminate()
-    info.update(
-        process_wall_s=round(time.time() - start, 1),
-        exit_code=process.returncode,
-        load_average_samples=samples + [_load_sample(start)],
-    )
-    (run_dir / RUN_RECORD).write_text(json.dumps(info, indent=1), encoding="utf-8")
-    return process.returncode
 
 
 # ------------------------------------------------------------------------------------------------ baseline
@@ -256,7 +184,6 @@ def unigram_baseline(run_dir: Path) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------------------ card
 def summarize(run_dir: Path, card_command: str) -> dict[str, Any]:
     """Everything the card shows, from the run folder's files (log, configs, run record, baseline)."""
-    from hfzoo.cards import ARCHITECTURE_FIELDS, DEFAULT_CORPUS
     from hfzoo.data.default_corpus import VALIDATION_PERCENT
     from hfzoo.training.logging import read_log
     from hfzoo.training.objectives import get_objective
@@ -306,8 +233,7 @@ def summarize(run_dir: Path, card_command: str) -> dict[str, Any]:
         "task": objective.task_name,
         "pipeline_tag": objective.pipeline_tag,
         "parameters": start["parameters"],
-        "architecture": {key: model_config[key] for key in ARCHITECTURE_FIELDS if key in model_config
-                         and (model_config.get("num_experts") or not key.startswith("num_experts"))},
+        "architecture": dict(architecture_rows(model_config)),
         "data": {**data, "train_blocks": start["train_blocks"], "validation_blocks": start["eval_blocks"],
                  "block_size": config["block_size"]},  # fmt: skip
         "commands": commands,
@@ -339,63 +265,40 @@ def summarize(run_dir: Path, card_command: str) -> dict[str, Any]:
 
 def plot(summary: dict[str, Any], records: list[dict[str, Any]], path: Path) -> None:
     """Validation (and training) loss against wall time, with the unigram baseline as a dashed line."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    figure = Figure(figsize=(7, 4), dpi=100)
-    FigureCanvasAgg(figure)
-    axes = figure.add_subplot()
     train = [r for r in records if r["event"] == "train"]
-    axes.plot([r["elapsed"] / 60 for r in train], [r["loss"] for r in train], alpha=0.5, label="train loss")
     curve = summary["evaluation"]
-    axes.plot([p["elapsed_s"] / 60 for p in curve], [p["eval_loss"] for p in curve], "o-", label="validation loss")
-    axes.axhline(summary["baseline"]["unigram_loss"], color="gray", ls="--", label="unigram baseline (validation)")
-    axes.set_xlabel("wall time of the training loop (minutes)")
-    axes.set_ylabel("loss (nats per target token)")
-    axes.set_title(f"{summary['preset']} · {summary['objective']} · {summary['data']['name']}", fontsize=10)
-    axes.grid(alpha=0.3)
-    axes.legend()
-    figure.tight_layout()
-    figure.savefig(path)
+    plot_losses(
+        path,
+        [Curve([r["elapsed"] / 60 for r in train], [r["loss"] for r in train], "train loss", alpha=0.5),
+         Curve([p["elapsed_s"] / 60 for p in curve], [p["eval_loss"] for p in curve], "validation loss", "o-")],
+        xlabel="wall time of the training loop (minutes)", ylabel="loss (nats per target token)",
+        title=f"{summary['preset']} · {summary['objective']} · {summary['data']['name']}",
+        baseline=(summary["baseline"]["unigram_loss"], "unigram baseline (validation)"), dpi=100,
+    )  # fmt: skip
 
 
-def _table(headers: list[str], rows: list[list[Any]]) -> str:
-    lines = ["| " + " | ".join(headers) + " |", "|" + " --- |" * len(headers)]
-    return "\n".join(lines + ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows])
+def _load_text(machine: dict[str, Any]) -> str:
+    load = machine.get("load_average_1min")
+    if not load:
+        return "not recorded"
+    return (f"1-minute load average during the run: mean {load['mean']:.2f}, min {load['min']:.2f}, max "
+            f"{load['max']:.2f} ({load['samples']} samples, every {load['every_s']} s), on {machine['cores']} cores")
 
 
-def render(summary: dict[str, Any]) -> str:
-    """The card's Markdown, with Hub metadata (model-index: validation loss and perplexity) as front matter."""
-    from huggingface_hub import EvalResult, ModelCardData
+def _intro(record: RunRecord) -> str:
+    s, b, final = record.summary, record.summary["baseline"], record.summary["final"]
+    verdict = "beats" if final["perplexity"] < b["unigram_perplexity"] else "does NOT beat"
+    return (f"`{s['preset']}` ({s['parameters']:,} parameters) pretrained from scratch by hfzoo's recipe on "
+            f"{s['task'].lower()}, {s['data']['name']}. The model {verdict} the unigram baseline: validation "
+            f"perplexity {final['perplexity']:.2f} vs {b['unigram_perplexity']:.2f}. Generated by "
+            "`model_cards/generate_results.py` from the run's files; the weights are not in this folder.")  # fmt: skip
 
+
+def _result(record: RunRecord) -> str:
     from hfzoo.training.objectives import OBJECTIVES
 
-    s, t, b, m, final = summary, summary["training"], summary["baseline"], summary["machine"], summary["final"]
-    common = dict(task_type=s["pipeline_tag"], task_name=s["task"], dataset_type=s["data"]["name"],
-                  dataset_name=s["data"]["name"], dataset_split="validation")  # fmt: skip
-    metadata = ModelCardData(
-        library_name="transformers",
-        pipeline_tag=s["pipeline_tag"],
-        tags=["hfzoo", s["preset"], s["objective"], "pretraining", "results"],
-        model_name=s["name"],
-        eval_results=[
-            EvalResult(**common, metric_type="loss", metric_value=round(final["eval_loss"], 4),
-                       metric_name="Validation loss"),
-            EvalResult(**common, metric_type="perplexity", metric_value=round(final["perplexity"], 3),
-                       metric_name="Perplexity"),
-        ],
-    ).to_yaml()  # fmt: skip
-    load = m.get("load_average_1min")
-    load_text = (
-        f"1-minute load average during the run: mean {load['mean']:.2f}, min {load['min']:.2f}, max "
-        f"{load['max']:.2f} ({load['samples']} samples, every {load['every_s']} s), on {m['cores']} cores"
-        if load else "not recorded"
-    )
-    curve = [
-        [p["step"], f"{p['elapsed_s']:.0f}", f"{p['tokens_seen']:,}", f"{p['eval_loss']:.4f}", f"{p['perplexity']:.2f}"]
-        for p in s["evaluation"]
-    ]
-    result = [
+    s, t, b, final = record.summary, record.summary["training"], record.summary["baseline"], record.summary["final"]
+    return markdown_table(["", "value"], [
         ["final validation loss (nats/target token)", f"{final['eval_loss']:.4f}"],
         ["final validation perplexity", f"{final['perplexity']:.2f}"],
         ["unigram baseline perplexity (same split, tokenizer, targets)", f"{b['unigram_perplexity']:.2f}"],
@@ -414,66 +317,93 @@ def render(summary: dict[str, Any]) -> str:
          "{:,.0f} - {:,.0f} tokens/s".format(*t["tokens_per_s_range"])],
         ["throughput over the whole loop (evaluations included)", f"{t['tokens_per_s_including_eval']:,.0f} tokens/s"],
         ["final training loss (last log interval)", f"{t['final_train_loss']:.4f}"],
-    ]  # fmt: skip
-    data = s["data"]
-    data_rows = [[key, data[key]] for key in ("name", "source", "source_sha256", "split", "format") if key in data]
-    data_rows += [["packed blocks", f"{data['train_blocks']:,} train / {data['validation_blocks']:,} validation "
-                   f"x {data['block_size']} tokens"]]  # fmt: skip
-    config = s["config"]
+    ])  # fmt: skip
+
+
+def _curve(record: RunRecord) -> str:
+    rows = [[p["step"], f"{p['elapsed_s']:.0f}", f"{p['tokens_seen']:,}", f"{p['eval_loss']:.4f}",
+             f"{p['perplexity']:.2f}"] for p in record.summary["evaluation"]]  # fmt: skip
+    headers = ["step", "wall time of the loop (s)", "tokens seen", "validation loss", "perplexity"]
+    return markdown_table(headers, rows) + f"\n\n![validation loss against wall time]({CURVE})"
+
+
+def _baseline(record: RunRecord) -> str:
+    b = record.summary["baseline"]
+    return ("Add-one-smoothed unigram frequencies of the objective's targets, fitted on the training blocks "
+            f"({b['fit_targets']:,} targets, {b['fit_collator_passes']} collator pass(es)) and scored on the same "
+            f"{b['validation_targets']:,} validation targets as the model (vocabulary {b['vocab_size']:,}).")
+
+
+def _data(record: RunRecord) -> str:
+    data = record.summary["data"]
+    rows = [[key, data[key]] for key in ("name", "source", "source_sha256", "split", "format") if key in data]
+    rows += [["packed blocks", f"{data['train_blocks']:,} train / {data['validation_blocks']:,} validation "
+              f"x {data['block_size']} tokens"]]  # fmt: skip
+    return markdown_table(["", "value"], rows)
+
+
+def _commands(record: RunRecord) -> str:
+    commands = record.summary["commands"]
+    return ((f"The split files, written at run time outside the repository:\n\n```bash\n{commands['data']}\n```\n\n"
+             if commands["data"] else "")
+            + f"The run, as typed (`python`: the virtualenv's):\n\n```bash\n{commands['record']}\n```\n\n"
+            "which ran this, sampling the load meanwhile:\n\n"
+            f"```bash\n{commands['run']}\n```\n\nThis card:\n\n```bash\n{commands['card']}\n```")  # fmt: skip
+
+
+def _settings(record: RunRecord) -> str:
+    config = record.config
     settings = ["per_device_batch_size", "gradient_accumulation_steps", "block_size", "learning_rate", "warmup_steps",
                 "min_lr_ratio", "weight_decay", "adam_beta2", "max_steps", "eval_every", "tokenizer_kind",
                 "vocab_size", "collator", "seed"]  # fmt: skip
-    machine = [
+    architecture = ", ".join(f"{k}={v}" for k, v in record.summary["architecture"].items())
+    table = markdown_table(["key", "value"], [[k, f"`{config[k]}`"] for k in settings])
+    return f"{table}\n\nArchitecture: {architecture}."
+
+
+def _machine_table(record: RunRecord) -> str:
+    m = record.summary["machine"]
+    return markdown_table(["", "value"], [
         ["machine", f"{m.get('cpu', '?')}, {m.get('cores', '?')} cores, {m.get('memory_gib', '?')} GiB, "
                     f"device {m['device']}"],
-        ["load", load_text],
+        ["load", _load_text(m)],
         ["software", f"Python {m.get('python', '?')}, torch {m.get('torch', '?')}"],
         ["code", f"commit {m['git']['commit'][:12]}; uncommitted at the time: "
                  f"{', '.join(m['git']['uncommitted']) or 'none'}" if m.get("git") else "not recorded"],
         ["started", m.get("started") or "not recorded"],
-    ]  # fmt: skip
-    verdict = "beats" if final["perplexity"] < b["unigram_perplexity"] else "does NOT beat"
+    ])  # fmt: skip
+
+
+def render(summary: dict[str, Any]) -> str:
+    """The card's Markdown, with Hub metadata (model-index: validation loss and perplexity) as front matter."""
+    s, final = summary, summary["final"]
+    metadata = model_card_data(
+        s["name"], ["hfzoo", s["preset"], s["objective"], "pretraining", "results"], pipeline_tag=s["pipeline_tag"],
+        task_name=s["task"], dataset=(s["data"]["name"], s["data"]["name"]),
+        metrics=[("loss", "Validation loss", round(final["eval_loss"], 4)),
+                 ("perplexity", "Perplexity", round(final["perplexity"], 3))],
+    )  # fmt: skip
+    contention = Section(None, f"Throughput was measured on a shared machine ({_load_text(s['machine'])}); under "
+                         "that contention tokens/s is a lower bound for this code on this CPU.")
     sections = [
-        f"---\n{metadata.rstrip()}\n---",
-        f"# {s['name']}\n\n`{s['preset']}` ({s['parameters']:,} parameters) pretrained from scratch by hfzoo's recipe "
-        f"on {s['task'].lower()}, {data['name']}. The model {verdict} the unigram baseline: validation perplexity "
-        f"{final['perplexity']:.2f} vs {b['unigram_perplexity']:.2f}. Generated by `model_cards/generate_results.py` "
-        "from the run's files; the weights are not in this folder.",
-        "## Result\n\n" + _table(["", "value"], result),
-        f"Throughput was measured on a shared machine ({load_text}); under that contention tokens/s is a lower bound "
-        "for this code on this CPU.",
-        "## Validation loss against wall time\n\n"
-        + _table(["step", "wall time of the loop (s)", "tokens seen", "validation loss", "perplexity"], curve)
-        + f"\n\n![validation loss against wall time]({CURVE})",
-        "## Baseline\n\nAdd-one-smoothed unigram frequencies of the objective's targets, fitted on the training blocks "
-        f"({b['fit_targets']:,} targets, {b['fit_collator_passes']} collator pass(es)) and scored on the same "
-        f"{b['validation_targets']:,} validation targets as the model (vocabulary {b['vocab_size']:,}).",
-        "## Data\n\n" + _table(["", "value"], data_rows),
-        "## Commands\n\n"
-        + (f"The split files, written at run time outside the repository:\n\n```bash\n{s['commands']['data']}\n```\n\n"
-           if s["commands"]["data"] else "")
-        + f"The run, as typed (`python`: the virtualenv's):\n\n```bash\n{s['commands']['record']}\n```\n\n"
-        "which ran this, sampling the load meanwhile:\n\n"
-        f"```bash\n{s['commands']['run']}\n```\n\nThis card:\n\n```bash\n{s['commands']['card']}\n```",
-        "## Settings\n\n" + _table(["key", "value"], [[k, f"`{config[k]}`"] for k in settings])
-        + "\n\nArchitecture: " + ", ".join(f"{k}={v}" for k, v in s["architecture"].items()) + ".",
-        "## Machine\n\n" + _table(["", "value"], machine),
-    ]
-    return "\n\n".join(sections) + "\n"
+        Section(s["name"], _intro, level=1), Section("Result", _result), contention,
+        Section("Validation loss against wall time", _curve), Section("Baseline", _baseline), Section("Data", _data),
+        Section("Commands", _commands), Section("Settings", _settings), Section("Machine", _machine_table),
+    ]  # fmt: skip
+    return render_card(RunRecord(s["name"], s["config"], summary=summary), sections, metadata)
 
 
 def card(run_dir: Path, card_dir: Path) -> Path:
     """Write README.md, the loss-vs-time PNG and results.json for the finished run in `run_dir` into `card_dir`."""
     from hfzoo.training.logging import read_log
 
-    card_command = shlex.join(["python", "model_cards/generate_results.py", "card", _shown(str(run_dir)),
-                               _shown(str(card_dir))])  # fmt: skip
+    card_command = shlex.join(["python", "model_cards/generate_results.py", "card", shown(str(run_dir)),
+                               shown(str(card_dir))])  # fmt: skip
     summary = summarize(run_dir, card_command)
     card_dir.mkdir(parents=True, exist_ok=True)
     plot(summary, read_log(run_dir), card_dir / CURVE)
-    (card_dir / RESULTS).write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
-    (card_dir / "README.md").write_text(render(summary), encoding="utf-8")
-    return card_dir / "README.md"
+    write_text_atomic(card_dir / RESULTS, json.dumps(summary, indent=1) + "\n")
+    return write_text_atomic(card_dir / CARD, render(summary))
 
 
 def main(argv: list[str] | None = None) -> None:

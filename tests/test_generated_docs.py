@@ -1,5 +1,6 @@
-"""Generated documents are up to date with what generates them: preset cards and the benchmark report."""
+"""Generated documents are up to date with what generates them: preset cards, result cards and the benchmark report."""
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -20,3 +21,23 @@ def test_every_preset_has_a_card():
 
     cards = {p.stem for p in (ROOT / "model_cards" / "presets").glob("*.md")}
     assert cards == set(hfzoo.list_presets())
+
+
+RESULT_CARDS = sorted(path.parent for path in (ROOT / "model_cards" / "results").glob("*/results.json"))
+
+
+@pytest.mark.parametrize("card_dir", RESULT_CARDS, ids=lambda path: path.name)
+def test_result_card_is_current(card_dir, monkeypatch):
+    """A result card is rendered from its results.json alone (the run folders are not kept), so rendering it again
+    must give the committed README.md: the card code and the card cannot drift apart."""
+    monkeypatch.syspath_prepend(str(ROOT / "model_cards"))
+    import generate_finetune_results
+    import generate_results
+
+    results = json.loads((card_dir / "results.json").read_text(encoding="utf-8"))
+    if "tasks" in results:  # a fine-tuning grid
+        command = generate_finetune_results.card_command(results["runs_dir"], card_dir)
+        text = generate_finetune_results.render(results, command)
+    else:
+        text = generate_results.render(results)
+    assert text == (card_dir / "README.md").read_text(encoding="utf-8")
