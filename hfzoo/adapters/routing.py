@@ -16,21 +16,11 @@ import torch.nn.functional as F
 from torch import nn
 from transformers.pytorch_utils import Conv1D
 
+from .rows import expand_rows
 from .stacked import StackedAdapters
 
 MASK_KEYS = ("attention_mask", "decoder_attention_mask")
 GRANULARITIES = ("token", "sequence")
-
-
-def expand_rows(tensor: torch.Tensor, rows: int, what: str) -> torch.Tensor:
-    """Repeat per-example `tensor` to `rows` rows the way beam search and `num_return_sequences` expand a batch
-    (`repeat_interleave`): a batch that is a multiple of the given examples repeats each example in place."""
-    given = tensor.shape[0]
-    if given == rows:
-        return tensor
-    if given and rows % given == 0:
-        return tensor.repeat_interleave(rows // given, dim=0)
-    raise ValueError(f"{what} has {given} entries for a batch of {rows} rows; pass one entry per example")
 
 
 class RoutingContext:

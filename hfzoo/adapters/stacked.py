@@ -13,20 +13,20 @@ from three batched operations and nothing else (no Python loop over adapters on 
   are grouped by adapter and multiplied with `grouped_mm` instead, because gathering the weights per token moves
   R*(in+out) floats per token, several times the data of the token itself (`GATHERED_VALUES_LIMIT`).
 
-Selecting per row is the one mechanism for per-example adapters: `fixed` compositions' `adapter_names` and the
+Selecting per row (`rows.py`) serves every per-example choice: `fixed` compositions' `adapter_names` and the
 routers' top-k choices both end in `StackedAdapters.select`.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.flop_counter import flop_registry, register_flop_formula
 
+from .rows import SlotGroups
 from .stacking import METHOD_STACKS, MethodStack
 from .stacking.base import frozen
 from .task_adapter import TaskAdapter
@@ -181,28 +181,6 @@ class StackedAdapters(nn.Module):
             groups = SlotGroups.of(self._slots(index, members), weights, stack.size + 1)
             out = out.index_add(0, groups.rows, stack.select_grouped(x, y, groups))
         return out
-
-
-@dataclass
-class SlotGroups:
-    """The (row, slot) choices of token rows sorted by slot, as `grouped_mm` takes them: assignment j is row `rows[j]`
-    through slot `slots[j]` with weight `weights[j]` (None: 1); slot s's group ends at `offsets[s]`. The zero slot is
-    a group like the others, so the cost does not depend on the choice."""
-
-    rows: torch.Tensor
-    slots: torch.Tensor
-    weights: torch.Tensor | None
-    offsets: torch.Tensor
-
-    @classmethod
-    def of(cls, slots: torch.Tensor, weights: torch.Tensor | None, num_slots: int) -> SlotGroups:
-        """Group `slots` [n, k] (and their `weights` [n, k]) of n rows."""
-        sorted_slots, order = slots.flatten().sort(stable=True)
-        slot_ids = torch.arange(num_slots, device=slots.device)
-        offsets = torch.searchsorted(sorted_slots, slot_ids, right=True, out_int32=True)
-        rows = order if slots.shape[1] == 1 else order.div(slots.shape[1], rounding_mode="floor")
-        chosen_weights = None if weights is None else weights.flatten()[order].unsqueeze(-1)
-        return cls(rows, sorted_slots, chosen_weights, offsets)
 
 
 # FlopCounterMode (torch 2.13) counts no FLOPs for grouped matmuls: without this formula the adapters that token

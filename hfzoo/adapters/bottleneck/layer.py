@@ -13,6 +13,7 @@ from peft.tuners.tuners_utils import BaseTunerLayer
 from torch import nn
 from transformers.activations import ACT2FN
 
+from ..rows import SlotGroups
 from .config import BottleneckConfig
 
 MERGE_ERROR = (
@@ -106,22 +107,23 @@ class BottleneckLayer(nn.Module, BaseTunerLayer):
         return (adapted, *output[1:]) if isinstance(output, tuple) else adapted
 
     def _mixed_batch_forward(self, hidden: torch.Tensor, adapter_names: list[str]) -> torch.Tensor:
-        """Row i gets adapter `adapter_names[i]` ("__base__": none). Rows are grouped per adapter, so each adapter
-        runs once on its sub-batch; `index_add` (out of place) keeps this differentiable for training."""
+        """Row i gets adapter `adapter_names[i]` ("__base__", or an adapter that does not wrap this module: none).
+        Rows are grouped per adapter (`SlotGroups`, as composed adapters group token rows), so each adapter runs
+        once on its sub-batch with its own modules (dropout and all); `index_add` (out of place) keeps this
+        differentiable for training."""
         if len(adapter_names) != hidden.shape[0]:
             raise ValueError(
                 f"`adapter_names` has {len(adapter_names)} entries for a batch of {hidden.shape[0]} rows; pass one "
                 "adapter name (or '__base__') per example."
             )
-        rows_of: dict[str, list[int]] = {}
-        for row, name in enumerate(adapter_names):
-            rows_of.setdefault(name, []).append(row)
+        names = list(self.bottleneck_down)
+        slot_of = {name: slot for slot, name in enumerate(names)}
+        slots = torch.tensor([slot_of.get(name, len(names)) for name in adapter_names], device=hidden.device)
+        groups = SlotGroups.of(slots.unsqueeze(1), None, len(names) + 1)
         adapted = hidden
-        for name, rows in rows_of.items():
-            if name not in self.bottleneck_down:  # "__base__", or an adapter that does not wrap this module
-                continue
-            index = torch.tensor(rows, device=hidden.device)
-            adapted = adapted.index_add(0, index, self.adapter_delta(name, hidden.index_select(0, index)))
+        for name, rows in zip(names, groups.per_slot()):
+            if len(rows):
+                adapted = adapted.index_add(0, rows, self.adapter_delta(name, hidden.index_select(0, rows)))
         return adapted
 
     def merge(self, safe_merge: bool = False, adapter_names: list[str] | None = None) -> None:
