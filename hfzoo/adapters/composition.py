@@ -283,7 +283,7 @@ class ComposedModel(Wrapper):
                 f"adapter_names picks adapters per example in a 'fixed' composition; this one is {self.strategy!r}"
             )
         per_call = by_name or self.options.get("granularity") == "sequence"
-        # the walk over every module is only paid where it matters (it cost ~1.5% of a short inference forward)
+        # the walk over every module is only paid where it matters: it is a visible share of a short inference forward
         if per_call and self.training and self._checkpointing():
             raise ValueError(
                 f"a {self.strategy!r} composition routes by per-call inputs, which gradient checkpointing's recomputed "

@@ -2,11 +2,12 @@
 
 Each `Strategy` names its options with their defaults and checks, says whether it is learned (has parameters of
 its own, trained for a new task) and whether examples pick their adapter by name, and builds the combiner of one
-adapted module (`routing.py`). `compose()`, the compose recipe and the CLI all read `STRATEGIES`.
+adapted module (`routing.py`). `compose()` and the compose recipe (its config and checks) read `STRATEGIES`.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -74,7 +75,8 @@ class Strategy:
     @property
     def defaults(self) -> dict[str, Any]:
         """Every option with its default, `COMMON_OPTIONS` included."""
-        return {**{option: default for option, (default, _) in self.options.items()}, **COMMON_OPTIONS}
+        common = {option: copy.copy(default) for option, default in COMMON_OPTIONS.items()}
+        return {**{option: default for option, (default, _) in self.options.items()}, **common}
 
     def resolve(self, num_adapters: int, options: dict[str, Any]) -> dict[str, Any]:
         """The options with defaults filled in and checked (they are saved in `composition.json`)."""
