@@ -3,12 +3,10 @@ Transformer presets, fp32, dropout 0): generation, attention backends, save/load
 labels, gradient checkpointing, embeddings and PEFT. The Trainer, pipelines and a trained tokenizer:
 test_encoder_decoder_ecosystem.py."""
 
-import copy
 import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 import torch

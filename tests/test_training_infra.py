@@ -16,7 +16,15 @@ from accelerate import Accelerator
 from accelerate.state import AcceleratorState, GradientState
 
 import hfzoo
-from hfzoo.cards import LOSS_CURVE, render_model_card, write_model_card
+from hfzoo.cards import (
+    LOSS_CURVE,
+    PRETRAINING_SECTIONS,
+    RunRecord,
+    describe_objective,
+    pretraining_metadata,
+    render_card,
+    write_card,
+)
 from hfzoo.recipe_config import from_dict
 from hfzoo.recipes.pretrain import PretrainConfig, main, parse_args
 from hfzoo.training import checkpointing, get_objective, latest_checkpoint, list_checkpoints
@@ -344,7 +352,9 @@ def test_model_card_comes_from_the_log_and_the_configs(tmp_path):
     log.write("end", step=3, tokens_seen=1536, elapsed=4.2)
     log.close()
 
-    card_path = write_model_card(tmp_path, config, get_objective("clm", "llama-tiny"), model_config)
+    objective = describe_objective(get_objective("clm", "llama-tiny"))
+    record = RunRecord(tmp_path.name, config.to_dict(), read_log(tmp_path), objective, model_config.to_dict())
+    card_path = write_card(tmp_path, record, PRETRAINING_SECTIONS, pretraining_metadata(record))
     card = card_path.read_text()
     metadata = yaml.safe_load(card.split("---\n")[1])
     assert metadata["library_name"] == "transformers" and metadata["pipeline_tag"] == "text-generation"
@@ -360,6 +370,4 @@ def test_model_card_comes_from_the_log_and_the_configs(tmp_path):
     assert "| tokens seen | 1,536 |" in card and "num_experts" not in card  # dense model: no MoE rows
     assert "trust_remote_code=True" in card and "import hfzoo" in card
     assert (tmp_path / LOSS_CURVE).read_bytes()[:4] == b"\x89PNG"
-    assert card == render_model_card(
-        config, get_objective("clm", "llama-tiny"), model_config, read_log(tmp_path), tmp_path.name
-    )
+    assert card == render_card(record, PRETRAINING_SECTIONS, pretraining_metadata(record))

@@ -8,7 +8,6 @@ plain data built by the recipe.
 """
 
 from .composition import composition_sections
-from .entry_points import render_model_card, write_finetune_card, write_model_card
 from .finetuning import FINETUNE_METRICS, FINETUNE_SECTIONS, finetune_metadata
 from .pretraining import (
     ARCHITECTURE_FIELDS,
@@ -37,6 +36,5 @@ __all__ = [
     "ARCHITECTURE_FIELDS", "CARD", "DEFAULT_CORPUS", "FINETUNE_METRICS", "FINETUNE_SECTIONS", "LOSS_CURVE",
     "PRETRAINING_SECTIONS", "Curve", "RunRecord", "Section", "architecture_rows", "composition_sections",
     "describe_objective", "finetune_metadata", "markdown_table", "model_card_data", "plot_loss_curve", "plot_losses",
-    "pretraining_metadata", "render_card", "render_model_card", "write_card", "write_finetune_card",
-    "write_model_card", "write_text_atomic",
+    "pretraining_metadata", "render_card", "write_card", "write_text_atomic",
 ]  # fmt: skip

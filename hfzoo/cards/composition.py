@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from ..adapters import STRATEGIES
-from .finetuning import FINETUNE_METRICS, PARAMETERS, RESULTS, TITLE, TRAINING, reported_metrics
+from .finetuning import PARAMETERS, RESULTS, TITLE, TRAINING, reported_metrics
 from .render import CONFIGURATION, RunRecord, Section, markdown_table
 
 BASELINE_NAMES = {"average": "uniform average of the same adapters, head trained", "majority_class": "majority class"}

@@ -22,7 +22,6 @@ parameter and every validation prediction.
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -34,7 +33,7 @@ from accelerate import Accelerator
 from transformers import PreTrainedModel
 
 from ..adapters import STRATEGIES, ComposedModel, compose, load_composition, read_adapter
-from ..cards import FINETUNE_METRICS, write_finetune_card
+from ..cards import FINETUNE_METRICS, composition_sections
 from ..recipe_config import key, parse_config
 from ..tasks import Task
 from ..training.evaluation import predict_all
@@ -197,8 +196,7 @@ def train_composition(config: ComposeConfig, accelerator: Accelerator, baseline:
     summary["baselines"] = baselines(baseline, majority_class_accuracy(train_examples, eval_examples))
     summary["reload_check"] = reload
     if accelerator.is_main_process:
-        write_results(output_dir, tokenizer, summary, run.records)
-        write_composition_card(output_dir, config, summary)
+        write_results(output_dir, tokenizer, config, summary, run.records, composition_sections(COMPOSITION_DIR))
     accelerator.wait_for_everyone()
     if not all(reload.values()):
         raise RuntimeError(f"{output_dir / COMPOSITION_DIR} does not reload to the trained composition: {reload}")
@@ -277,89 +275,6 @@ def baselines(average: dict | None, majority: float | None) -> dict[str, dict]:
     if majority is not None:
         rows["majority_class"] = {"accuracy": majority, "trainable_parameters": 0}
     return rows
-
-
-# ----------------------------------------------------------------------------------------------- the card
-def _markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    lines = ["| " + " | ".join(headers) + " |", "|" + " --- |" * len(headers)]
-    return "\n".join(lines + ["| " + " | ".join(map(str, row)) + " |" for row in rows])
-
-
-def composition_section(summary: dict[str, Any]) -> str:
-    """The card's account of the composition and how it compares with the uniform average and the majority class."""
-    composition = summary["composition"]
-    strategy = composition["strategy"]
-    adapters = _markdown_table(
-        ("adapter", "kind", "rank / width", "modules", "folder"),
-        [(a["name"], a["kind"], a["rank"], a["modules"], f"`{a['folder']}`") for a in composition["adapters"]],
-    )
-    trained = ", ".join(f"`{m}`" for m in composition["trainable_modules"]) or "nothing else"
-    options = {key: value for key, value in composition["options"].items() if key != "trainable_modules"}
-    if learned(strategy):
-        where = (
-            f"{composition['learned_modules']} of the {composition['composed_modules']} adapted modules carry more "
-            f"than one adapter; there the {strategy} layers learn how to weigh them (elsewhere one adapter applies "
-            "as is)"
-        )
-    else:
-        where = f"each of the {composition['composed_modules']} adapted modules adds its adapters' outputs, weighted"
-    text = (
-        f"## Composition\n\n`{strategy}` over {len(composition['adapters'])} frozen adapters on the frozen base model "
-        f"(options: `{json.dumps(options)}`): {where}. Trained beside them: {trained}.\n\n{adapters}"
-    )
-    metrics = [key for key in FINETUNE_METRICS if key in summary]
-    rows = [(f"{strategy} (this run)", *(f"{summary[k]:.4f}" for k in metrics), f"{summary['trainable_parameters']:,}")]
-    names = {"average": "uniform average of the same adapters, head trained", "majority_class": "majority class"}
-    for name, row in summary["baselines"].items():
-        values = (f"{row[k]:.4f}" if k in row else "-" for k in metrics)
-        rows.append((names[name], *values, f"{row['trainable_parameters']:,}"))
-    text += "\n\n### Against the baselines\n\n" + _markdown_table(("", *metrics, "trainable parameters"), rows)
-    if "average" in summary["baselines"] and metrics:
-        primary = metrics[0]
-        gain = summary[primary] - summary["baselines"]["average"][primary]
-        verdict = "beats" if gain > 0 else "does not beat"
-        text += f"\n\n`{strategy}` {verdict} the uniform average of the same adapters: {gain:+.4f} {primary}"
-        if primary == "accuracy":  # how many examples that is, to judge it against chance
-            text += f" ({round(gain * summary['eval_examples']):+d} of {summary['eval_examples']} examples)"
-        text += "."
-    reload = summary["reload_check"]
-    text += (
-        f"\n\nReloaded with `load_composition` on a freshly loaded base model: parameters identical: "
-        f"{reload['parameters_equal']}, all {summary['eval_examples']} validation predictions identical: "
-        f"{reload['predictions_equal']}."
-    )
-    return text
-
-
-def composition_usage(summary: dict[str, Any], name: str) -> str:
-    kwargs = "".join(f", {key}={value!r}" for key, value in summary["model_kwargs"].items())
-    auto_class = summary["auto_class"]
-    return f"""## How to use
-
-```python
-import hfzoo  # registers hfzoo's architectures and its bottleneck adapters
-from transformers import {auto_class}, AutoTokenizer
-from hfzoo.adapters import load_composition
-
-base = {auto_class}.from_pretrained("{summary["model"]}"{kwargs})
-model = load_composition(base, "{name}/{COMPOSITION_DIR}")  # routers or fusion, the head, a copy of each adapter
-tokenizer = AutoTokenizer.from_pretrained("{name}")
-```
-"""
-
-
-def write_composition_card(output_dir: Path, config: ComposeConfig, summary: dict[str, Any]) -> Path:
-    """The fine-tuning card (results, parameters, training, configuration, loss curve) with the composition's
-    section after the parameters and a usage section that rebuilds the composition instead of loading a PEFT
-    adapter."""
-    card = write_finetune_card(output_dir, config, summary)
-    text = card.read_text(encoding="utf-8")
-    body, found_usage, _ = text.partition("## How to use")
-    if not found_usage or "## Training" not in body:
-        raise RuntimeError(f"{card}: the fine-tuning card has no '## Training' or '## How to use' section to extend")
-    body = body.replace("## Training", composition_section(summary) + "\n\n## Training", 1)
-    card.write_text(body + composition_usage(summary, output_dir.name), encoding="utf-8")
-    return card
 
 
 def main(argv: Sequence[str] | None = None) -> Path:

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..cards import write_finetune_card
+from ..cards import FINETUNE_SECTIONS
 from ..recipe_config import key, parse_config
 from ..training.logging import start_recipe
 from ..training.methods import MethodOptions, apply_method, count_trainable_parameters, head_modules, peft_config_for
@@ -79,8 +79,7 @@ def finetune(config: FinetuneConfig) -> Path:
     summary = run_summary(task, base_model, method, parameters, run, len(train_examples), len(eval_examples))
     unwrapped.save_pretrained(output_dir, is_main_process=accelerator.is_main_process, save_function=accelerator.save)
     if accelerator.is_main_process:
-        write_results(output_dir, tokenizer, summary, run.records)
-        write_finetune_card(output_dir, config, summary)
+        write_results(output_dir, tokenizer, config, summary, run.records, FINETUNE_SECTIONS)
     accelerator.wait_for_everyone()
     accelerator.end_training()
     return output_dir

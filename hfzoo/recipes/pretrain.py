@@ -30,7 +30,7 @@ from accelerate.utils import DistributedType, gather_object, set_seed
 from torch.utils.data import DataLoader
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
-from ..cards import write_model_card
+from ..cards import PRETRAINING_SECTIONS, RunRecord, describe_objective, pretraining_metadata, write_card
 from ..data.corpus import load_corpus
 from ..data.packing import pack
 from ..data.tokenizer_training import train_tokenizer_on_corpus
@@ -38,7 +38,7 @@ from ..presets import FAMILY_CONFIGS, list_presets, preset_config, preset_family
 from ..recipe_config import CONFIG_FILE, key, parse_config
 from ..training.checkpointing import Progress, checkpoint_to_resume, load_checkpoint, save_checkpoint
 from ..training.evaluation import EvalShard, evaluate, parameter_checksum
-from ..training.logging import RunLogger, start_recipe
+from ..training.logging import RunLogger, read_log, start_recipe
 from ..training.loop import Intervals, build_optimizer, build_scheduler, train
 from ..training.objectives import OBJECTIVES, Objective, get_objective
 from ..training.options import RunOptions
@@ -293,7 +293,11 @@ def pretrain(config: PretrainConfig) -> Path:
     log.close()
     if accelerator.is_main_process:
         tokenizer.save_pretrained(output_dir)
-        write_model_card(output_dir, config, objective, unwrapped.config)
+        record = RunRecord(
+            output_dir.name, config.to_dict(), read_log(output_dir), describe_objective(objective),
+            unwrapped.config.to_dict(),
+        )  # fmt: skip
+        write_card(output_dir, record, PRETRAINING_SECTIONS, pretraining_metadata(record))
     accelerator.wait_for_everyone()
     # A DDP wrapper that outlives its process group can hang in gloo's destructor at exit (pytorch#75097):
     # release it (and the cycles its hooks form) while every process is still here, then end.

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,11 +20,12 @@ from torch import nn
 from torch.utils.data import DataLoader
 from transformers import AutoConfig, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from ..cards import RunRecord, Section, finetune_metadata, write_card
 from ..recipe_config import CONFIG_FILE
 from ..tasks import TASK_CLASSES, Task, TaskOptions, load_examples, model_family
 from .checkpointing import Progress
 from .evaluation import predict_all
-from .logging import RunLogger
+from .logging import RunLogger, read_log
 from .loop import Intervals, build_optimizer, build_scheduler, train
 from .options import RunOptions, TaskTrainingOptions
 
@@ -211,10 +213,18 @@ def run_summary(
 
 
 def write_results(
-    output_dir: Path, tokenizer: PreTrainedTokenizerBase, summary: dict[str, Any], records: list[dict]
+    output_dir: Path,
+    tokenizer: PreTrainedTokenizerBase,
+    config: RunOptions,
+    summary: dict[str, Any],
+    predictions: list[dict],
+    card_sections: Sequence[Section],
 ) -> None:
-    """The tokenizer, `metrics.json` and `predictions.jsonl` (one record per validation example) into `output_dir`."""
+    """The tokenizer, `metrics.json`, `predictions.jsonl` (one record per validation example) and the model card
+    (`card_sections` rendered from the config, the run's log and `summary`) into `output_dir`."""
     tokenizer.save_pretrained(output_dir)
     (output_dir / METRICS_FILE).write_text(json.dumps(summary, indent=2) + "\n")
     with (output_dir / PREDICTIONS_FILE).open("w", encoding="utf-8") as f:
-        f.writelines(json.dumps(record, ensure_ascii=False) + "\n" for record in records)
+        f.writelines(json.dumps(record, ensure_ascii=False) + "\n" for record in predictions)
+    record = RunRecord(output_dir.name, config.to_dict(), read_log(output_dir), summary)
+    write_card(output_dir, record, card_sections, finetune_metadata(record))
