@@ -89,7 +89,8 @@ class MethodStack(nn.Module):
 
     A subclass declares its method: `peft_type` (as in `adapter_config.json`), `factor_key` (matches a saved
     tensor key, PEFT's prefix removed, with groups `module` and `part`), the options it implements, and the class
-    methods that read and check one adapter's factors. x is the module input [..., in], y its base output [..., out].
+    methods that read and check one adapter's factors. It is built as `Stack(factors, base_module, path)` from the
+    factors of M adapters on the module at `path`. x is the module input [..., in], y its base output [..., out].
     """
 
     peft_type: ClassVar[str]
@@ -122,6 +123,7 @@ class MethodStack(nn.Module):
 
     # ------------------------------------------------------------------------------------------- stacked
     def hidden(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """All M adapters' hidden states at once, in the method's own layout (`combine` and `score` read it)."""
         raise NotImplementedError
 
     def combine(self, hidden: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
