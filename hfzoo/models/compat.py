@@ -4,7 +4,20 @@ Imported relatively (`from .compat import ...`), so `save_pretrained` copies it 
 once the oldest supported transformers no longer needs it.
 """
 
+from dataclasses import fields
+
 from transformers.cache_utils import Cache
+from transformers.modeling_outputs import BaseModelOutputWithPast
+
+# The outputs' cache field: `past_key_values` up to transformers 5.23, `cache` from 5.24, where building an output
+# with the old keyword or reading `outputs.past_key_values` logs "`past_key_values`/`cache_params` are deprecated"
+# (on every training run, since every forward builds outputs). Build and read outputs through this name only.
+CACHE_FIELD = "cache" if "cache" in {field.name for field in fields(BaseModelOutputWithPast)} else "past_key_values"
+
+
+def output_cache(outputs) -> Cache | None:
+    """The cache a model output carries, read by this version's field name (no deprecation warning)."""
+    return getattr(outputs, CACHE_FIELD, None)
 
 
 def cache_argument(past_key_values: Cache | None, kwargs: dict) -> Cache | None:

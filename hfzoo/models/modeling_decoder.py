@@ -21,7 +21,7 @@ from transformers.modeling_outputs import (
 from transformers.utils import can_return_tuple
 from transformers.utils.output_capturing import capture_outputs
 
-from .compat import cache_argument
+from .compat import CACHE_FIELD, cache_argument, output_cache
 from .configuration_decoder import ZooDecoderConfig
 from .losses import add_router_loss
 from .modeling_common import TransformerStack, ZooPreTrainedModel
@@ -60,7 +60,7 @@ class ZooDecoderModel(TransformerStack, ZooDecoderPreTrainedModel):
             past_key_values = DynamicCache(config=self.config)
         hidden_states = self.run_stack(input_ids, inputs_embeds, attention_mask, position_ids, past_key_values, **kwargs)
         output_cls = MoeModelOutputWithPast if self.config.num_experts else BaseModelOutputWithPast
-        return output_cls(last_hidden_state=hidden_states, past_key_values=past_key_values)
+        return output_cls(last_hidden_state=hidden_states, **{CACHE_FIELD: past_key_values})
 
 
 class ZooDecoderForCausalLM(ZooDecoderPreTrainedModel, GenerationMixin):
@@ -100,7 +100,7 @@ class ZooDecoderForCausalLM(ZooDecoderPreTrainedModel, GenerationMixin):
         fields = dict(
             loss=loss,
             logits=logits,
-            past_key_values=outputs.past_key_values,
+            **{CACHE_FIELD: output_cache(outputs)},
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
         )
@@ -157,7 +157,7 @@ class ZooDecoderForSequenceClassification(ZooDecoderPreTrainedModel):
         return SequenceClassifierOutputWithPast(
             loss=loss,
             logits=pooled_logits,
-            past_key_values=outputs.past_key_values,
+            **{CACHE_FIELD: output_cache(outputs)},
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
         )

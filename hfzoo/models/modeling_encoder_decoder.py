@@ -24,7 +24,7 @@ from transformers.modeling_outputs import (
 from transformers.utils import ModelOutput, can_return_tuple
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
-from .compat import cache_argument
+from .compat import CACHE_FIELD, cache_argument, output_cache
 from .configuration_encoder_decoder import ZooEncoderDecoderConfig
 from .layers import Attention, MixtureOfExperts, TransformerBlock
 from .losses import add_router_loss
@@ -169,7 +169,7 @@ class ZooSeq2SeqDecoder(Seq2SeqStack):
         output_cls = BaseModelOutputWithPastAndCrossAttentions
         if self.config.num_experts:
             output_cls = MoEModelOutputWithPastAndCrossAttentions
-        return output_cls(last_hidden_state=hidden_states, past_key_values=past_key_values)
+        return output_cls(last_hidden_state=hidden_states, **{CACHE_FIELD: past_key_values})
 
 
 class ZooEncoderDecoderModel(ZooEncoderDecoderPreTrainedModel):
@@ -244,7 +244,7 @@ class ZooEncoderDecoderModel(ZooEncoderDecoderPreTrainedModel):
         )
         fields = dict(
             last_hidden_state=decoder_outputs.last_hidden_state,
-            past_key_values=decoder_outputs.past_key_values,
+            **{CACHE_FIELD: output_cache(decoder_outputs)},
             decoder_hidden_states=decoder_outputs.hidden_states,
             decoder_attentions=decoder_outputs.attentions,
             cross_attentions=decoder_outputs.cross_attentions,
@@ -264,7 +264,7 @@ class ZooEncoderDecoderModel(ZooEncoderDecoderPreTrainedModel):
 def recorded_states(outputs: Seq2SeqModelOutput) -> dict:
     """The encoder's and decoder's recorded states and cache, which every head returns as the bare model gave them."""
     names = (
-        "past_key_values",
+        CACHE_FIELD,
         "decoder_hidden_states",
         "decoder_attentions",
         "cross_attentions",
