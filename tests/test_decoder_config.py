@@ -71,6 +71,40 @@ def test_an_invalid_config_json_fails_on_load(tmp_path):
         AutoConfig.from_pretrained(tmp_path)
 
 
+# (preset, field, wrong value, expected type as the message names it)
+WRONG_TYPES = {
+    "string width": ("gpt-tiny", "hidden_size", "128", "int"),
+    "bool as a count": ("llama-tiny", "num_hidden_layers", True, "int"),
+    "int as a flag": ("gpt-tiny", "attention_bias", 1, "bool"),
+    "string rate": ("llama-tiny", "hidden_dropout", "0.1", "float"),
+    "string in a token-id list": ("gpt-tiny", "eos_token_id", [2, "3"], "int or list[int] or None"),
+    "string optional count": ("llama-tiny", "num_key_value_heads", "2", "int or None"),
+    "encoder field": ("bert-tiny", "type_vocab_size", "2", "int"),
+    "encoder-decoder field": ("t5-tiny", "num_decoder_layers", 2.0, "int or None"),
+}
+
+
+@pytest.mark.parametrize("preset, field, value, expected", WRONG_TYPES.values(), ids=WRONG_TYPES.keys())
+def test_a_wrongly_typed_field_names_the_field_value_and_type(preset, field, value, expected):
+    with pytest.raises(TypeError) as error:
+        hfzoo.preset_config(preset, **{field: value})
+    assert f"{field} must be {expected}" in str(error.value), str(error.value)
+    assert repr(value) in str(error.value)
+
+
+def test_integers_are_valid_floats_and_optional_fields_take_none():
+    config = hfzoo.preset_config("llama-tiny", rope_theta=10000, hidden_dropout=0, num_key_value_heads=None)
+    assert (config.rope_theta, config.hidden_dropout, config.num_key_value_heads) == (10000, 0, 4)
+
+
+def test_a_string_in_config_json_fails_on_load_naming_the_field(tmp_path):
+    hfzoo.preset_config("gpt-tiny").save_pretrained(tmp_path)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "num_attention_heads": "4"}))
+    with pytest.raises(TypeError, match=r"num_attention_heads must be int, got '4' \(str\)"):
+        AutoConfig.from_pretrained(tmp_path)
+
+
 def test_position_bias_refuses_kernels_that_would_drop_it():
     """ALiBi and T5 biases reach the kernel as `position_bias`; flash/flex would ignore it silently."""
     import torch

@@ -4,6 +4,10 @@ Kept free of torch so that config files (which `save_pretrained` copies next to 
 light, and so that a wrong value fails when the config is created, not deep inside a forward pass.
 """
 
+import numbers
+import types
+import typing
+
 NORM_TYPES = ("layernorm", "rmsnorm")
 NORM_POSITIONS = ("pre", "post")
 # Gated variants (Shazeer, 2020) map to the activation of their gate.
@@ -15,6 +19,47 @@ POSITION_EMBEDDINGS = ("learned", "sinusoidal", "rotary", "alibi", "relative", "
 def _check_choice(name: str, value, choices) -> None:
     if value not in choices:
         raise ValueError(f"{name}={value!r} is not supported; choose one of {', '.join(map(repr, choices))}.")
+
+
+def _accepts(value, annotation) -> bool:
+    """Whether `value` fits a field annotation (`int`, `float | None`, `int | list[int] | None`, ...).
+
+    `bool` is a subclass of `int` in Python, so `True` is refused where a number is expected and `1` where a flag is;
+    an integer is a valid `float` (JSON writes 10000.0 as 10000 when it was given as an integer).
+    """
+    if annotation is type(None):
+        return value is None
+    if typing.get_origin(annotation) in (types.UnionType, typing.Union):
+        return any(_accepts(value, member) for member in typing.get_args(annotation))
+    if typing.get_origin(annotation) is list:
+        (item,) = typing.get_args(annotation)
+        return isinstance(value, list) and all(_accepts(element, item) for element in value)
+    if annotation is int:
+        return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    if annotation is float:
+        return isinstance(value, numbers.Real) and not isinstance(value, bool)
+    return isinstance(value, annotation)
+
+
+def _type_name(annotation) -> str:
+    if typing.get_origin(annotation) in (types.UnionType, typing.Union):
+        return " or ".join(_type_name(member) for member in typing.get_args(annotation))
+    if annotation is type(None):
+        return "None"
+    return str(annotation) if typing.get_origin(annotation) else annotation.__name__
+
+
+def check_field_types(config, annotations: dict[str, object]) -> None:
+    """Raise `TypeError` naming the field, its value and the expected type, for the first field whose value does not
+    fit its annotation: a string such as `hidden_size="128"` (from a YAML/JSON file or a keyword) would otherwise fail
+    later with an unrelated message (`not all arguments converted during string formatting`)."""
+    for name, annotation in annotations.items():
+        value = getattr(config, name)
+        if not _accepts(value, annotation):
+            raise TypeError(
+                f"{name} must be {_type_name(annotation)}{' (true or false)' if annotation is bool else ''}, "
+                f"got {value!r} ({type(value).__name__})."
+            )
 
 
 def validate_components(config) -> None:

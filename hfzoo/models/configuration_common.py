@@ -3,9 +3,11 @@
 Each field is one idea from a paper, so an architecture is a choice of flags rather than a copy of code.
 """
 
+import inspect
+
 from transformers import PreTrainedConfig
 
-from .component_options import validate_components
+from .component_options import check_field_types, validate_components
 
 
 class ZooTransformerConfig(PreTrainedConfig):
@@ -79,10 +81,21 @@ class ZooTransformerConfig(PreTrainedConfig):
     eos_token_id: int | list[int] | None = None
 
     def __post_init__(self, **kwargs):
+        check_field_types(self, self.field_types())
         if self.num_key_value_heads is None:
             self.num_key_value_heads = self.num_attention_heads
         super().__post_init__(**kwargs)
         validate_components(self)
+
+    @classmethod
+    def field_types(cls) -> dict[str, object]:
+        """The annotated fields hfzoo's config classes declare (this one and each family's), with their types;
+        the fields `PreTrainedConfig` declares are transformers' to check."""
+        annotations = {}
+        for klass in reversed(cls.__mro__):
+            if issubclass(klass, ZooTransformerConfig):
+                annotations.update(inspect.get_annotations(klass))
+        return annotations
 
     @property
     def head_dim(self) -> int:
