@@ -240,6 +240,10 @@ class ComposedModel(Wrapper):
     `forward(**kwargs)` returns the base model's outputs, `generate(...)` its generations, and any other attribute
     (`config`, `device`, `generation_config`, ...) falls back to the base model. Compositions whose strategy picks
     adapters by name ("fixed") take `adapter_names=[...]` in both.
+
+    Thread safety: `forward` and `generate` may run concurrently from several threads (inference: no gradient,
+    no training step in between), each with its own `adapter_names`; the routing inputs of a call live in a
+    thread-local `RoutingContext`. Training, `unload` and `load_state` change the shared weights and are not.
     """
 
     wrapped = "base_model"

@@ -4,11 +4,13 @@ output y, and builds only on `StackedAdapters`' batched operations (see `stacked
 adapters and none runs the model twice. `strategies.py` declares which strategy uses which combiner.
 
 Routing inputs of a call (per-example adapter names, padding masks) reach the layers through the `RoutingContext`
-their `ComposedModel` sets for the duration of `forward`/`generate`; no global state.
+their `ComposedModel` sets for the duration of `forward`/`generate`; no global state. The context is thread-local,
+so one composition serves concurrent calls from several threads, each with its own `adapter_names` and masks.
 """
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import torch
@@ -23,8 +25,12 @@ MASK_KEYS = ("attention_mask", "decoder_attention_mask")
 GRANULARITIES = ("token", "sequence")
 
 
-class RoutingContext:
+class RoutingContext(threading.local):
     """The routing inputs of the `ComposedModel` call in progress, shared by its `ComposedLayer`s.
+
+    Thread-local (each thread sees its own attributes, starting from `reset()`'s values), so calls of one
+    composition from several threads at once do not see each other's adapter names or masks; reading an attribute
+    of a `threading.local` costs about what reading a plain attribute does, so the forward path does not slow down.
 
     `adapter_index`: per-example adapter indices ("fixed"; index N = no adapter). `masks`: the call's padding masks,
     for sequence-level routing. `sequence_cache`: during `generate`, each layer's sequence summary from the first
@@ -285,11 +291,12 @@ class AdapterFusion(nn.Module):
         if self._needs_grad(layer, folded):
             return self._compute_products(layer, folded)
         key = (folded, *((p.data_ptr(), p._version) for p in self._sources(layer, folded)))
-        if self._cached is None or self._cached[0] != key:
+        cached = self._cached  # read once: another thread may replace it meanwhile (with equal products)
+        if cached is None or cached[0] != key:
             # outside inference mode, so that the cache stays usable by a later forward that records autograd
             with torch.inference_mode(False), torch.no_grad():
-                self._cached = (key, self._compute_products(layer, folded))
-        return self._cached[1]
+                cached = self._cached = (key, self._compute_products(layer, folded))
+        return cached[1]
 
     def _compute_products(self, layer: ComposedLayer, folded: bool) -> dict[str, torch.Tensor]:
         directions = layer.adapters.key_directions()  # [P, width]
