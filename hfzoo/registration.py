@@ -43,10 +43,13 @@ AUTO_CLASSES = {
     },
 }
 
+# The LoRA-like methods whose PEFT mappings are separate copies of LoRA's, made when PEFT is imported (so hfzoo's
+# LoRA entry does not reach them): they get the same default targets.
+_LORA_LIKE = ("ADALORA", "LOHA", "LOKR", "VERA", "OFT")
 # model_type -> module names PEFT targets when the user names none.
 PEFT_DEFAULT_TARGETS = {
     "TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING": ["qkv_proj"],
-    "TRANSFORMERS_MODELS_TO_ADALORA_TARGET_MODULES_MAPPING": ["qkv_proj"],
+    **{f"TRANSFORMERS_MODELS_TO_{method}_TARGET_MODULES_MAPPING": ["qkv_proj"] for method in _LORA_LIKE},
     "TRANSFORMERS_MODELS_TO_IA3_TARGET_MODULES_MAPPING": ["qkv_proj", "down_proj"],
     "TRANSFORMERS_MODELS_TO_IA3_FEEDFORWARD_MODULES_MAPPING": ["down_proj"],
 }
@@ -54,8 +57,10 @@ PEFT_DEFAULT_TARGETS = {
 # (cross-attention's q_proj and fused kv_proj).
 PEFT_FAMILY_TARGETS = {
     models.ZooEncoderDecoderConfig.model_type: {
-        "TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING": ["qkv_proj", "q_proj", "kv_proj"],
-        "TRANSFORMERS_MODELS_TO_ADALORA_TARGET_MODULES_MAPPING": ["qkv_proj", "q_proj", "kv_proj"],
+        **{
+            f"TRANSFORMERS_MODELS_TO_{method}_TARGET_MODULES_MAPPING": ["qkv_proj", "q_proj", "kv_proj"]
+            for method in ("LORA", *_LORA_LIKE)
+        },
         "TRANSFORMERS_MODELS_TO_IA3_TARGET_MODULES_MAPPING": ["qkv_proj", "kv_proj", "down_proj"],
     },
 }
