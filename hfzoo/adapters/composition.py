@@ -38,7 +38,7 @@ from .stacked import StackedAdapters
 from .stacking import linear_shape, output_width
 from .stacking.lora import LoraFactors, StackedLoRA
 from .strategies import STRATEGIES
-from .task_adapter import ADAPTER_CONFIG, ADAPTER_WEIGHTS, TaskAdapter, check_fits, read_adapter
+from .task_adapter import ADAPTER_CONFIG, ADAPTER_WEIGHTS, KEY_PREFIX, TaskAdapter, check_fits, read_adapter
 
 BASE = "__base__"  # the adapter name meaning "no adapter" in `adapter_names`
 COMPOSITION_CONFIG = "composition.json"
@@ -181,10 +181,12 @@ def _merge_with_peft(base_model: PreTrainedModel, adapters: list[TaskAdapter], o
             )
     requires_grad = {name: p.requires_grad for name, p in base_model.named_parameters()}
     merged = TaskAdapter(_MERGED, None, StackedLoRA.peft_type, {"merge": options["merge"]})
-    peft_model = PeftModel.from_pretrained(base_model, adapters[0].folder, adapter_name=adapters[0].name)
+    scratch = tempfile.TemporaryDirectory(prefix="hfzoo-merge-")
+    folders = [_lora_only_copy(adapter, Path(scratch.name) / adapter.name) for adapter in adapters]
+    peft_model = PeftModel.from_pretrained(base_model, folders[0], adapter_name=adapters[0].name)
     try:
-        for adapter in adapters[1:]:
-            peft_model.load_adapter(adapter.folder, adapter_name=adapter.name)
+        for adapter, folder in zip(adapters[1:], folders[1:]):
+            peft_model.load_adapter(folder, adapter_name=adapter.name)
         density = {} if options["density"] is None else {"density": options["density"]}
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(options["seed"])
@@ -197,9 +199,26 @@ def _merge_with_peft(base_model: PreTrainedModel, adapters: list[TaskAdapter], o
                 merged.modules[path] = LoraFactors(A, B, module.scaling[_MERGED])
     finally:
         peft_model.unload()
+        scratch.cleanup()
         for name, parameter in base_model.named_parameters():
             parameter.requires_grad_(requires_grad[name])
     return merged
+
+
+def _lora_only_copy(adapter: TaskAdapter, folder: Path) -> Path:
+    """`adapter`'s LoRA factors alone as a PEFT folder, for `add_weighted_adapter`: PEFT refuses to merge adapters
+    that save their own copy of a module (modules_to_save, e.g. a classification head), and a task type would add
+    one (PEFT's sequence classification saves `score`/`classifier` by default). The heads are averaged as outputs
+    by the composition itself."""
+    folder.mkdir(parents=True)
+    config = {**adapter.config, "modules_to_save": None, "task_type": None}
+    (folder / ADAPTER_CONFIG).write_text(json.dumps(config), encoding="utf-8")
+    tensors = {}
+    for path, factors in adapter.modules.items():
+        tensors[f"{KEY_PREFIX}{path}.lora_A.weight"] = factors.A.contiguous()
+        tensors[f"{KEY_PREFIX}{path}.lora_B.weight"] = factors.B.contiguous()
+    save_file(tensors, folder / ADAPTER_WEIGHTS, metadata={"format": "pt"})
+    return folder
 
 
 # ----------------------------------------------------------------------------------------------- fingerprint
