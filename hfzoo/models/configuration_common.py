@@ -4,6 +4,7 @@ Each field is one idea from a paper, so an architecture is a choice of flags rat
 """
 
 import inspect
+import os
 
 from transformers import PreTrainedConfig
 
@@ -81,11 +82,17 @@ class ZooTransformerConfig(PreTrainedConfig):
     eos_token_id: int | list[int] | None = None
 
     def __post_init__(self, **kwargs):
-        check_field_types(self, self.field_types())
-        if self.num_key_value_heads is None:
-            self.num_key_value_heads = self.num_attention_heads
-        super().__post_init__(**kwargs)
-        validate_components(self)
+        try:
+            check_field_types(self, self.field_types())
+            if self.num_key_value_heads is None:
+                self.num_key_value_heads = self.num_attention_heads
+            super().__post_init__(**kwargs)
+            validate_components(self)
+        except (TypeError, ValueError) as error:
+            # Loaded from a checkpoint (`from_pretrained` passes its folder as `name_or_path`): name its config file.
+            if not kwargs.get("name_or_path"):
+                raise
+            raise type(error)(f"{os.path.join(kwargs['name_or_path'], 'config.json')}: {error}") from error
 
     @classmethod
     def field_types(cls) -> dict[str, object]:

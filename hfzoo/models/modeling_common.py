@@ -5,6 +5,8 @@ embedding, positions, blocks and a final norm, run as embed -> mask -> blocks ->
 only in what surrounds that (caches, token types, the pooler, cross-attention inputs), so the loop lives here once.
 """
 
+import os
+
 import torch
 from torch import nn
 from transformers.cache_utils import Cache, EncoderDecoderCache
@@ -13,6 +15,7 @@ from transformers.modeling_utils import PreTrainedModel
 from transformers.utils import ModelOutput
 from transformers.utils.output_capturing import OutputRecorder
 
+from .checkpoint_files import check_checkpoint_folder
 from .layers import (
     Attention,
     MixtureOfExperts,
@@ -46,6 +49,22 @@ class ZooPreTrainedModel(ModeFollowingLayout, PreTrainedModel):
         "attentions": OutputRecorder(Attention, index=1),
         "router_logits": OutputRecorder(MixtureOfExperts, index=1),
     }
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+        """`PreTrainedModel.from_pretrained` from safetensors only: a folder without `model.safetensors` fails instead
+        of falling back to unpickling `pytorch_model.bin`, and a local folder's config and weight files are checked
+        first, so a missing, truncated or invalid file is named (`checkpoint_files`)."""
+        if kwargs.get("use_safetensors") is False:
+            raise ValueError(
+                f"{cls.__name__} loads weights from safetensors only (pickled weights can run code when loaded); "
+                "leave use_safetensors unset."
+            )
+        kwargs["use_safetensors"] = True
+        folder = os.path.join(str(pretrained_model_name_or_path), kwargs.get("subfolder") or "")
+        if pretrained_model_name_or_path is not None and os.path.isdir(folder) and not kwargs.get("variant"):
+            check_checkpoint_folder(folder)
+        return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
 
     @PreTrainedModel.loss_function.getter
     def loss_function(self):

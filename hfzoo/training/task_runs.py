@@ -21,6 +21,7 @@ from torch.utils.data import DataLoader
 from transformers import AutoConfig, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from ..cards import RunRecord, Section, finetune_metadata, write_card
+from ..models.checkpoint_files import check_checkpoint_folder
 from ..recipe_config import CONFIG_FILE
 from ..tasks import TASK_CLASSES, Task, TaskOptions, load_examples, model_family
 from .checkpointing import Progress
@@ -60,6 +61,9 @@ def load_model(
     checkpoint's architecture and tokenizer, none of its weights."""
     # A local folder by its absolute path, which the adapter records as its base: it then reloads from anywhere.
     source = str(Path(config.model).resolve()) if Path(config.model).exists() else config.model
+    if Path(source).is_dir():
+        # A missing, truncated or invalid file is named here, not by a bare SafetensorError or JSONDecodeError.
+        check_checkpoint_folder(source, weights=not from_scratch)
     model_config = AutoConfig.from_pretrained(source, trust_remote_code=config.trust_remote_code)
     family = model_family(model_config)
     auto_class = task.auto_class(family)
@@ -75,8 +79,13 @@ def load_model(
     if from_scratch:
         model = auto_class.from_config(model_config, trust_remote_code=config.trust_remote_code)
         return model, family, []
+    # Safetensors only, for transformers' own models too: never unpickle a `pytorch_model.bin`.
     model, loading = auto_class.from_pretrained(
-        source, config=model_config, trust_remote_code=config.trust_remote_code, output_loading_info=True
+        source,
+        config=model_config,
+        trust_remote_code=config.trust_remote_code,
+        output_loading_info=True,
+        use_safetensors=True,
     )
     parameters = dict(model.named_parameters())
     return model, family, sorted(k for k in loading["missing_keys"] if k in parameters)

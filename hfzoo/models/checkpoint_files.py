@@ -1,0 +1,105 @@
+"""Checks on a checkpoint folder before its weights load, so that a broken or unsafe folder fails naming the file.
+
+Without them a truncated `model.safetensors` fails with safetensors' bare `Error while deserializing header`, and a
+folder without it makes transformers look for `pytorch_model.bin`, which it unpickles (pickle can run code). hfzoo
+loads weights from safetensors only (`use_safetensors=True`); these checks say which file is missing or broken.
+Imported relatively by `modeling_common`, so a checkpoint's copy of the model code carries it along.
+"""
+
+import json
+import re
+from pathlib import Path
+
+from safetensors import SafetensorError, safe_open
+
+CONFIG_NAME = "config.json"
+WEIGHTS_NAME = "model.safetensors"
+WEIGHTS_INDEX_NAME = "model.safetensors.index.json"
+# The shards of transformers' distributed (DCP) checkpoints: safetensors too.
+_DISTRIBUTED_SHARD = re.compile(r"^shard-[0-9]{5}-model-[0-9]{5}-of-[0-9]{5}\.safetensors$")
+_PICKLED_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json")
+
+
+class CheckpointFileError(OSError):
+    """A file of a checkpoint folder is missing, unreadable or not safetensors; the message names it.
+
+    An `OSError`, as transformers raises for a checkpoint it cannot find, so callers catching that still do.
+    """
+
+
+def read_json_file(path: Path) -> dict:
+    """A JSON object from `path`, or `CheckpointFileError` naming it and the line and column where it breaks."""
+    try:
+        values = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as error:
+        raise CheckpointFileError(f"{path} is not UTF-8 text ({error}); save it again.") from error
+    except json.JSONDecodeError as error:
+        raise CheckpointFileError(
+            f"{path} is not valid JSON: {error.msg} at line {error.lineno}, column {error.colno}. The file is "
+            "corrupted or was edited by hand; fix it or save the model again."
+        ) from error
+    if not isinstance(values, dict):
+        raise CheckpointFileError(f"{path} must hold a JSON object, found {type(values).__name__}.")
+    return values
+
+
+def _weight_files(folder: Path, config: dict) -> list[Path]:
+    """The safetensors files transformers would load from `folder`, or `CheckpointFileError` saying what is missing."""
+    explicit = config.get("transformers_weights")
+    if explicit is not None:
+        # A config may name its weights file; transformers accepts `adapter_model.bin` there, a pickle.
+        if not str(explicit).endswith((".safetensors", ".safetensors.index.json")):
+            raise CheckpointFileError(
+                f"{folder / CONFIG_NAME} names its weights {explicit!r} (transformers_weights), which is not a "
+                "safetensors file; hfzoo loads weights from safetensors only."
+            )
+        named = folder / explicit
+        return _shards(named) if named.name.endswith(".index.json") else [named]
+    if (folder / WEIGHTS_NAME).is_file():
+        return [folder / WEIGHTS_NAME]
+    if (folder / WEIGHTS_INDEX_NAME).is_file():
+        return _shards(folder / WEIGHTS_INDEX_NAME)
+    distributed = sorted(p for p in folder.iterdir() if _DISTRIBUTED_SHARD.match(p.name))
+    if distributed:
+        return distributed
+    pickled = [name for name in _PICKLED_WEIGHTS if (folder / name).exists()]
+    found = (
+        f" It has {', '.join(pickled)}, a pickle, which can run code when loaded and which hfzoo never loads; "
+        "convert it where you trust its origin (load it and `save_pretrained` the model)."
+        if pickled
+        else " Was the save interrupted, or is this the wrong folder?"
+    )
+    raise CheckpointFileError(f"{folder} has no {WEIGHTS_NAME} (nor {WEIGHTS_INDEX_NAME}).{found}")
+
+
+def _shards(index_path: Path) -> list[Path]:
+    weight_map = read_json_file(index_path).get("weight_map")
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise CheckpointFileError(f"{index_path} has no `weight_map` from parameter names to shard files.")
+    return [index_path.parent / name for name in sorted(set(weight_map.values()))]
+
+
+def check_safetensors_file(path: Path) -> None:
+    """Open the header of `path` (safetensors checks it against the file's size): `CheckpointFileError` naming the
+    file when it is missing, truncated or not safetensors."""
+    if not path.is_file():
+        raise CheckpointFileError(f"{path} is missing; the checkpoint is incomplete. Save or copy it again.")
+    try:
+        with safe_open(str(path), framework="pt") as weights:
+            weights.keys()
+    except (SafetensorError, OSError) as error:
+        raise CheckpointFileError(
+            f"{path} is not a readable safetensors file ({path.stat().st_size} bytes: {error}): it is truncated or "
+            "corrupted, e.g. by an interrupted save or copy. Save or copy it again."
+        ) from error
+
+
+def check_checkpoint_folder(folder: str | Path, weights: bool = True) -> None:
+    """Check a local checkpoint folder before loading it: `config.json` (when present) is valid JSON and, with
+    `weights`, the weights are safetensors files that are all present and readable. Raises `CheckpointFileError`
+    naming the file; `weights=False` for a folder only the architecture is read from."""
+    folder = Path(folder)
+    config_path = folder / CONFIG_NAME
+    config = read_json_file(config_path) if config_path.is_file() else {}
+    for path in _weight_files(folder, config) if weights else ():
+        check_safetensors_file(path)
