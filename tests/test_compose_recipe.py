@@ -22,6 +22,7 @@ from transformers import AutoModelForMaskedLM, AutoModelForSequenceClassificatio
 
 import hfzoo
 from hfzoo.adapters import compose, load_composition
+from hfzoo.adapters.task_adapter import save_base_identity
 from hfzoo.cli import main as hfzoo_main
 from hfzoo.data.stdlib_tasks import write_task_files
 from hfzoo.data.tokenizer_training import train_tokenizer
@@ -236,3 +237,22 @@ def test_help_lists_task_and_composition_keys(capsys):
     text = capsys.readouterr().out
     assert "usage: compose" in text
     assert all(f"--{key} " in text for key in ("adapters", "strategy", "baseline", "max_steps", "train_file"))
+
+
+def test_the_recipe_records_the_base_and_refuses_adapters_of_another(setup, tmp_path):
+    """Fine-tuning writes hfzoo_base.json beside the adapter; a gpt-tiny adapter (whose tensors would fit the
+    bert-tiny base: same module names and sizes) is refused with both bases named, before any data loads."""
+    record = json.loads((setup["module"] / "hfzoo_base.json").read_text())
+    assert record["model_type"] == "hfzoo_encoder" and record["base_model"] == str(setup["base"])
+    gpt = AutoModelForSequenceClassification.from_config(hfzoo.preset_config("gpt-tiny", vocab_size=1000))
+    torch.manual_seed(0)
+    get_peft_model(gpt, LoraConfig(r=4, target_modules=["qkv_proj"], task_type="SEQ_CLS")).save_pretrained(
+        tmp_path / "gpt"
+    )
+    save_base_identity(tmp_path / "gpt", gpt)
+    args = compose_args(setup, tmp_path / "out", "--adapters", f"area={setup['area']},gpt={tmp_path / 'gpt'}")
+    with pytest.raises(SystemExit, match=r"'area' was trained on hfzoo_encoder .*'gpt' on hfzoo_decoder"):
+        run_recipe(recipe.main, *args, "--strategy", "average")
+    alone = compose_args(setup, tmp_path / "out", "--adapters", f"gpt={tmp_path / 'gpt'}")
+    with pytest.raises(ValueError, match=r"adapter 'gpt' .*trained on hfzoo_decoder .*base model is hfzoo_encoder"):
+        run_recipe(recipe.main, *alone, "--strategy", "average")

@@ -38,7 +38,9 @@ from .stacked import StackedAdapters
 from .stacking import linear_shape, output_width
 from .stacking.lora import LoraFactors, StackedLoRA
 from .strategies import STRATEGIES
-from .task_adapter import ADAPTER_CONFIG, ADAPTER_WEIGHTS, KEY_PREFIX, TaskAdapter, check_fits, read_adapter
+from .task_adapter import (
+    ADAPTER_CONFIG, ADAPTER_WEIGHTS, BASE_RECORD, KEY_PREFIX, TaskAdapter, check_base, check_fits, read_adapter,
+)
 
 BASE = "__base__"  # the adapter name meaning "no adapter" in `adapter_names`
 COMPOSITION_CONFIG = "composition.json"
@@ -116,6 +118,7 @@ def _compose(
                 f"adapter {adapter.name!r} saves its own {sorted(adapter.heads)} (modules_to_save); a {strategy!r} "
                 "composition trains for a new task: name that module in trainable_modules to train one for it"
             )
+        check_base(adapter, base_model)
         check_fits(adapter, base_model)
     requires_grad = {name: p.requires_grad for name, p in base_model.named_parameters()}
     stacked, weights = adapters, options.get("weights")
@@ -392,8 +395,9 @@ class ComposedModel(Wrapper):
             for adapter in self.adapters:
                 target = staging / "adapters" / adapter.name
                 target.mkdir(parents=True)
-                for file in (ADAPTER_CONFIG, ADAPTER_WEIGHTS):
-                    shutil.copy2(adapter.folder / file, target / file)
+                for file in (ADAPTER_CONFIG, ADAPTER_WEIGHTS, BASE_RECORD):
+                    if file != BASE_RECORD or (adapter.folder / file).is_file():
+                        shutil.copy2(adapter.folder / file, target / file)
             if path.exists():
                 retired = Path(tempfile.mkdtemp(prefix=f".{path.name}.old.", dir=path.parent))
                 os.replace(path, retired / path.name)

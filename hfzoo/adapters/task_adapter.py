@@ -3,11 +3,20 @@
 A PEFT adapter folder (`adapter_config.json` + `adapter_model.safetensors`) is parsed here without PEFT and never
 through pickle (`read_adapter`): the method (by `peft_type`) says which tensors are its factors and which options
 it supports; every other tensor must be a `modules_to_save` copy of a module (a head, e.g. a classifier).
+
+The families' models share module names (`model.layers.0.self_attn.qkv_proj` on a decoder and on an encoder), so
+an adapter's tensors alone may fit a base it was not trained on. hfzoo therefore saves the base's identity beside
+PEFT's files (`hfzoo_base.json`, `save_base_identity`: model type, sizes, path, a hash of its `config.json`) and
+`check_base` refuses another base naming both. PEFT's own `PeftModel.from_pretrained` offers no hook to check it
+(it reads the files it knows), so loading an hfzoo adapter with plain PEFT does not check the base: compare
+`hfzoo_base.json` with the base's config, or load the adapter through `compose`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +31,10 @@ from .stacking.base import expect_shape
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 KEY_PREFIX = "base_model.model."  # PEFT's prefix of every saved tensor key
+BASE_RECORD = "hfzoo_base.json"  # the base model an adapter was trained on (`save_base_identity`)
+# The config fields that make a base model a different one for an adapter (beside the model type).
+_IDENTITY_FIELDS = ("hidden_size", "num_hidden_layers", "vocab_size")
+_LAYER_INDEX = re.compile(r"\.[0-9]+\.")  # a layer's index in a module path
 
 
 @dataclass
@@ -35,6 +48,7 @@ class TaskAdapter:
     modules: dict[str, Any] = field(default_factory=dict)
     heads: dict[str, dict[str, torch.Tensor]] = field(default_factory=dict)
     rank: int = 0  # the largest over modules (`MethodStack.rank_part`)
+    base: dict | None = None  # the base it was trained on (`BASE_RECORD`), when hfzoo saved it
 
     @property
     def kind(self) -> str:
@@ -67,6 +81,8 @@ def read_adapter(name: str, folder: str | Path) -> TaskAdapter:
     stack_type = METHOD_STACKS[peft_type]
     stack_type.check_options(name, config)
     adapter = TaskAdapter(name, folder, peft_type, config)
+    if (folder / BASE_RECORD).is_file():
+        adapter.base = json.loads((folder / BASE_RECORD).read_text(encoding="utf-8"))
     factors: dict[str, dict[str, torch.Tensor]] = {}
     for key, tensor in load_file(weights_file).items():
         if not key.startswith(KEY_PREFIX):
@@ -117,3 +133,65 @@ def _module_at(adapter: TaskAdapter, model: nn.Module, path: str) -> nn.Module:
             f"adapter {adapter.name!r} adapts {path}, which the base model ({type(model).__name__}, "
             f"model_type {getattr(model.config, 'model_type', None)!r}) does not have"
         ) from None
+
+
+# ----------------------------------------------------------------------------------------------- base identity
+def base_identity(model: nn.Module) -> dict:
+    """What identifies `model` as the base of an adapter: model type, sizes, where it was loaded from, and the
+    SHA-256 of that folder's `config.json` (None for a model built in memory)."""
+    config = model.config
+    identity = {"model_type": config.model_type, **{key: getattr(config, key, None) for key in _IDENTITY_FIELDS}}
+    path = getattr(model, "name_or_path", "") or ""
+    config_file = Path(path) / "config.json" if path else None
+    digest = hashlib.sha256(config_file.read_bytes()).hexdigest() if config_file and config_file.is_file() else None
+    return {**identity, "base_model": path or None, "config_sha256": digest}
+
+
+def save_base_identity(folder: str | Path, model: nn.Module) -> None:
+    """Write `BASE_RECORD` into the adapter folder `folder`: the identity of `model`, the adapter's base."""
+    text = json.dumps(base_identity(model), indent=2, sort_keys=True)
+    (Path(folder) / BASE_RECORD).write_text(text + "\n", encoding="utf-8")
+
+
+def describe_base(identity: dict) -> str:
+    sizes = ", ".join(f"{key} {identity.get(key)}" for key in _IDENTITY_FIELDS)
+    where = f" from {identity['base_model']}" if identity.get("base_model") else ""
+    return f"{identity.get('model_type')} ({sizes}){where}"
+
+
+def base_differences(first: dict, second: dict) -> list[str]:
+    """The identity fields (model type and sizes) in which two base identities differ."""
+    return [key for key in ("model_type", *_IDENTITY_FIELDS) if first.get(key) != second.get(key)]
+
+
+def check_base(adapter: TaskAdapter, model: nn.Module) -> None:
+    """Refuse `model` as the base of `adapter` when it is not the kind of model the adapter was trained on: by the
+    adapter's `BASE_RECORD` (model type and sizes) when hfzoo saved one, and, with or without it, when the adapter
+    covers fewer layers than the base has (e.g. a 2-layer adapter on a 4-layer model, or the reverse, which
+    `check_fits` finds as a missing module)."""
+    if adapter.base is not None:
+        current = base_identity(model)
+        differs = base_differences(adapter.base, current)
+        if differs:
+            raise ValueError(
+                f"adapter {adapter.name!r} ({adapter.folder}) was trained on {describe_base(adapter.base)}; the base "
+                f"model is {describe_base(current)} (differs in {', '.join(differs)}). Load it on the base it was "
+                "trained on."
+            )
+    config = adapter.config
+    if isinstance(config.get("target_modules"), str) or any(
+        config.get(key) for key in ("layers_to_transform", "layers_pattern", "exclude_modules")
+    ):
+        return  # the adapter may adapt some layers only, on purpose
+    names = [name for name, _ in model.named_modules()]
+    for pattern in sorted({_LAYER_INDEX.sub(".*.", path) for path in adapter.modules}):
+        matcher = re.compile(re.escape(pattern).replace(r"\.\*\.", r"\.[0-9]+\."))
+        in_base = [name for name in names if matcher.fullmatch(name)]
+        adapted = [path for path in adapter.modules if matcher.fullmatch(path)]
+        if len(adapted) < len(in_base):
+            raise ValueError(
+                f"adapter {adapter.name!r} ({adapter.folder}) adapts {len(adapted)} modules {pattern} but the base "
+                f"model ({type(model).__name__}, model_type {getattr(model.config, 'model_type', None)!r}) has "
+                f"{len(in_base)}: it was trained on a model with other layers. Load it on the base it was trained on."
+            )
+

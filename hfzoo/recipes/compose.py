@@ -33,6 +33,7 @@ from accelerate import Accelerator
 from transformers import PreTrainedModel
 
 from ..adapters import STRATEGIES, ComposedModel, compose, load_composition, read_adapter
+from ..adapters.task_adapter import base_differences, describe_base
 from ..cards import FINETUNE_METRICS, composition_sections
 from ..recipe_config import key, parse_config
 from ..tasks import Task
@@ -127,8 +128,16 @@ def check_adapters(adapters: dict[str, str], strategy: str) -> None:
     for name, folder in adapters.items():
         try:
             loaded.append(read_adapter(name, folder))
-        except (FileNotFoundError, ValueError) as error:
+        except (OSError, ValueError) as error:
             raise ValueError(f"config key 'adapters': {error}") from None
+    recorded = [adapter for adapter in loaded if adapter.base is not None]  # hfzoo saved their base's identity
+    for adapter in recorded[1:]:
+        if base_differences(recorded[0].base, adapter.base):
+            first = recorded[0]
+            raise ValueError(
+                f"config key 'adapters': {first.name!r} was trained on {describe_base(first.base)}, {adapter.name!r} "
+                f"on {describe_base(adapter.base)}; compose adapters trained on the same base."
+            )
     adapters_per_module = Counter(path for adapter in loaded for path in adapter.modules)
     if learned(strategy) and max(adapters_per_module.values(), default=0) < 2:
         targets = {a.name: sorted({path.rsplit(".", 1)[-1] for path in a.modules}) for a in loaded}

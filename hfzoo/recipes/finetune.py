@@ -18,6 +18,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from peft import PeftModel
+
+from ..adapters.task_adapter import save_base_identity
 from ..cards import FINETUNE_SECTIONS
 from ..recipe_config import key, parse_config
 from ..training.logging import start_recipe
@@ -78,6 +81,8 @@ def finetune(config: FinetuneConfig) -> Path:
     accelerator.wait_for_everyone()
     summary = run_summary(task, base_model, method, parameters, run, len(train_examples), len(eval_examples))
     unwrapped.save_pretrained(output_dir, is_main_process=accelerator.is_main_process, save_function=accelerator.save)
+    if accelerator.is_main_process and isinstance(unwrapped, PeftModel):  # the base it must reload onto
+        save_base_identity(output_dir, unwrapped.get_base_model())
     if accelerator.is_main_process:
         write_results(output_dir, tokenizer, config, summary, run.records, FINETUNE_SECTIONS)
     accelerator.wait_for_everyone()
