@@ -25,6 +25,7 @@ from hfzoo.cards import (
     write_card,
 )
 from hfzoo.presets import preset_config
+from test_load_errors import finetune_on, saved  # noqa: F401 (a tiny gpt checkpoint; the fine-tuning recipe)
 
 LOG = [
     {"event": "start", "step": 0, "num_processes": 2, "distributed_type": "MULTI_CPU", "device": "cpu",
@@ -129,8 +130,8 @@ def test_finetune_card(method):
 
 @pytest.mark.parametrize("strategy", ["fusion", "average"])
 def test_composition_card_adds_sections_before_training(strategy):
-    adapters = [{"name": "a", "kind": "lora", "rank": 8, "modules": 4, "folder": "/x/a"},
-                {"name": "b", "kind": "bottleneck", "rank": 16, "modules": 2, "folder": "/x/b"}]  # fmt: skip
+    adapters = [{"name": "a", "kind": "lora", "rank": 8, "modules": 4, "folder": "/x/runs/a"},
+                {"name": "b", "kind": "bottleneck", "rank": 16, "modules": 2, "folder": "/x/runs/b"}]  # fmt: skip
     baselines = {"majority_class": {"accuracy": 0.5, "trainable_parameters": 0}}
     if strategy == "fusion":
         baselines["average"] = {"accuracy": 0.75, "f1": 0.6, "trainable_parameters": 1000}
@@ -140,12 +141,47 @@ def test_composition_card_adds_sections_before_training(strategy):
                         "learned_modules": 2 if strategy == "fusion" else 0, "trainable_modules": ["classifier"]},
         "baselines": baselines, "reload_check": {"parameters_equal": True, "predictions_equal": True},
     }  # fmt: skip
-    record = RunRecord("compose-run", {"dataset": None, "train_file": "t.csv"}, LOG, summary)
+    config = {"dataset": None, "train_file": "t.csv", "output_dir": "/x/runs/compose-run"}
+    record = RunRecord("compose-run", config, LOG, summary | {"model": "/x/runs/base"})
     card = render_card(record, composition_sections("composition"), finetune_metadata(record))
     assert headings(card) == ["# compose-run", "## Results", "## Parameters", "## Composition",
                               "### Against the baselines", "## Training", "## How to use"]  # fmt: skip
-    assert "| b | bottleneck | 16 | 2 | `/x/b` |" in card and "| majority class | 0.5000 | - | 0 |" in card
+    assert "| b | bottleneck | 16 | 2 | `b` |" in card and "| majority class | 0.5000 | - | 0 |" in card
+    assert 'from_pretrained("base", num_labels=2)' in card and "/x/" not in card  # relative to the runs folder
     assert ("| uniform average of the same adapters, head trained |" in card) == (strategy == "fusion")
     if strategy == "fusion":
         assert "`fusion` beats the uniform average of the same adapters: +0.0625 accuracy (+1 of 16 examples)." in card
     assert 'load_composition(base, "compose-run/composition")' in card and "PeftModel" not in card
+
+
+@pytest.mark.parametrize("method", ["lora", "full"])
+def test_cards_show_paths_relative_to_the_runs_folder(method):
+    """Absolute paths (the base folder `load_model` resolves, data files, the config's paths) are shown relative to
+    the folder holding the run folder, where the card's code loads the run by its name: no path of the machine that
+    made the card. Hub names and relative paths are shown as given."""
+    config = {"model": "/home/someone/runs/base", "train_file": "/home/someone/data/train.csv",
+              "validation_file": "data/dev.csv", "output_dir": "/home/someone/runs/ft-run",
+              "adapters": ["/home/someone/runs/sst2-lora"]}  # fmt: skip
+    record = RunRecord("ft-run", config, LOG, SUMMARY | {"method": method, "model": "/home/someone/runs/base"})
+    card = render_card(record, FINETUNE_SECTIONS, finetune_metadata(record))
+    assert "/home/someone" not in card
+    assert "`base` fine-tuned for sequence-classification" in card and "| base model | `base` (encoder) |" in card
+    assert "| data | ../data/train.csv: 32 training, 16 validation examples |" in card
+    shown = yaml.safe_load(card.split("```yaml\n")[1].split("```")[0])
+    assert shown == {"model": "base", "train_file": "../data/train.csv", "validation_file": "data/dev.csv",
+                     "output_dir": "ft-run", "adapters": ["sst2-lora"]}  # fmt: skip
+    pretraining = {"preset": "llama-tiny", "dataset": None, "block_size": 32, "output_dir": "/home/someone/runs/lm",
+                   "data_files": {"train": ["/home/someone/data/a.txt"], "validation": "/home/someone/data/b.txt"}}
+    record = RunRecord("lm", pretraining, LOG, OBJECTIVE, preset_config("llama-tiny").to_dict())
+    card = render_card(record, PRETRAINING_SECTIONS, pretraining_metadata(record))
+    assert "/home/someone" not in card
+    assert "| training data | local files: {'train': ['../data/a.txt'], 'validation': '../data/b.txt'} |" in card
+
+
+def test_a_fine_tuning_run_writes_a_card_without_absolute_paths(saved, tmp_path):  # noqa: F811
+    """The recipe end to end, every path given absolute (base, data, output folder): none reaches the card."""
+    finetune_on(saved, tmp_path)
+    card = (tmp_path / "run" / CARD).read_text()
+    assert str(tmp_path) not in card and str(saved.parent) not in card
+    base = f"../{saved.parent.name}/{saved.name}"  # from tmp_path, which holds the run folder
+    assert f"| base model | `{base}` (decoder) |" in card and "\ntrain_file: data/train.csv\n" in card

@@ -8,7 +8,7 @@ import json
 
 from ..adapters import STRATEGIES
 from .finetuning import PARAMETERS, RESULTS, TITLE, TRAINING, reported_metrics
-from .render import CONFIGURATION, RunRecord, Section, markdown_table
+from .render import CONFIGURATION, RunRecord, Section, markdown_table, shown_path
 
 BASELINE_NAMES = {"average": "uniform average of the same adapters, head trained", "majority_class": "majority class"}
 
@@ -18,7 +18,10 @@ def _composition(record: RunRecord) -> str:
     strategy = composition["strategy"]
     adapters = markdown_table(
         ("adapter", "kind", "rank / width", "modules", "folder"),
-        [(a["name"], a["kind"], a["rank"], a["modules"], f"`{a['folder']}`") for a in composition["adapters"]],
+        [
+            (a["name"], a["kind"], a["rank"], a["modules"], f"`{shown_path(a['folder'], record)}`")
+            for a in composition["adapters"]
+        ],
     )
     trained = ", ".join(f"`{m}`" for m in composition["trainable_modules"]) or "nothing else"
     options = {key: value for key, value in composition["options"].items() if key != "trainable_modules"}
@@ -73,7 +76,7 @@ import hfzoo  # registers hfzoo's architectures and its bottleneck adapters
 from transformers import {auto_class}, AutoTokenizer
 from hfzoo.adapters import load_composition
 
-base = {auto_class}.from_pretrained("{summary["model"]}"{kwargs})
+base = {auto_class}.from_pretrained("{shown_path(summary["model"], record)}"{kwargs})
 model = load_composition(base, "{record.name}/{composition_dir}")  # routers or fusion, the head, a copy of each adapter
 tokenizer = AutoTokenizer.from_pretrained("{record.name}")
 ```"""

@@ -11,7 +11,7 @@ import os
 
 from huggingface_hub import ModelCardData
 
-from .render import CONFIGURATION, LOSS_CURVE, RunRecord, Section, markdown_table, model_card_data
+from .render import CONFIGURATION, LOSS_CURVE, RunRecord, Section, markdown_table, model_card_data, shown_path
 
 # Validation metrics a fine-tuning run can report, with their display names, in display order.
 FINETUNE_METRICS = {
@@ -30,30 +30,35 @@ def reported_metrics(summary: dict) -> list[str]:
     return [key for key in FINETUNE_METRICS if key in summary]
 
 
-def task_data(config: dict) -> str:
-    """The task's data as the config names it: a Hub dataset or the training file."""
-    return config.get("dataset") or config.get("train_file")
+def task_data(record: RunRecord) -> str:
+    """The task's data as the config names it: a Hub dataset or the training file (`shown_path`)."""
+    return shown_path(record.config.get("dataset") or record.config.get("train_file"), record)
+
+
+def _is_local(path: str) -> bool:
+    """A local path rather than a Hub name: it exists here, or is absolute (it existed where the run was made)."""
+    return os.path.isabs(path) or os.path.exists(path)
 
 
 def finetune_metadata(record: RunRecord) -> ModelCardData:
     """PEFT or transformers as the library (an adapter loads through PEFT), the base model when it is on the
     Hub, tags (task, method) and every reported validation metric as the model-index."""
-    summary, dataset = record.summary, task_data(record.config)
+    summary, dataset = record.summary, task_data(record)
     hub_dataset = record.config.get("dataset")
     return model_card_data(
         record.name, ["hfzoo", "fine-tuning", summary["task"], summary["method"]],
         pipeline_tag=summary["pipeline_tag"], task_name=summary["task"], dataset=(dataset, dataset),
         metrics=[(key, FINETUNE_METRICS[key], round(summary[key], 4)) for key in reported_metrics(summary)],
         library_name="transformers" if summary["method"] == "full" else "peft",
-        base_model=None if os.path.exists(summary["model"]) else summary["model"],
-        datasets=[hub_dataset] if hub_dataset is not None and not os.path.exists(hub_dataset) else None,
+        base_model=None if _is_local(summary["model"]) else summary["model"],
+        datasets=[hub_dataset] if hub_dataset is not None and not _is_local(hub_dataset) else None,
     )  # fmt: skip
 
 
 def _intro(record: RunRecord) -> str:
     s = record.summary
     return (
-        f"`{s['model']}` fine-tuned for {s['task']} with hfzoo's fine-tuning recipe "
+        f"`{shown_path(s['model'], record)}` fine-tuned for {s['task']} with hfzoo's fine-tuning recipe "
         f"(method: {s['method']}; {100 * s['trainable_fraction']:.3f}% of the parameters trained)."
     )
 
@@ -79,8 +84,8 @@ def _parameters(record: RunRecord) -> str:
 def _training(record: RunRecord) -> str:
     s, train = record.summary, record.events("train")
     rows = [
-        ("base model", f"`{s['model']}` ({s['family']})"),
-        ("data", f"{task_data(record.config)}: {s['train_examples']} training, {s['eval_examples']} validation "
+        ("base model", f"`{shown_path(s['model'], record)}` ({s['family']})"),
+        ("data", f"{task_data(record)}: {s['train_examples']} training, {s['eval_examples']} validation "
                  "examples"),
         ("optimizer steps", f"{s['steps']} ({s['epochs']} epochs)"),
         ("final training loss", f"{train[-1]['loss']:.4f}" if train else "not logged"),
@@ -97,7 +102,7 @@ def _usage(record: RunRecord) -> str:
     else:  # the base with the same head shape, then the adapter (which restores the trained head)
         kwargs = "".join(f", {key}={value!r}" for key, value in s["model_kwargs"].items())
         load = (
-            f'base = {auto_class}.from_pretrained("{s["model"]}"{kwargs})\n'
+            f'base = {auto_class}.from_pretrained("{shown_path(s["model"], record)}"{kwargs})\n'
             f'model = PeftModel.from_pretrained(base, "{name}")'
         )
         imports = f"from peft import PeftModel\nfrom transformers import {auto_class}, AutoTokenizer"

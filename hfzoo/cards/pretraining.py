@@ -12,7 +12,7 @@ from typing import Any
 from huggingface_hub import ModelCardData
 
 from ..presets import preset_description, preset_family
-from .render import CONFIGURATION, LOSS_CURVE, RunRecord, Section, markdown_table, model_card_data
+from .render import CONFIGURATION, LOSS_CURVE, RunRecord, Section, markdown_table, model_card_data, shown_paths
 
 DEFAULT_CORPUS = "hfzoo default corpus (Python standard-library docstrings)"
 
@@ -57,21 +57,22 @@ def architecture_rows(model_config: dict[str, Any]) -> list[tuple[str, Any]]:
     return [(key, model_config[key]) for key in shown]
 
 
-def training_data(config: dict[str, Any]) -> tuple[str, str, list[str] | None]:
-    """(name, type, Hub `datasets` metadata) of the training corpus."""
-    dataset, data_files = config.get("dataset"), config.get("data_files")
+def training_data(record: RunRecord) -> tuple[str, str, list[str] | None]:
+    """(name, type, Hub `datasets` metadata) of the training corpus; a local path as `shown_path` shows it."""
+    dataset, data_files = record.config.get("dataset"), record.config.get("data_files")
     if dataset is None and data_files is None:
         return DEFAULT_CORPUS, "hfzoo-default-corpus", None
     if dataset is not None and not os.path.exists(dataset):  # a Hub dataset name
         return dataset, dataset, [dataset]
-    return f"local files: {dataset if dataset is not None else str(data_files)}", "local", None
+    files = shown_paths(dataset if dataset is not None else data_files, record)
+    return f"local files: {files}", "local", None
 
 
 def pretraining_metadata(record: RunRecord) -> ModelCardData:
     """Tags (preset, family, objective), the corpus when it is on the Hub, and the final validation loss and
     perplexity as the model-index."""
     preset, summary = record.config["preset"], record.summary
-    dataset_name, dataset_type, datasets = training_data(record.config)
+    dataset_name, dataset_type, datasets = training_data(record)
     evals = record.events("eval")
     metrics = []
     if evals:
@@ -88,7 +89,7 @@ def pretraining_metadata(record: RunRecord) -> ModelCardData:
 def _intro(record: RunRecord) -> str:
     return (
         f"A `{record.config['preset']}` model pretrained from scratch with hfzoo's pretraining recipe "
-        f"({record.summary['task_name'].lower()} on {training_data(record.config)[0]})."
+        f"({record.summary['task_name'].lower()} on {training_data(record)[0]})."
     )
 
 
@@ -116,7 +117,7 @@ def _training(record: RunRecord) -> str:
     end = (record.events("end") or [{}])[-1]
     rows = [
         ("objective", f"{record.summary['objective']} ({record.summary['task_name']})"),
-        ("training data", training_data(record.config)[0]),
+        ("training data", training_data(record)[0]),
         ("processes", f"{start['num_processes']} ({start['distributed_type']}, {start['device']})"),
         ("mixed precision", start["mixed_precision"]),
         ("global batch", f"{start['global_batch_size']} blocks x {record.config['block_size']} tokens"),

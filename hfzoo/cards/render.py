@@ -40,6 +40,29 @@ class RunRecord:
         return [record for record in self.log if record["event"] == event]
 
 
+def shown_path(path: str, record: RunRecord) -> str:
+    """A path as a card shows it: an absolute one (the base-model folder `load_model` resolved, an adapter folder, a
+    data file given by its absolute path) relative to the folder holding the run folder, from where the card's code
+    loads the run as `record.name`; so a card holds no path of the machine that made it. A relative path or a Hub
+    name is shown as given. The run folder is `output_dir` of the resolved config (relative to the working
+    directory of the recipe, which writes the card)."""
+    if not os.path.isabs(path):
+        return path
+    run_folder = Path(record.config.get("output_dir") or record.name).resolve()
+    return Path(os.path.relpath(path, run_folder.parent)).as_posix()
+
+
+def shown_paths(value: Any, record: RunRecord) -> Any:
+    """A config value (a string, or lists and dicts of them) in its own shape, each path as `shown_path` shows it."""
+    if isinstance(value, str):
+        return shown_path(value, record)
+    if isinstance(value, dict):
+        return {key: shown_paths(item, record) for key, item in value.items()}
+    if isinstance(value, list):
+        return [shown_paths(item, record) for item in value]
+    return value
+
+
 Text = str | Callable[[RunRecord], str]
 
 
@@ -96,8 +119,10 @@ def model_card_data(
 
 
 def configuration_section(record: RunRecord) -> str:
-    """The resolved config as YAML, so the run can be repeated from its card alone."""
-    return f"Full configuration (`{CONFIG_FILE}`):\n\n```yaml\n{yaml.safe_dump(record.config, sort_keys=False)}```"
+    """The resolved config as YAML, so the run can be repeated from its card alone (absolute paths as `shown_path`
+    shows them)."""
+    config = yaml.safe_dump(shown_paths(record.config, record), sort_keys=False)
+    return f"Full configuration (`{CONFIG_FILE}`):\n\n```yaml\n{config}```"
 
 
 CONFIGURATION = Section(None, configuration_section)
