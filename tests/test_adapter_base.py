@@ -74,3 +74,12 @@ def test_layer_mismatches_are_refused_with_or_without_the_record(bases, tmp_path
         compose(_load(bases, "gpt-2layer"), {"four": four}, "average")
     with pytest.raises(ValueError, match="num_hidden_layers|adapts 2 modules"):
         compose(_load(bases, "gpt-tiny"), {"two": two}, "average")
+
+
+def test_without_the_record_the_base_peft_names_is_read(bases, tmp_path):
+    """A plain PEFT adapter (no hfzoo_base.json) whose `base_model_name_or_path` still exists: its config.json is
+    the record."""
+    gpt = _save_adapter(_load(bases, "gpt-tiny"), tmp_path / "gpt", record=False)
+    assert not (gpt / BASE_RECORD).exists()
+    with pytest.raises(ValueError, match=r"trained on hfzoo_decoder .*base model is hfzoo_encoder"):
+        compose(_load(bases, "bert-tiny"), {"gpt": gpt}, "average")

@@ -81,8 +81,7 @@ def read_adapter(name: str, folder: str | Path) -> TaskAdapter:
     stack_type = METHOD_STACKS[peft_type]
     stack_type.check_options(name, config)
     adapter = TaskAdapter(name, folder, peft_type, config)
-    if (folder / BASE_RECORD).is_file():
-        adapter.base = json.loads((folder / BASE_RECORD).read_text(encoding="utf-8"))
+    adapter.base = _recorded_base(folder, config)
     factors: dict[str, dict[str, torch.Tensor]] = {}
     for key, tensor in load_file(weights_file).items():
         if not key.startswith(KEY_PREFIX):
@@ -147,6 +146,23 @@ def base_identity(model: nn.Module) -> dict:
     return {**identity, "base_model": path or None, "config_sha256": digest}
 
 
+def _recorded_base(folder: Path, config: dict) -> dict | None:
+    """The adapter's base identity: its `BASE_RECORD`, else read from the `config.json` of the local folder PEFT
+    recorded as `base_model_name_or_path` (when it still exists), else None."""
+    if (folder / BASE_RECORD).is_file():
+        return json.loads((folder / BASE_RECORD).read_text(encoding="utf-8"))
+    base = config.get("base_model_name_or_path")
+    config_file = Path(base) / "config.json" if base else None
+    if config_file is None or not config_file.is_file():
+        return None
+    try:
+        values = json.loads(config_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None  # not ours to judge: the base is checked when it loads
+    identity = {key: values.get(key) for key in ("model_type", *_IDENTITY_FIELDS)}
+    return {**identity, "base_model": base, "config_sha256": hashlib.sha256(config_file.read_bytes()).hexdigest()}
+
+
 def save_base_identity(folder: str | Path, model: nn.Module) -> None:
     """Write `BASE_RECORD` into the adapter folder `folder`: the identity of `model`, the adapter's base."""
     text = json.dumps(base_identity(model), indent=2, sort_keys=True)
@@ -160,8 +176,10 @@ def describe_base(identity: dict) -> str:
 
 
 def base_differences(first: dict, second: dict) -> list[str]:
-    """The identity fields (model type and sizes) in which two base identities differ."""
-    return [key for key in ("model_type", *_IDENTITY_FIELDS) if first.get(key) != second.get(key)]
+    """The identity fields (model type and sizes) in which two base identities differ; a field one of them lacks
+    (a native config.json names its sizes otherwise, e.g. GPT-2's `n_embd`) is not compared."""
+    keys = ("model_type", *_IDENTITY_FIELDS)
+    return [k for k in keys if None not in (first.get(k), second.get(k)) and first.get(k) != second.get(k)]
 
 
 def check_base(adapter: TaskAdapter, model: nn.Module) -> None:
