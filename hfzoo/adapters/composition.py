@@ -29,7 +29,7 @@ from typing import Any, Iterator
 import torch
 from peft import PeftModel
 from peft.tuners.lora import LoraLayer
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 from torch import nn
 from transformers import PreTrainedModel
 
@@ -38,8 +38,10 @@ from .stacked import StackedAdapters
 from .stacking import linear_shape, output_width
 from .stacking.lora import LoraFactors, StackedLoRA
 from .strategies import STRATEGIES
+from ..models.checkpoint_files import read_json_file
 from .task_adapter import (
-    ADAPTER_CONFIG, ADAPTER_WEIGHTS, BASE_RECORD, KEY_PREFIX, TaskAdapter, check_base, check_fits, read_adapter,
+    ADAPTER_CONFIG, ADAPTER_WEIGHTS, BASE_RECORD, KEY_PREFIX, TaskAdapter, check_base, check_fits, load_safetensors,
+    read_adapter,
 )
 
 BASE = "__base__"  # the adapter name meaning "no adapter" in `adapter_names`
@@ -53,6 +55,7 @@ _FINGERPRINT_FIELDS = (
     "num_key_value_heads", "vocab_size",
 )
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+_SPEC_KEYS = {"strategy": str, "options": dict, "adapters": list, "base_model": dict}  # composition.json's
 
 
 def compose(
@@ -430,14 +433,24 @@ def load_composition(base_model: PreTrainedModel, path: str | os.PathLike) -> Co
     """Rebuild a saved composition on `base_model` (modified in place); raises an error naming the difference when
     the base model is not the kind it was saved with (model type, sizes, adapted modules' shapes)."""
     path = Path(path)
-    spec = json.loads((path / COMPOSITION_CONFIG).read_text(encoding="utf-8"))
+    if not (path / COMPOSITION_CONFIG).is_file():
+        raise FileNotFoundError(f"{path} has no {COMPOSITION_CONFIG}: not a saved composition (or an incomplete copy)")
+    spec = read_json_file(path / COMPOSITION_CONFIG)
     if spec.get("format") != FORMAT:
         raise ValueError(f"{path / COMPOSITION_CONFIG} is not a saved composition (format {spec.get('format')!r})")
+    for key, kind in _SPEC_KEYS.items():
+        if not isinstance(spec.get(key), kind):
+            raise ValueError(
+                f"{path / COMPOSITION_CONFIG}: key {key!r} is missing or not a {kind.__name__}; the file was edited "
+                "or is damaged: save the composition again"
+            )
+    if not all(isinstance(entry, dict) and isinstance(entry.get("name"), str) for entry in spec["adapters"]):
+        raise ValueError(f"{path / COMPOSITION_CONFIG}: every entry of 'adapters' needs a 'name'; save it again")
     _check_fingerprint(spec["base_model"], base_model)
     adapters = {adapter["name"]: path / "adapters" / adapter["name"] for adapter in spec["adapters"]}
     composed = compose(base_model, adapters, spec["strategy"], **spec["options"])
     try:
-        composed._load_state(load_file(path / COMPOSITION_WEIGHTS))
+        composed._load_state(load_safetensors(path / COMPOSITION_WEIGHTS))
     except Exception:
         composed.unload()
         raise

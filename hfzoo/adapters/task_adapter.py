@@ -22,9 +22,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file
 from torch import nn
 
+from ..models.checkpoint_files import CheckpointFileError, check_safetensors_file, read_json_file
 from .stacking import METHOD_STACKS, MethodStack
 from .stacking.base import expect_shape
 
@@ -72,7 +74,7 @@ def read_adapter(name: str, folder: str | Path) -> TaskAdapter:
             f"adapter {name!r}: no {ADAPTER_WEIGHTS} in {folder}"
             + (pickled if (folder / "adapter_model.bin").exists() else "")
         )
-    config = json.loads(config_file.read_text(encoding="utf-8"))
+    config = read_json_file(config_file)
     peft_type = config.get("peft_type")
     if peft_type not in METHOD_STACKS:
         raise ValueError(
@@ -83,7 +85,7 @@ def read_adapter(name: str, folder: str | Path) -> TaskAdapter:
     adapter = TaskAdapter(name, folder, peft_type, config)
     adapter.base = _recorded_base(folder, config)
     factors: dict[str, dict[str, torch.Tensor]] = {}
-    for key, tensor in load_file(weights_file).items():
+    for key, tensor in load_safetensors(weights_file).items():
         if not key.startswith(KEY_PREFIX):
             raise ValueError(f"adapter {name!r}: tensor {key!r} lacks PEFT's {KEY_PREFIX!r} prefix")
         key = key[len(KEY_PREFIX):]
@@ -103,6 +105,16 @@ def read_adapter(name: str, folder: str | Path) -> TaskAdapter:
         rank = 1 if stack_type.rank_part is None else parts[stack_type.rank_part].shape[0]
         adapter.rank = max(adapter.rank, rank)
     return adapter
+
+
+def load_safetensors(path: Path) -> dict[str, torch.Tensor]:
+    """The tensors of `path`; a missing, truncated or corrupted file raises `CheckpointFileError` naming it (not
+    safetensors' bare `SafetensorError`)."""
+    check_safetensors_file(path)
+    try:
+        return load_file(path)
+    except (SafetensorError, OSError) as error:
+        raise CheckpointFileError(f"{path} is not a readable safetensors file ({error}); save or copy it again.") from error
 
 
 def _is_saved_module(module: str, modules_to_save: list[str]) -> bool:
@@ -150,7 +162,7 @@ def _recorded_base(folder: Path, config: dict) -> dict | None:
     """The adapter's base identity: its `BASE_RECORD`, else read from the `config.json` of the local folder PEFT
     recorded as `base_model_name_or_path` (when it still exists), else None."""
     if (folder / BASE_RECORD).is_file():
-        return json.loads((folder / BASE_RECORD).read_text(encoding="utf-8"))
+        return read_json_file(folder / BASE_RECORD)
     base = config.get("base_model_name_or_path")
     config_file = Path(base) / "config.json" if base else None
     if config_file is None or not config_file.is_file():
