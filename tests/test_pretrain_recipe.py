@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import pickle
+import shutil
 import signal
 import subprocess
 import sys
@@ -24,6 +26,7 @@ import torch
 import yaml
 from accelerate.state import AcceleratorState, GradientState
 from safetensors.torch import load_file
+from test_resume_safety import CreatesMarker
 from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSeq2SeqLM, AutoTokenizer
 
 from hfzoo.cards import LOSS_CURVE
@@ -183,6 +186,53 @@ def test_crash_during_checkpoint_rename_leaves_a_partial_checkpoint_that_resume_
     assert start["step"] == 4 and start["resumed_from"].endswith("step-00000004")
     assert not partial.exists()  # cleaned up by the next save
     assert max_weight_difference(out, reference) <= 1e-6
+
+
+def _copy_of(reference: Path, tmp_path: Path) -> Path:
+    """The finished reference run (checkpoints at steps 12 and 16), to resume without touching the original."""
+    return Path(shutil.copytree(reference, tmp_path / "run"))
+
+
+def test_resume_never_loads_a_planted_pickle_and_stays_exact(reference, tmp_path):
+    """accelerate reloaded `custom_checkpoint_0.pkl` (the scheduler) with pickle: a crafted one ran code on resume."""
+    out, marker = _copy_of(reference, tmp_path), tmp_path / "code-ran"
+    step_16 = out / "checkpoints" / "step-00000016"
+    for name in ("custom_checkpoint_0.pkl", "random_states_0.pkl", "optimizer.bin", "collator_rng_0.pt"):
+        (step_16 / name).write_bytes(pickle.dumps(CreatesMarker(marker)))
+    (out / "model.safetensors").unlink()
+    run_in_process("--output_dir", str(out), "--resume")
+    assert not marker.exists()
+    assert [r["step"] for r in read_log(out) if r["event"] == "start"] == [0, 16]
+    assert max_weight_difference(out, reference) == 0.0
+    assert train_losses(out) == train_losses(reference)
+
+
+def test_resume_refuses_a_missing_rng_file_naming_it(reference, tmp_path):
+    """Without the RNG states the resumed run was silently inexact (max abs diff 1.7e-3, exit 0)."""
+    out = _copy_of(reference, tmp_path)
+    rng = next((out / "checkpoints" / "step-00000016").glob("r*_0.*"))  # this version: rng_0.safetensors
+    rng.unlink()
+    with pytest.raises(SystemExit, match=rf"{rng.name} is missing.*cannot resume the run exactly"):
+        run_in_process("--output_dir", str(out), "--resume")
+
+
+@pytest.mark.parametrize(
+    "change", [("--per_device_batch_size", "2"), ("--seed", "5"), ("--preset", "llama-tiny")], ids=lambda c: c[0]
+)
+def test_resume_refuses_a_changed_config_naming_the_key(reference, tmp_path, change):
+    out = _copy_of(reference, tmp_path)
+    model = (out / "model.safetensors").read_bytes()
+    with pytest.raises(SystemExit, match=rf"'{change[0][2:]}' was .*, now .*{change[1]}"):
+        run_in_process("--output_dir", str(out), "--resume", *change)
+    assert (out / "model.safetensors").read_bytes() == model
+
+
+def test_resume_with_max_steps_already_reached_has_nothing_to_do(reference, tmp_path, caplog):
+    out = _copy_of(reference, tmp_path)
+    model, log = (out / "model.safetensors").read_bytes(), (out / "log.jsonl").read_text()
+    assert run_in_process("--output_dir", str(out), "--resume", "--max_steps", "16") == out
+    assert "nothing to do" in caplog.text
+    assert (out / "model.safetensors").read_bytes() == model and (out / "log.jsonl").read_text() == log
 
 
 def test_resume_continues_the_masking_collators_random_stream(tmp_path, monkeypatch):

@@ -36,7 +36,15 @@ from ..data.packing import pack
 from ..data.tokenizer_training import train_tokenizer_on_corpus
 from ..presets import FAMILY_CONFIGS, list_presets, preset_config, preset_family
 from ..recipe_config import CONFIG_FILE, key, parse_config
-from ..training.checkpointing import Progress, checkpoint_to_resume, load_checkpoint, save_checkpoint
+from ..training.checkpointing import (
+    CheckpointError,
+    Progress,
+    check_checkpointable,
+    check_resumed_config,
+    checkpoint_to_resume,
+    load_checkpoint,
+    save_checkpoint,
+)
 from ..training.evaluation import EvalShard, evaluate, parameter_checksum
 from ..training.logging import RunLogger, read_log, start_recipe
 from ..training.loop import Intervals, build_optimizer, build_scheduler, train
@@ -164,10 +172,21 @@ def pretrain(config: PretrainConfig) -> Path:
     family = preset_family(config.preset)
     output_dir = Path(config.output_dir)
     resume_from = checkpoint_to_resume(output_dir, config.resume)
+    if resume_from is not None:
+        # Before anything is written: a changed config (another preset, batch size, seed...) is refused by key.
+        saved_step = check_resumed_config(resume_from, config.to_dict()).step
+        if saved_step >= config.max_steps:
+            logger.warning(
+                "nothing to do: %s is at step %d and max_steps is %d; the run's outputs are left as they are "
+                "(raise --max_steps to train further)", resume_from, saved_step, config.max_steps,
+            )  # fmt: skip
+            return output_dir
 
     # --- Accelerator: one process, DDP, FSDP or DeepSpeed, decided by how the script was launched.
     # A seedable sampler reshuffles each epoch from (seed, epoch), so a resumed run sees the same order.
     accelerator = config.accelerator(seedable_data=True)
+    if config.save_every < config.max_steps or resume_from is not None:
+        check_checkpointable(accelerator)
     set_seed(config.seed)  # same initial weights on every process
     if accelerator.is_main_process:
         output_dir.mkdir(parents=True, exist_ok=True)
@@ -266,7 +285,7 @@ def pretrain(config: PretrainConfig) -> Path:
         max_grad_norm=config.max_grad_norm,
         evaluate=lambda: _validate(model, eval_loader, objective, tokenizer, config, accelerator),
         checkpoint=lambda progress: save_checkpoint(
-            accelerator, output_dir, progress, collator_generator, config.keep_checkpoints
+            accelerator, output_dir, progress, collator_generator, config.keep_checkpoints, config.to_dict()
         ),
     )  # fmt: skip
 
@@ -309,5 +328,10 @@ def pretrain(config: PretrainConfig) -> Path:
 
 
 def main(argv: Sequence[str] | None = None) -> Path:
-    """Entry point of `recipes/pretrain.py` and `hfzoo pretrain`: parse `argv`, then `pretrain`."""
-    return pretrain(start_recipe(PretrainConfig, argv, "pretrain"))
+    """Entry point of `recipes/pretrain.py` and `hfzoo pretrain`: parse `argv`, then `pretrain`. A checkpoint that
+    cannot resume the run (a file missing or altered, a changed config) exits with what is wrong, not a traceback."""
+    config = start_recipe(PretrainConfig, argv, "pretrain")
+    try:
+        return pretrain(config)
+    except CheckpointError as error:
+        raise SystemExit(f"pretrain: {error}") from None

@@ -1,33 +1,65 @@
-"""Atomic checkpoints that resume a run exactly.
+"""Atomic, verified checkpoints that resume a run exactly and hold no code.
+
+No code: a checkpoint holds safetensors and JSON only, and resuming unpickles nothing. accelerate's
+`save_state` pickles the registered objects (the LR scheduler) and the RNG states, and unpickling runs
+whatever a crafted file says; so the state is written here, tensor by tensor: weights
+(`model.safetensors`), optimizer tensors (`optimizer.safetensors`, its hyperparameters in
+`optimizer.json`), the registered objects' and the gradient scaler's `state_dict`s as JSON, and per
+process the RNG states (torch CPU and CUDA generators and the collator's as tensors, Python's and
+NumPy's as JSON). Any other file in the folder (a planted `*.pkl`) is never opened.
+
+Verified: `manifest.json`, written last, lists every file with its size and SHA-256; resuming checks
+them all and refuses, naming the file, when one is missing, truncated or altered (a missing RNG file
+would otherwise resume silently inexact).
 
 Atomic: a checkpoint is written into `checkpoints/.tmp-step-N` and published with one `os.replace` to
 `checkpoints/step-N`. A crash at any moment (even SIGKILL mid-write) leaves either a complete checkpoint
-or a `.tmp-*` folder, which `latest_checkpoint` never returns and the next save removes.
+or a `.tmp-*` folder, which `latest_checkpoint` never returns and the next save removes. A step saved
+again is first moved aside to a `.tmp-*` name, so no half-deleted `step-N` is ever visible.
 
-Exact: accelerate's `save_state` covers weights, optimizer, registered objects (the LR scheduler) and
-every process's RNG states. On top of that a resumed run needs where it was in the data (`Progress`:
-the epoch and the micro-batches of it already consumed, to skip them) and each process's collator
-generator (masking and span noise must continue, not restart). Checkpoints are only taken right after
-an optimizer step: gradients accumulated mid-step are not part of any state and would be lost.
+Exact: besides the tensors, a resumed run needs where it was in the data (`Progress`: the epoch and the
+micro-batches of it already consumed, to skip them) and each process's collator generator (masking and
+span noise must continue, not restart). Checkpoints are only taken right after an optimizer step:
+gradients accumulated mid-step are not part of any state and would be lost. A resumed run must also
+have the same config: `check_resumed_config` refuses a change that would break exactness.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
+import logging
 import os
+import random
 import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import torch
 from accelerate import Accelerator
+from accelerate.utils import DistributedType
+from safetensors import SafetensorError
+from safetensors.torch import load_file, load_model, save_file, save_model
+
+logger = logging.getLogger(__name__)
 
 CHECKPOINTS = "checkpoints"
 PROGRESS_FILE = "progress.json"
+MANIFEST_FILE = "manifest.json"
+RUN_CONFIG_FILE = "run_config.json"
+MODEL_FILE = "model.safetensors"
+OPTIMIZER_TENSORS, OPTIMIZER_JSON = "optimizer.safetensors", "optimizer.json"
+SCALER_FILE = "scaler.json"
 _COMPLETE = re.compile(r"step-(\d+)")
 _PARTIAL_PREFIX = ".tmp-"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file is missing, truncated, altered or unreadable, or the resumed run does not match it."""
 
 
 @dataclass
@@ -70,56 +102,263 @@ def _fsync_tree(path: Path) -> None:
             os.close(fd)
 
 
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _write_json(path: Path, value: Any) -> None:
+    try:
+        text = json.dumps(value, indent=1, allow_nan=True)
+    except TypeError as error:
+        message = f"{path.name}: a checkpoint holds JSON and tensors only, and this state is neither: {error}"
+        raise TypeError(message) from None
+    path.write_text(text)
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise CheckpointError(f"{path} cannot be read as JSON ({error}); resume from another checkpoint") from None
+
+
+def _rng_files(process_index: int) -> tuple[str, str]:
+    return f"rng_{process_index}.safetensors", f"rng_{process_index}.json"
+
+
+def _save_rng(folder: Path, process_index: int, collator_generator: torch.Generator) -> None:
+    """This process's random streams: tensors for the torch generators, JSON for Python's and NumPy's."""
+    tensors = {"torch": torch.get_rng_state(), "collator": collator_generator.get_state()}
+    if torch.cuda.is_available():
+        tensors |= {f"cuda.{i}": state for i, state in enumerate(torch.cuda.get_rng_state_all())}
+    kind, keys, position, has_gauss, cached = np.random.get_state()
+    tensors["numpy_keys"] = torch.from_numpy(keys.astype(np.int64))
+    version, python_state, gauss_next = random.getstate()
+    tensors_file, json_file = _rng_files(process_index)
+    save_file(tensors, folder / tensors_file)
+    _write_json(folder / json_file, {"python": [version, list(python_state), gauss_next],
+                                     "numpy": [kind, position, has_gauss, cached]})  # fmt: skip
+
+
+def _load_rng(folder: Path, process_index: int, collator_generator: torch.Generator) -> None:
+    tensors_file, json_file = _rng_files(process_index)
+    tensors, states = _load_tensors(folder / tensors_file), _read_json(folder / json_file)
+    torch.set_rng_state(tensors["torch"])
+    collator_generator.set_state(tensors["collator"])
+    cuda = [tensors[key] for key in sorted((k for k in tensors if k.startswith("cuda.")), key=lambda k: int(k[5:]))]
+    if cuda and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(cuda)
+    kind, position, has_gauss, cached = states["numpy"]
+    np.random.set_state((kind, tensors["numpy_keys"].numpy().astype(np.uint32), position, has_gauss, cached))
+    version, python_state, gauss_next = states["python"]
+    random.setstate((version, tuple(python_state), gauss_next))
+
+
+def _load_tensors(path: Path) -> dict[str, torch.Tensor]:
+    try:
+        return load_file(path)
+    except (SafetensorError, OSError) as error:
+        raise CheckpointError(
+            f"{path} is not a readable safetensors file ({error}); resume from another checkpoint"
+        ) from None
+
+
+def _optimizer_state(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """The optimizer's `state_dict` split into tensors (moments, step counts) and JSON (groups, other values)."""
+    state = optimizer.state_dict()
+    tensors, other = {}, {}
+    for index, values in state["state"].items():
+        for name, value in values.items():
+            if isinstance(value, torch.Tensor):
+                tensors[f"{index}.{name}"] = value.detach().cpu().contiguous()
+            else:
+                other[f"{index}.{name}"] = value
+    return tensors, {"param_groups": state["param_groups"], "values": other}
+
+
+def _optimizer_state_dict(tensors: dict[str, torch.Tensor], described: dict[str, Any]) -> dict[str, Any]:
+    state: dict[int, dict[str, Any]] = {}
+    for key, value in [*tensors.items(), *described["values"].items()]:
+        index, name = key.split(".", 1)
+        state.setdefault(int(index), {})[name] = value
+    return {"state": state, "param_groups": described["param_groups"]}
+
+
+def check_checkpointable(accelerator: Accelerator) -> None:
+    """Refuse sharded runs (FSDP, DeepSpeed): their weights and optimizer state are split across processes, and
+    their own checkpoint formats pickle; a recipe calls this at its start, not at its first checkpoint."""
+    if accelerator.distributed_type in (DistributedType.FSDP, DistributedType.DEEPSPEED):
+        raise CheckpointError(
+            f"checkpoints of {accelerator.distributed_type.value} runs (sharded weights and optimizer) are not "
+            "supported (hfzoo checkpoints are safetensors and JSON); set save_every >= max_steps to train without "
+            "checkpoints, or use DDP"
+        )
+
+
 def save_checkpoint(
     accelerator: Accelerator,
     output_dir: str | os.PathLike,
     progress: Progress,
     collator_generator: torch.Generator,
     keep: int,
+    config: dict[str, Any] | None = None,
 ) -> Path:
     """Save the full training state of every process as checkpoint `progress.step`; keep the `keep` latest.
 
-    Call it on all processes, right after an optimizer step.
+    What is saved: the prepared model(s) and optimizer(s), the objects registered with
+    `accelerator.register_for_checkpointing` (their `state_dict` must be JSON), the gradient scaler, every
+    process's RNG states, `progress` and `config` (what `check_resumed_config` compares). Call it on all
+    processes, right after an optimizer step.
     """
+    check_checkpointable(accelerator)
     final = checkpoint_dir(output_dir, progress.step)
     partial = final.with_name(_PARTIAL_PREFIX + final.name)
     if accelerator.is_main_process:
+        final.parent.mkdir(parents=True, exist_ok=True)
         for stale in final.parent.glob(_PARTIAL_PREFIX + "*"):  # left by a crash; never valid
             shutil.rmtree(stale)
+        partial.mkdir()
     accelerator.wait_for_everyone()
-    accelerator.save_state(partial)
-    torch.save(collator_generator.get_state(), partial / f"collator_rng_{accelerator.process_index}.pt")
+    _save_rng(partial, accelerator.process_index, collator_generator)
     if accelerator.is_main_process:
-        (partial / PROGRESS_FILE).write_text(json.dumps(dataclasses.asdict(progress), indent=2))
+        for i, model in enumerate(accelerator._models):
+            save_model(accelerator.unwrap_model(model), partial / _indexed(MODEL_FILE, i), force_contiguous=True)
+        for i, optimizer in enumerate(accelerator._optimizers):
+            tensors, described = _optimizer_state(optimizer)
+            save_file(tensors, partial / _indexed(OPTIMIZER_TENSORS, i))
+            _write_json(partial / _indexed(OPTIMIZER_JSON, i), described)
+        for i, registered in enumerate(accelerator._custom_objects):
+            _write_json(partial / f"registered_{i}.json", registered.state_dict())
+        if accelerator.scaler is not None:
+            _write_json(partial / SCALER_FILE, accelerator.scaler.state_dict())
+        _write_json(partial / PROGRESS_FILE, dataclasses.asdict(progress))
+        if config is not None:
+            _write_json(partial / RUN_CONFIG_FILE, config)
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
+        _write_manifest(partial, accelerator.num_processes)
         _fsync_tree(partial)
-        if final.exists():  # the same step saved by an earlier run into this output_dir
-            shutil.rmtree(final)
+        if final.exists():  # the same step saved by an earlier run into this output_dir: move it aside first
+            os.replace(final, final.with_name(_PARTIAL_PREFIX + "old-" + final.name))
         os.replace(partial, final)
         _fsync_tree(final.parent)
-        for old in list_checkpoints(output_dir)[:-keep]:
+        for old in [*final.parent.glob(_PARTIAL_PREFIX + "*"), *list_checkpoints(output_dir)[:-keep]]:
             shutil.rmtree(old)
     accelerator.wait_for_everyone()
     return final
 
 
-def load_checkpoint(accelerator: Accelerator, path: str | os.PathLike, collator_generator: torch.Generator) -> Progress:
-    """Restore what `save_checkpoint` saved (into the prepared model, optimizer and registered objects)."""
+def _indexed(name: str, index: int) -> str:
+    """`model.safetensors` for the first prepared object, `model_1.safetensors` for the second."""
+    stem, suffix = name.split(".", 1)
+    return name if index == 0 else f"{stem}_{index}.{suffix}"
+
+
+def _write_manifest(folder: Path, num_processes: int) -> None:
+    """Every file's size and SHA-256, written last (to a temporary name, then renamed): a checkpoint whose
+    manifest exists is complete."""
+    files = {
+        path.relative_to(folder).as_posix(): {"size": path.stat().st_size, "sha256": _sha256(path)}
+        for path in sorted(folder.rglob("*"))
+        if path.is_file()
+    }
+    temporary = folder / (MANIFEST_FILE + ".partial")
+    temporary.write_text(json.dumps({"num_processes": num_processes, "files": files}, indent=1))
+    os.replace(temporary, folder / MANIFEST_FILE)
+
+
+def verify_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
+    """The checkpoint's manifest, after checking every file it lists (present, same size, same SHA-256).
+
+    Raises `CheckpointError` naming the manifest when there is none (a partial or older checkpoint), else naming
+    the first bad file.
+    Files the manifest does not list (nothing hfzoo wrote) are never read: they are reported and ignored.
+    """
     path = Path(path)
-    if not (path / PROGRESS_FILE).is_file():
-        raise FileNotFoundError(
-            f"{path} is not a complete checkpoint (no {PROGRESS_FILE}); complete ones are {CHECKPOINTS}/step-N folders"
+    if not (path / MANIFEST_FILE).is_file():
+        raise CheckpointError(
+            f"{path / MANIFEST_FILE} is missing: {path} is not a complete checkpoint of this version of hfzoo "
+            "(which lists every file there); resume from another checkpoint or start a new run"
         )
-    generator_file = path / f"collator_rng_{accelerator.process_index}.pt"
-    if not generator_file.is_file():
-        raise FileNotFoundError(
-            f"{path} has no state for process {accelerator.process_index}: it was saved by fewer processes; "
+    manifest = _read_json(path / MANIFEST_FILE)
+    for name, expected in manifest["files"].items():
+        file = path / name
+        what = None
+        if not file.is_file():
+            what = "is missing"
+        elif file.stat().st_size != expected["size"]:
+            what = f"is truncated or altered: {file.stat().st_size} bytes, the manifest says {expected['size']}"
+        elif _sha256(file) != expected["sha256"]:
+            what = "is altered: its SHA-256 differs from the one in the manifest"
+        if what:
+            raise CheckpointError(
+                f"{file} {what}, so the checkpoint cannot resume the run exactly; resume from another checkpoint "
+                "(--resume <checkpoint path>) or start a new run"
+            )
+    listed = {*manifest["files"], MANIFEST_FILE}
+    present = sorted(p.relative_to(path).as_posix() for p in path.rglob("*") if p.is_file())
+    if unlisted := [name for name in present if name not in listed]:
+        logger.warning("%s: ignoring files hfzoo did not write (never opened): %s", path, ", ".join(unlisted))
+    return manifest
+
+
+def load_checkpoint(accelerator: Accelerator, path: str | os.PathLike, collator_generator: torch.Generator) -> Progress:
+    """Restore what `save_checkpoint` saved (into the prepared model, optimizer and registered objects), after
+    `verify_checkpoint`."""
+    check_checkpointable(accelerator)
+    path = Path(path)
+    manifest = verify_checkpoint(path)
+    if manifest["num_processes"] != accelerator.num_processes:
+        raise CheckpointError(
+            f"{path} was saved by {manifest['num_processes']} processes, this run has {accelerator.num_processes}: "
             "resume with the number of processes that saved it"
         )
-    accelerator.load_state(path)
-    collator_generator.set_state(torch.load(generator_file))
-    return Progress(**json.loads((path / PROGRESS_FILE).read_text()))
+    for i, model in enumerate(accelerator._models):
+        try:
+            load_model(accelerator.unwrap_model(model), path / _indexed(MODEL_FILE, i), device="cpu")
+        except (RuntimeError, SafetensorError) as error:
+            raise CheckpointError(f"{path / _indexed(MODEL_FILE, i)} does not fit this run's model: {error}") from None
+    for i, optimizer in enumerate(accelerator._optimizers):
+        described = _read_json(path / _indexed(OPTIMIZER_JSON, i))
+        optimizer.load_state_dict(
+            _optimizer_state_dict(_load_tensors(path / _indexed(OPTIMIZER_TENSORS, i)), described)
+        )
+    for i, registered in enumerate(accelerator._custom_objects):
+        registered.load_state_dict(_read_json(path / f"registered_{i}.json"))
+    if accelerator.scaler is not None:
+        accelerator.scaler.load_state_dict(_read_json(path / SCALER_FILE))
+    _load_rng(path, accelerator.process_index, collator_generator)
+    return Progress(**_read_json(path / PROGRESS_FILE))
+
+
+# Keys a resumed run may change without changing what it computes up to its checkpoint's step.
+RESUMABLE_KEYS = frozenset(
+    {"max_steps", "num_epochs", "log_every", "eval_every", "eval_batches", "save_every", "keep_checkpoints",
+     "tensorboard", "output_dir", "resume"}
+)  # fmt: skip
+
+
+def check_resumed_config(path: str | os.PathLike, config: dict[str, Any], resumable=RESUMABLE_KEYS) -> Progress:
+    """Refuse to resume checkpoint `path` with a config that differs from the saved one in a key outside
+    `resumable` (batch size, seed, preset, data... would make the resumed run inexact or fail in torch), naming
+    the key and both values. Returns the checkpoint's `Progress`. Verifies the checkpoint first."""
+    path = Path(path)
+    verify_checkpoint(path)
+    if (path / RUN_CONFIG_FILE).is_file():
+        saved, current = _read_json(path / RUN_CONFIG_FILE), json.loads(json.dumps(config))
+        changed = [key for key in sorted({*saved, *current} - resumable) if saved.get(key) != current.get(key)]
+        if changed:
+            differences = "; ".join(f"{key!r} was {saved.get(key)!r}, now {current.get(key)!r}" for key in changed)
+            raise CheckpointError(
+                f"resume: config differs from the one {path} was saved with: {differences}. A resumed run keeps "
+                f"its config (only {', '.join(sorted(resumable - {'resume'}))} may change); use the saved values or "
+                "start a new run in another --output_dir"
+            )
+    return Progress(**_read_json(path / PROGRESS_FILE))
 
 
 def checkpoint_to_resume(output_dir: str | os.PathLike, resume: bool | str) -> Path | None:
@@ -138,6 +377,6 @@ def checkpoint_to_resume(output_dir: str | os.PathLike, resume: bool | str) -> P
     if resume is True:
         return latest
     path = Path(resume)
-    if not (path / PROGRESS_FILE).is_file():
-        raise FileNotFoundError(f"resume: {path} is not a complete checkpoint (no {PROGRESS_FILE})")
+    if not (path / MANIFEST_FILE).is_file():
+        raise FileNotFoundError(f"resume: {path} is not a complete checkpoint (no {MANIFEST_FILE})")
     return path
