@@ -276,3 +276,27 @@ def test_two_ddp_processes_predict_what_one_process_does(checkpoints, tmp_path):
     assert next(r for r in read_log(tmp_path / "two") if r["event"] == "start")["num_processes"] == 2
     two = [json.loads(line) for line in (tmp_path / "two" / PREDICTIONS_FILE).read_text().splitlines()]
     assert two == single and len(two) == 31
+
+
+def test_max_length_beyond_the_models_positions_is_refused_before_training(checkpoints, tmp_path):  # noqa: F811
+    """gpt-tiny has learned positions for 512 tokens: longer inputs trained, then failed at evaluation."""
+    out = tmp_path / "too-long"
+    with pytest.raises(ValueError, match=r"'max_length' is 1024.*at most 512 tokens.*max_length <= 512"):
+        finetune(out, "--model", str(checkpoints["gpt-tiny"]), *SST2, "--max_length", "1024")
+    assert not (out / "log.jsonl").exists()  # refused before the first step
+
+
+def test_a_failure_in_the_final_evaluation_still_leaves_the_weights(checkpoints, tmp_path, monkeypatch):  # noqa: F811
+    """The weights are saved when training is done, before the evaluation that may fail."""
+    from hfzoo.training import task_runs
+
+    def broken_evaluation(*args, **kwargs):
+        raise RuntimeError("evaluation failed")
+
+    monkeypatch.setattr(task_runs, "predict_all", broken_evaluation)
+    out = tmp_path / "eval-fails"
+    with pytest.raises(RuntimeError, match="evaluation failed"):
+        finetune(out, "--model", str(checkpoints["bert-tiny"]), *SST2, "--max_steps", "2")
+    trained = load_file(out / "model.safetensors")
+    pretrained = load_file(checkpoints["bert-tiny"] / "model.safetensors")
+    assert any(not torch.equal(trained[k], pretrained[k]) for k in trained if k in pretrained)  # trained, not initial

@@ -168,6 +168,14 @@ def compose_adapters(config: ComposeConfig) -> Path:
     return Path(config.output_dir)
 
 
+def _save_composition(accelerator: Accelerator, prepared, folder: Path) -> None:
+    """Save the trained composition (called by every process when training is done, before the final evaluation)."""
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        accelerator.unwrap_model(prepared).save_pretrained(folder)
+    accelerator.wait_for_everyone()
+
+
 def train_composition(config: ComposeConfig, accelerator: Accelerator, baseline: dict | None = None) -> dict:
     """One composition run, read top to bottom; returns its metrics.json content."""
     output_dir = Path(config.output_dir)
@@ -185,19 +193,17 @@ def train_composition(config: ComposeConfig, accelerator: Accelerator, baseline:
     # --- Features, then the shared loop: AdamW on what is trainable, evaluation, log.jsonl.
     train_features = task.encode(train_examples, training=True)
     eval_features = task.encode(eval_examples, training=False)
+    # The composition is saved when training is done, before the final evaluation: a failure there keeps it.
     learning_rate = config.learning_rate if config.learning_rate is not None else DEFAULT_LEARNING_RATE
     run = train_and_evaluate(
         config, task, composed, train_features, eval_examples, eval_features, accelerator, learning_rate,
+        lambda prepared: _save_composition(accelerator, prepared, output_dir / COMPOSITION_DIR),
         family=family, strategy=config.strategy, adapters=config.adapters,
         train_examples=len(train_examples), **parameters,
     )  # fmt: skip
     trained: ComposedModel = accelerator.unwrap_model(run.model)
 
-    # --- Save the composition, rebuild it on a fresh base, then metrics, predictions and the card.
-    accelerator.wait_for_everyone()
-    if accelerator.is_main_process:
-        trained.save_pretrained(output_dir / COMPOSITION_DIR)
-    accelerator.wait_for_everyone()
+    # --- Rebuild the saved composition on a fresh base, then metrics, predictions and the card.
     reload = check_reload(config, task, trained, eval_examples, eval_features, run.records, accelerator)
     method = f"{config.strategy}-composition"
     summary = run_summary(task, base_model, method, parameters, run, len(train_examples), len(eval_examples))

@@ -1,5 +1,5 @@
 """Fine-tune a pretrained model on a labelled task: config -> examples -> tokenizer -> model (+ adapter) ->
-features -> AdamW -> loop -> validation metrics -> metrics.json, predictions, model or adapter, card.
+features -> AdamW -> loop -> model or adapter -> validation metrics -> metrics.json, predictions, card.
 
 Read `finetune` top to bottom; it is the recipe. What it shares with the composition recipe (preparing the run, the
 training run with its evaluations, the files it leaves) is in `hfzoo.training.task_runs`. The task (`hfzoo.tasks`:
@@ -69,20 +69,27 @@ def finetune(config: FinetuneConfig) -> Path:
     train_features = task.encode(train_examples, training=True)
     eval_features = task.encode(eval_examples, training=False)
 
-    # --- AdamW, the loop, validation metrics and the log.
+    def save_model(trained) -> None:
+        """The adapter (PEFT format, with the base it must reload onto) or the full model: before the final
+        evaluation, so that a failure there or in writing the results loses no training."""
+        unwrapped = accelerator.unwrap_model(trained)
+        accelerator.wait_for_everyone()
+        main_process = accelerator.is_main_process
+        unwrapped.save_pretrained(output_dir, is_main_process=main_process, save_function=accelerator.save)
+        if accelerator.is_main_process and isinstance(unwrapped, PeftModel):
+            save_base_identity(output_dir, unwrapped.get_base_model())
+        accelerator.wait_for_everyone()
+
+    # --- AdamW, the loop (saving the model when training is done), validation metrics and the log.
     learning_rate = config.learning_rate if config.learning_rate is not None else config.default_learning_rate()
     run = train_and_evaluate(
-        config, task, model, train_features, eval_examples, eval_features, accelerator, learning_rate,
+        config, task, model, train_features, eval_examples, eval_features, accelerator, learning_rate, save_model,
         family=family, method=method, train_examples=len(train_examples), **parameters,
     )  # fmt: skip
-    unwrapped = accelerator.unwrap_model(run.model)
 
-    # --- Save: metrics, predictions, the adapter (PEFT format) or the full model, tokenizer, card.
+    # --- Save: metrics, predictions, tokenizer, card.
     accelerator.wait_for_everyone()
     summary = run_summary(task, base_model, method, parameters, run, len(train_examples), len(eval_examples))
-    unwrapped.save_pretrained(output_dir, is_main_process=accelerator.is_main_process, save_function=accelerator.save)
-    if accelerator.is_main_process and isinstance(unwrapped, PeftModel):  # the base it must reload onto
-        save_base_identity(output_dir, unwrapped.get_base_model())
     if accelerator.is_main_process:
         write_results(output_dir, tokenizer, config, summary, run.records, FINETUNE_SECTIONS)
     accelerator.wait_for_everyone()

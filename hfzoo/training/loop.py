@@ -135,13 +135,15 @@ def train(
     evaluate: Callable[[], dict[str, float]],
     checkpoint: Callable[[Progress], Path] | None = None,
     after_optimizer_step: Callable[[int], None] | None = None,
+    on_trained: Callable[[], None] | None = None,
 ) -> dict[str, float]:
     """Train until `intervals.max_steps`, continuing from `progress` (updated in place); returns the last metrics.
 
     `train_loader` (prepared by accelerate) yields lists of examples, which `collate` turns into a batch.
     `evaluate` returns validation metrics (logged when not empty); `checkpoint` saves the run's state and returns
     where; `after_optimizer_step(step)` runs after each optimizer update, before gradients are zeroed (AdaLoRA
-    reallocates its ranks from them). Evaluation and checkpoints are left out of tokens/s.
+    reallocates its ranks from them); `on_trained()` runs once the last step is done, before the final evaluation,
+    so that what it saves survives a failure there. Evaluation and checkpoints are left out of tokens/s.
     """
     meter, metrics = TrainMeter(accelerator), {}
     meter.load_state(progress.meter)
@@ -178,6 +180,9 @@ def train(
                 grad = None if grad_norm is None else float(grad_norm)
                 lr = scheduler.get_last_lr()[0]
                 log.train(progress.step, mean_loss, lr, grad, tokens_per_s, progress.tokens_seen)
+            if on_trained is not None and progress.step == intervals.max_steps:
+                with meter.paused():
+                    on_trained()
             if intervals.due(intervals.eval_every, progress.step):
                 with meter.paused():
                     metrics = evaluate()

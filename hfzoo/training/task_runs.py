@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -107,8 +107,25 @@ def prepare_run(
     task.fit_labels(train_examples, eval_examples)
     tokenizer = load_tokenizer(config)
     model, family, missing = load_model(config, task, tokenizer, from_scratch)
+    check_max_length(config, model.config)
     task.bind(tokenizer, family)
     return task, train_examples, eval_examples, model, missing
+
+
+def check_max_length(config: TaskOptions, model_config) -> None:
+    """Refuse a `max_length` beyond the positions the model has learned, before training: such inputs would train
+    (with shorter rows) and then fail on the first long validation input, after all the steps. Rotary and relative
+    positions have no table to run past; T5 has no `max_position_embeddings`."""
+    limit = getattr(model_config, "max_position_embeddings", None)
+    if hasattr(model_config, "position_embedding"):  # hfzoo's models say which
+        learned = model_config.position_embedding == "learned"
+    else:  # transformers' own: rotary ones have a rope setting
+        learned = not any(hasattr(model_config, name) for name in ("rope_theta", "rope_parameters", "rope_scaling"))
+    if limit is not None and learned and config.max_length > limit:
+        raise ValueError(
+            f"config key 'max_length' is {config.max_length}, but {config.model} has learned positions for at most "
+            f"{limit} tokens (max_position_embeddings); use max_length <= {limit}."
+        )
 
 
 def log_trainable(what: str, parameters: dict[str, float]) -> None:
@@ -139,11 +156,14 @@ def train_and_evaluate(
     eval_features: list[dict],
     accelerator: Accelerator,
     peak_learning_rate: float,
+    save_trained: Callable[[nn.Module], None] | None = None,
     **start_fields: Any,
 ) -> TrainedRun:
     """Train `model`'s trainable parameters on `train_features`, evaluate every `eval_every` steps and at the end,
     and log to `log.jsonl` in `config.output_dir` (`start_fields`, e.g. the method and parameter counts, go into its
-    start record). Whatever is frozen stays frozen: the optimizer only sees parameters that require gradients."""
+    start record). Whatever is frozen stays frozen: the optimizer only sees parameters that require gradients.
+    `save_trained(model)` runs on every process once training is done, before the final evaluation: a failure in
+    the evaluation (or anything after) still leaves the trained weights saved."""
     train_loader = DataLoader(
         train_features,
         batch_size=config.per_device_batch_size,
@@ -193,6 +213,7 @@ def train_and_evaluate(
         max_grad_norm=config.max_grad_norm, evaluate=evaluate,
         # AdaLoRA reallocates its rank budget from each step's gradients.
         after_optimizer_step=getattr(base_model, "update_and_allocate", None),
+        on_trained=None if save_trained is None else lambda: save_trained(model),
     )  # fmt: skip
     log.write("end", step=progress.step, elapsed=round(log.elapsed, 3), **metrics)
     log.close()
