@@ -16,6 +16,7 @@ from transformers.utils import ModelOutput
 from transformers.utils.output_capturing import OutputRecorder
 
 from .checkpoint_files import check_checkpoint_folder
+from .compat import cache_argument
 from .layers import (
     Attention,
     MixtureOfExperts,
@@ -110,10 +111,20 @@ class TransformerStack:
         self.norm = build_norm(config) if config.norm_position == "pre" else nn.Identity()
         self.gradient_checkpointing = False
 
-    def resolve_use_cache(self, use_cache: bool | None) -> bool:
+    def cache_to_fill(self, past_key_values: Cache | None, use_cache: bool | None, kwargs: dict) -> Cache | None:
+        """The cache this forward extends: the caller's (`compat.cache_argument`), else a new empty one
+        (`new_cache`) when caching is on, else None."""
+        past_key_values = cache_argument(past_key_values, kwargs)
+        if past_key_values is not None:
+            return past_key_values
         if self.gradient_checkpointing and self.training:
-            return False  # recomputed blocks would write the cache a second time
-        return self.config.use_cache if use_cache is None else use_cache
+            return None  # recomputed blocks would write the cache a second time
+        use_cache = self.config.use_cache if use_cache is None else use_cache
+        return self.new_cache() if use_cache else None
+
+    def new_cache(self) -> Cache:
+        """An empty cache of the kind this stack's blocks fill."""
+        raise NotImplementedError
 
     def embed_inputs(
         self,

@@ -18,10 +18,10 @@ from transformers.modeling_outputs import (
     SequenceClassifierOutputWithPast,
     TokenClassifierOutput,
 )
-from transformers.utils import can_return_tuple
+from transformers.utils import ModelOutput, can_return_tuple
 from transformers.utils.output_capturing import capture_outputs
 
-from .compat import CACHE_FIELD, cache_argument, output_cache
+from .compat import CACHE_FIELD, output_cache
 from .configuration_decoder import ZooDecoderConfig
 from .losses import add_router_loss
 from .modeling_common import TransformerStack, ZooPreTrainedModel
@@ -44,6 +44,9 @@ class ZooDecoderModel(TransformerStack, ZooDecoderPreTrainedModel):
         self.build_blocks(config, config.num_hidden_layers)
         self.post_init()
 
+    def new_cache(self) -> DynamicCache:
+        return DynamicCache(config=self.config)
+
     @capture_outputs
     def forward(
         self,
@@ -55,9 +58,7 @@ class ZooDecoderModel(TransformerStack, ZooDecoderPreTrainedModel):
         use_cache: bool | None = None,
         **kwargs,
     ) -> BaseModelOutputWithPast:
-        past_key_values = cache_argument(past_key_values, kwargs)
-        if self.resolve_use_cache(use_cache) and past_key_values is None:
-            past_key_values = DynamicCache(config=self.config)
+        past_key_values = self.cache_to_fill(past_key_values, use_cache, kwargs)
         hidden_states = self.run_stack(input_ids, inputs_embeds, attention_mask, position_ids, past_key_values, **kwargs)
         output_cls = MoeModelOutputWithPast if self.config.num_experts else BaseModelOutputWithPast
         return output_cls(last_hidden_state=hidden_states, **{CACHE_FIELD: past_key_values})
@@ -109,15 +110,17 @@ class ZooDecoderForCausalLM(ZooDecoderPreTrainedModel, GenerationMixin):
         return MoeCausalLMOutputWithPast(**fields, aux_loss=aux_loss, router_logits=outputs.router_logits)
 
 
-class ZooDecoderForSequenceClassification(ZooDecoderPreTrainedModel):
-    """Classifies from the last non-padding token, as GPT does with its extract token; needs `pad_token_id`."""
+class ZooDecoderTaskModel(ZooDecoderPreTrainedModel):
+    """What the decoder's classification heads share: run the decoder, then `head` maps its hidden states and the
+    targets to the task's output. The language-model head keeps its own `forward`, whose extra parameters
+    (`logits_to_keep`) generate looks for in its signature."""
+
+    output_cls: type[ModelOutput]  # the head's output class
 
     def __init__(self, config: ZooDecoderConfig):
         super().__init__(config)
         self.num_labels = config.num_labels
         self.model = ZooDecoderModel(config)
-        self.score = nn.Linear(config.hidden_size, config.num_labels, bias=False)
-        self.post_init()
 
     @can_return_tuple
     def forward(
@@ -130,12 +133,40 @@ class ZooDecoderForSequenceClassification(ZooDecoderPreTrainedModel):
         labels: torch.LongTensor | None = None,
         use_cache: bool | None = None,
         **kwargs,
-    ) -> SequenceClassifierOutputWithPast:
+    ) -> ModelOutput:
+        # A head whose output has no cache field builds no cache.
+        returns_cache = CACHE_FIELD in self.output_cls.__dataclass_fields__
+        use_cache = use_cache if returns_cache else False
         # Positional, in the order of ZooDecoderModel.forward's parameters.
         outputs = self.base_model_outputs(
             input_ids, attention_mask, position_ids, past_key_values, inputs_embeds, use_cache, **kwargs
         )
-        logits = self.score(outputs.last_hidden_state)
+        logits, loss = self.head(outputs.last_hidden_state, labels, input_ids)
+        loss, _ = add_router_loss(self.config, loss, outputs)
+        cache = {CACHE_FIELD: output_cache(outputs)} if returns_cache else {}
+        return self.output_cls(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions, **cache
+        )
+
+    def head(
+        self, hidden_states: torch.Tensor, labels: torch.Tensor | None, input_ids: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The task's logits and, with `labels`, its loss."""
+        raise NotImplementedError
+
+
+class ZooDecoderForSequenceClassification(ZooDecoderTaskModel):
+    """Classifies from the last non-padding token, as GPT does with its extract token; needs `pad_token_id`."""
+
+    output_cls = SequenceClassifierOutputWithPast
+
+    def __init__(self, config: ZooDecoderConfig):
+        super().__init__(config)
+        self.score = nn.Linear(config.hidden_size, config.num_labels, bias=False)
+        self.post_init()
+
+    def head(self, hidden_states, labels, input_ids):
+        logits = self.score(hidden_states)
         batch_size = logits.shape[0]
         pad_token_id = self.config.pad_token_id
         if pad_token_id is None and batch_size != 1:
@@ -150,51 +181,27 @@ class ZooDecoderForSequenceClassification(ZooDecoderPreTrainedModel):
             positions = torch.arange(input_ids.shape[-1], device=logits.device)
             last_token = (positions * (input_ids != pad_token_id).to(logits.device)).argmax(-1)
         pooled_logits = logits[torch.arange(batch_size, device=logits.device), last_token]
-        loss = None
-        if labels is not None:
-            loss = self.loss_function(logits=logits, labels=labels, pooled_logits=pooled_logits, config=self.config)
-        loss, _ = add_router_loss(self.config, loss, outputs)
-        return SequenceClassifierOutputWithPast(
-            loss=loss,
-            logits=pooled_logits,
-            **{CACHE_FIELD: output_cache(outputs)},
-            hidden_states=outputs.hidden_states,
-            attentions=outputs.attentions,
+        if labels is None:
+            return pooled_logits, None
+        return pooled_logits, self.loss_function(
+            logits=logits, labels=labels, pooled_logits=pooled_logits, config=self.config
         )
 
 
-class ZooDecoderForTokenClassification(ZooDecoderPreTrainedModel):
+class ZooDecoderForTokenClassification(ZooDecoderTaskModel):
     """Tags every token from the causal hidden state (each token sees only its left context); -100 is ignored."""
+
+    output_cls = TokenClassifierOutput
 
     def __init__(self, config: ZooDecoderConfig):
         super().__init__(config)
-        self.num_labels = config.num_labels
-        self.model = ZooDecoderModel(config)
         self.dropout = nn.Dropout(config.hidden_dropout)
         self.score = nn.Linear(config.hidden_size, config.num_labels)
         self.post_init()
 
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        position_ids: torch.LongTensor | None = None,
-        inputs_embeds: torch.FloatTensor | None = None,
-        labels: torch.LongTensor | None = None,
-        **kwargs,
-    ) -> TokenClassifierOutput:
-        outputs = self.base_model_outputs(
-            input_ids, attention_mask, position_ids, inputs_embeds=inputs_embeds, use_cache=False, **kwargs
-        )
-        logits = self.score(self.dropout(outputs.last_hidden_state))
-        loss = None
-        if labels is not None:
-            loss = self.loss_function(logits, labels, self.config)
-        loss, _ = add_router_loss(self.config, loss, outputs)
-        return TokenClassifierOutput(
-            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
-        )
+    def head(self, hidden_states, labels, input_ids):
+        logits = self.score(self.dropout(hidden_states))
+        return logits, None if labels is None else self.loss_function(logits, labels, self.config)
 
 
 __all__ = [

@@ -133,6 +133,11 @@ class ZooSeq2SeqDecoder(Seq2SeqStack):
         "router_logits": OutputRecorder(MixtureOfExperts, index=1),
     }
 
+    def new_cache(self) -> EncoderDecoderCache:
+        # Sized from the decoder's view of the config: one cache layer per decoder block.
+        decoder_config = self.config.get_text_config(decoder=True)
+        return EncoderDecoderCache(DynamicCache(config=decoder_config), DynamicCache(config=decoder_config))
+
     @capture_outputs
     def forward(
         self,
@@ -145,13 +150,7 @@ class ZooSeq2SeqDecoder(Seq2SeqStack):
         use_cache: bool | None = None,
         **kwargs,
     ) -> BaseModelOutputWithPastAndCrossAttentions:
-        past_key_values = cache_argument(past_key_values, kwargs)
-        if self.resolve_use_cache(use_cache) and past_key_values is None:
-            # Sized from the decoder's view of the config: one cache layer per decoder block.
-            decoder_config = self.config.get_text_config(decoder=True)
-            past_key_values = EncoderDecoderCache(
-                DynamicCache(config=decoder_config), DynamicCache(config=decoder_config)
-            )
+        past_key_values = self.cache_to_fill(past_key_values, use_cache, kwargs)
         if past_key_values is not None and not isinstance(past_key_values, EncoderDecoderCache):
             raise ValueError(
                 f"The decoder caches self- and cross-attention separately: pass an EncoderDecoderCache, not "
