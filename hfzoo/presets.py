@@ -49,6 +49,15 @@ _MODERNBERT = dict(
     position_embedding="rotary", rope_theta=160000.0, attention_bias=False, mlp_bias=False, embedding_norm=True,
     tie_word_embeddings=True, type_vocab_size=0, add_pooling_layer=False, hidden_dropout=0.0, attention_dropout=0.0,
 )
+# DeBERTa-v3's encoder (He et al., 2021; 2023): BERT's post-norm layers with disentangled attention over
+# log-bucketed relative positions (no absolute position embedding), no token types; its enhanced mask decoder
+# and DeBERTa-v2's convolution layer are not part of these presets.
+_DEBERTA = dict(
+    activation="gelu", norm_type="layernorm", norm_position="post", norm_eps=1e-7, position_embedding="disentangled",
+    position_buckets=256, max_relative_positions=512, position_attention_terms="c2p|p2c", attention_bias=True,
+    mlp_bias=True, embedding_norm=True, tie_word_embeddings=True, type_vocab_size=0, add_pooling_layer=True,
+    max_position_embeddings=512,
+)
 _BERT_BASE = dict(vocab_size=30522, hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072)
 # Encoder-decoder presets: the depth is per stack (num_hidden_layers encoder blocks, as many decoder blocks).
 _T5 = dict(
@@ -140,6 +149,15 @@ PRESETS: dict[str, tuple[str, dict, str]] = {
         {**_MODERNBERT, "vocab_size": 50368, "hidden_size": 768, "num_hidden_layers": 22, "num_attention_heads": 12,
          "intermediate_size": 1152, "max_position_embeddings": 8192},
         "ModernBERT-base 149M dimensions (Warner et al., 2024), global attention only",
+    ),
+    "deberta-tiny": (
+        "encoder", {**_DEBERTA, **_TINY, "intermediate_size": 512},
+        "DeBERTa-v3 (He et al., 2021): disentangled attention (content-to-position and position-to-content) over "
+        "256 log-bucketed relative positions, post-norm; test size",
+    ),
+    "deberta-small": (
+        "encoder", {**_DEBERTA, **_SMALL, "intermediate_size": 1536, "max_position_embeddings": 512},
+        "DeBERTa-v3 (He et al., 2021): disentangled attention over log-bucketed relative positions; CPU-trainable size",
     ),
     "t5-tiny": (
         "encoder_decoder", {**_T5, **_SEQ2SEQ_TINY, "intermediate_size": 256},

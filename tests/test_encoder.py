@@ -1,6 +1,6 @@
 """The encoder family behaves like a native transformers BERT: attention backends, heads and their losses, the
 masked-LM fast path, save/load (also as remote code where hfzoo is absent), checkpointing, embeddings, dtypes, LoRA
-and mixture of experts, for the BERT, RoBERTa and ModernBERT test presets (fp32, dropout 0)."""
+and mixture of experts, for the BERT, RoBERTa, ModernBERT and DeBERTa test presets (fp32, dropout 0)."""
 
 import json
 import os
@@ -24,7 +24,7 @@ from transformers import (
 import hfzoo
 from hfzoo.presets import count_preset_parameters
 
-ENCODER_PRESETS = ("bert-tiny", "roberta-tiny", "modernbert-tiny")
+ENCODER_PRESETS = ("bert-tiny", "roberta-tiny", "modernbert-tiny", "deberta-tiny")
 HEADS = (
     AutoModel,
     AutoModelForMaskedLM,
@@ -394,7 +394,7 @@ def parameter_count(model_or_preset) -> int:
     return sum(parameter.numel() for parameter in model_or_preset.parameters())
 
 
-@pytest.mark.parametrize("family", ["bert", "roberta", "modernbert"])
+@pytest.mark.parametrize("family", ["bert", "roberta", "modernbert", "deberta"])
 def test_tiny_and_small_encoder_presets_keep_their_budgets(family):
     assert count_preset_parameters(f"{family}-tiny") < 2_000_000
     assert 10_000_000 <= count_preset_parameters(f"{family}-small") <= 30_000_000

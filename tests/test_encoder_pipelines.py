@@ -17,7 +17,7 @@ from transformers import (
     pipeline,
 )
 
-ENCODER_PRESETS = ("bert-tiny", "roberta-tiny", "modernbert-tiny")
+ENCODER_PRESETS = ("bert-tiny", "roberta-tiny", "modernbert-tiny", "deberta-tiny")
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 CONTEXT = "The json module encodes Python objects as JSON text and decodes JSON documents back into objects."
 

@@ -8,7 +8,12 @@ from peft import LoHaConfig, LoKrConfig, OFTConfig, VeraConfig, get_peft_model
 from hfzoo.presets import build_preset_model
 
 # family preset -> the module names the methods adapt there by default
-FAMILIES = {"gpt-tiny": {"qkv_proj"}, "bert-tiny": {"qkv_proj"}, "t5-tiny": {"qkv_proj", "q_proj", "kv_proj"}}
+FAMILIES = {
+    "gpt-tiny": {"qkv_proj"},
+    "bert-tiny": {"qkv_proj"},
+    "deberta-tiny": {"qkv_proj"},
+    "t5-tiny": {"qkv_proj", "q_proj", "kv_proj"},
+}
 METHODS = {"loha": LoHaConfig, "lokr": LoKrConfig, "vera": VeraConfig, "oft": OFTConfig}
 
 

@@ -13,7 +13,9 @@ NORM_POSITIONS = ("pre", "post")
 # Gated variants (Shazeer, 2020) map to the activation of their gate.
 GATED_ACTIVATIONS = {"swiglu": "silu", "geglu": "gelu"}
 ACTIVATIONS = ("gelu", "gelu_new", "relu", "silu", *GATED_ACTIVATIONS)
-POSITION_EMBEDDINGS = ("learned", "sinusoidal", "rotary", "alibi", "relative", "none")
+POSITION_EMBEDDINGS = ("learned", "sinusoidal", "rotary", "alibi", "relative", "disentangled", "none")
+# DeBERTa's position terms of disentangled attention: content-to-position, position-to-content.
+POSITION_ATTENTION_TERMS = ("c2p|p2c", "c2p", "p2c")
 
 
 def _check_choice(name: str, value, choices) -> None:
@@ -88,6 +90,8 @@ def validate_components(config) -> None:
         raise ValueError(f"sinusoidal positions need an even hidden_size, got {config.hidden_size}.")
     if config.position_embedding in ("learned", "sinusoidal") and config.max_position_embeddings <= 0:
         raise ValueError("max_position_embeddings must be positive for learned or sinusoidal positions.")
+    if config.position_embedding == "disentangled":
+        _validate_disentangled(config)
     if config.rope_theta <= 0:
         raise ValueError(f"rope_theta must be positive, got {config.rope_theta}.")
     for name in ("hidden_dropout", "attention_dropout"):
@@ -102,4 +106,20 @@ def validate_components(config) -> None:
     if config.num_experts and not 1 <= config.num_experts_per_tok <= config.num_experts:
         raise ValueError(
             f"num_experts_per_tok ({config.num_experts_per_tok}) must be between 1 and num_experts ({config.num_experts})."
+        )
+
+
+def _validate_disentangled(config) -> None:
+    _check_choice("position_attention_terms", config.position_attention_terms, POSITION_ATTENTION_TERMS)
+    if config.position_buckets < 0 or config.position_buckets == 1:
+        raise ValueError(
+            f"position_buckets must be 0 (no buckets) or >= 2 for disentangled positions, "
+            f"got {config.position_buckets}."
+        )
+    # The logarithmic buckets divide by log((max_relative_positions - 1) / (position_buckets // 2)).
+    longest_exact = config.position_buckets // 2
+    if config.max_relative_positions <= longest_exact + 1:
+        raise ValueError(
+            f"max_relative_positions ({config.max_relative_positions}) must be larger than position_buckets // 2 + 1 "
+            f"({longest_exact + 1}) for disentangled positions; raise it or lower position_buckets."
         )

@@ -29,12 +29,19 @@ class ZooTransformerConfig(PreTrainedConfig):
         norm_bias (`bool`, defaults to `True`): whether LayerNorms have a bias (RMSNorm never has one).
         position_embedding (`str`, defaults to `"learned"`): `learned` (GPT-2, BERT), `sinusoidal` (Vaswani et al.,
             2017), `rotary` (RoFormer, Su et al., 2021), `alibi` (Press et al., 2022), `relative` (T5's bucketed
-            relative bias, Raffel et al., 2020) or `none`.
+            relative bias, Raffel et al., 2020), `disentangled` (DeBERTa's content-to-position and
+            position-to-content attention over log-bucketed relative positions, He et al., 2021) or `none`.
         max_position_embeddings (`int`, defaults to 1024): longest sequence for learned positions (a longer input is an
             error); also the length the other position kinds are documented for.
         rope_theta (`float`, defaults to 10000.0): base of the rotary frequencies.
         relative_attention_num_buckets (`int`, defaults to 32), relative_attention_max_distance (`int`, defaults to
             128): T5's relative bias buckets.
+        position_buckets (`int`, defaults to 256), max_relative_positions (`int`, defaults to 512): DeBERTa-v2's
+            relative positions: distances up to position_buckets // 2 are exact, longer ones share logarithmic
+            buckets up to max_relative_positions; 2 * position_buckets embedding rows. 0 buckets: plain distances
+            clipped to +-max_relative_positions (DeBERTa v1).
+        position_attention_terms (`str`, defaults to `"c2p|p2c"`): the position terms of disentangled attention
+            (DeBERTa's `pos_att_type`): `c2p|p2c`, `c2p` or `p2c`. Scores are scaled by 1/sqrt(head_dim * (1 + terms)).
         attention_bias (`bool`, defaults to `True`): biases on the attention projections.
         mlp_bias (`bool`, defaults to `True`): biases on the feed-forward projections.
         hidden_dropout (`float`, defaults to 0.1): dropout on embeddings and on each residual branch.
@@ -65,6 +72,9 @@ class ZooTransformerConfig(PreTrainedConfig):
     rope_theta: float = 10000.0
     relative_attention_num_buckets: int = 32
     relative_attention_max_distance: int = 128
+    position_buckets: int = 256
+    max_relative_positions: int = 512
+    position_attention_terms: str = "c2p|p2c"
     attention_bias: bool = True
     mlp_bias: bool = True
     hidden_dropout: float = 0.1

@@ -20,6 +20,12 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from .component_options import GATED_ACTIVATIONS
+from .disentangled_attention import (
+    DisentangledPositionEmbedding,
+    DisentangledPositions,
+    disentangled_position_bias,
+    score_terms,
+)
 
 
 # ----------------------------------------------------------------------------------------------- norms
@@ -46,11 +52,13 @@ def build_norm(config) -> nn.Module:
 
 # ----------------------------------------------------------------------------------------------- positions
 class PositionSignals(NamedTuple):
-    """What a position scheme contributes: an embedding added to the input, rotary angles, or an attention bias."""
+    """What a position scheme contributes: an embedding added to the input, rotary angles, an attention bias, or
+    the relative embeddings from which each layer computes its own bias (DeBERTa)."""
 
     added: torch.Tensor | None = None
     rotary: tuple[torch.Tensor, torch.Tensor] | None = None
     attention_bias: torch.Tensor | None = None
+    disentangled: DisentangledPositions | None = None
 
 
 def sinusoidal_embedding(position_ids: torch.Tensor, dim: int, dtype: torch.dtype) -> torch.Tensor:
@@ -124,6 +132,9 @@ class PositionEncoding(nn.Module):
         elif self.kind == "relative":
             # Shared by all layers of a stack, as in T5.
             self.relative_attention_bias = nn.Embedding(config.relative_attention_num_buckets, config.num_attention_heads)
+        elif self.kind == "disentangled":
+            # Shared by all layers of a stack, as in DeBERTa, with their own norm.
+            self.disentangled = DisentangledPositionEmbedding(config, build_norm(config))
 
     def forward(self, position_ids: torch.Tensor, query_length: int, key_length: int, dtype: torch.dtype) -> PositionSignals:
         config = self.config
@@ -140,7 +151,7 @@ class PositionEncoding(nn.Module):
             return PositionSignals(added=sinusoidal_embedding(position_ids, config.hidden_size, dtype))
         if self.kind == "rotary":
             return PositionSignals(rotary=rotary_angles(position_ids, config.head_dim, config.rope_theta, dtype))
-        if self.kind in ("alibi", "relative"):
+        if self.kind in ("alibi", "relative", "disentangled"):
             if config._attn_implementation not in ("eager", "sdpa"):
                 # Flash kernels would silently drop the bias; only eager and sdpa add it to the scores.
                 raise ValueError(
@@ -148,6 +159,8 @@ class PositionEncoding(nn.Module):
                     f"attn_implementation={config._attn_implementation!r} does not support; use 'sdpa' or 'eager'."
                 )
             device = position_ids.device
+            if self.kind == "disentangled":
+                return PositionSignals(disentangled=self.disentangled(query_length, key_length, device))
             # Queries are the last `query_length` of `key_length` positions (a cache holds the earlier ones).
             query_pos = torch.arange(key_length - query_length, key_length, device=device)[:, None]
             relative = torch.arange(key_length, device=device)[None, :] - query_pos  # key minus query
@@ -284,7 +297,7 @@ class Attention(nn.Module):
         self.num_heads = config.num_attention_heads
         self.num_key_value_heads = config.num_key_value_heads
         self.num_key_value_groups = self.num_heads // self.num_key_value_heads
-        self.scaling = self.head_dim**-0.5
+        self.scaling = (self.head_dim * score_terms(config, is_cross_attention)) ** -0.5
         self.attention_dropout = config.attention_dropout
         q_width = self.num_heads * self.head_dim
         kv_width = self.num_key_value_heads * self.head_dim
@@ -339,6 +352,8 @@ class Attention(nn.Module):
                 if isinstance(past_key_values, EncoderDecoderCache):
                     past_key_values = past_key_values.self_attention_cache
                 key, value = past_key_values.update(key, value, self.layer_idx)
+            if position_signals is not None and position_signals.disentangled is not None:
+                position_bias = disentangled_position_bias(self, query, key, position_signals.disentangled)
 
         attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
             self.config._attn_implementation, eager_attention_forward
