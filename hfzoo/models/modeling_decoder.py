@@ -64,12 +64,66 @@ class ZooDecoderModel(TransformerStack, ZooDecoderPreTrainedModel):
         return output_cls(last_hidden_state=hidden_states, **{CACHE_FIELD: past_key_values})
 
 
-class ZooDecoderForCausalLM(ZooDecoderPreTrainedModel, GenerationMixin):
-    _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
+class ZooDecoderTaskModel(ZooDecoderPreTrainedModel):
+    """What the decoder's heads share: the decoder, and how an output is assembled (`task_output`). The
+    classification heads also share `forward` (run the decoder, then `head` gives logits and loss); the language
+    model keeps its own, whose extra parameters (`logits_to_keep`) generate looks for in its signature."""
+
+    output_cls: type[ModelOutput]  # the head's output class
+    moe_output_cls: type[ModelOutput] | None = None  # for a mixture of experts, if the head reports its aux loss
 
     def __init__(self, config: ZooDecoderConfig):
         super().__init__(config)
         self.model = ZooDecoderModel(config)
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.FloatTensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        **kwargs,
+    ) -> ModelOutput:
+        if not self.returns_cache():
+            use_cache = False
+        # Positional, in the order of ZooDecoderModel.forward's parameters.
+        outputs = self.base_model_outputs(
+            input_ids, attention_mask, position_ids, past_key_values, inputs_embeds, use_cache, **kwargs
+        )
+        logits, loss = self.head(outputs.last_hidden_state, labels, input_ids)
+        return self.task_output(outputs, logits, loss)
+
+    def head(
+        self, hidden_states: torch.Tensor, labels: torch.Tensor | None, input_ids: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """A classification head's logits and, with `labels`, its loss."""
+        raise NotImplementedError
+
+    def returns_cache(self) -> bool:
+        return CACHE_FIELD in self.output_cls.__dataclass_fields__
+
+    def task_output(self, outputs: ModelOutput, logits: torch.Tensor, loss: torch.Tensor | None) -> ModelOutput:
+        """The head's output: the MoE load-balancing loss joins the task loss; cache and recorded states pass on."""
+        loss, aux_loss = add_router_loss(self.config, loss, outputs)
+        fields = dict(loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions)
+        if self.returns_cache():
+            fields[CACHE_FIELD] = output_cache(outputs)
+        if aux_loss is None or self.moe_output_cls is None:
+            return self.output_cls(**fields)
+        return self.moe_output_cls(**fields, aux_loss=aux_loss, router_logits=outputs.router_logits)
+
+
+class ZooDecoderForCausalLM(ZooDecoderTaskModel, GenerationMixin):
+    _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
+    output_cls = CausalLMOutputWithPast
+    moe_output_cls = MoeCausalLMOutputWithPast
+
+    def __init__(self, config: ZooDecoderConfig):
+        super().__init__(config)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.post_init()
 
@@ -97,62 +151,7 @@ class ZooDecoderForCausalLM(ZooDecoderPreTrainedModel, GenerationMixin):
         loss = None
         if labels is not None:
             loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs)
-        loss, aux_loss = add_router_loss(self.config, loss, outputs)
-        fields = dict(
-            loss=loss,
-            logits=logits,
-            **{CACHE_FIELD: output_cache(outputs)},
-            hidden_states=outputs.hidden_states,
-            attentions=outputs.attentions,
-        )
-        if aux_loss is None:
-            return CausalLMOutputWithPast(**fields)
-        return MoeCausalLMOutputWithPast(**fields, aux_loss=aux_loss, router_logits=outputs.router_logits)
-
-
-class ZooDecoderTaskModel(ZooDecoderPreTrainedModel):
-    """What the decoder's classification heads share: run the decoder, then `head` maps its hidden states and the
-    targets to the task's output. The language-model head keeps its own `forward`, whose extra parameters
-    (`logits_to_keep`) generate looks for in its signature."""
-
-    output_cls: type[ModelOutput]  # the head's output class
-
-    def __init__(self, config: ZooDecoderConfig):
-        super().__init__(config)
-        self.num_labels = config.num_labels
-        self.model = ZooDecoderModel(config)
-
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        position_ids: torch.LongTensor | None = None,
-        past_key_values: Cache | None = None,
-        inputs_embeds: torch.FloatTensor | None = None,
-        labels: torch.LongTensor | None = None,
-        use_cache: bool | None = None,
-        **kwargs,
-    ) -> ModelOutput:
-        # A head whose output has no cache field builds no cache.
-        returns_cache = CACHE_FIELD in self.output_cls.__dataclass_fields__
-        use_cache = use_cache if returns_cache else False
-        # Positional, in the order of ZooDecoderModel.forward's parameters.
-        outputs = self.base_model_outputs(
-            input_ids, attention_mask, position_ids, past_key_values, inputs_embeds, use_cache, **kwargs
-        )
-        logits, loss = self.head(outputs.last_hidden_state, labels, input_ids)
-        loss, _ = add_router_loss(self.config, loss, outputs)
-        cache = {CACHE_FIELD: output_cache(outputs)} if returns_cache else {}
-        return self.output_cls(
-            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions, **cache
-        )
-
-    def head(
-        self, hidden_states: torch.Tensor, labels: torch.Tensor | None, input_ids: torch.Tensor | None
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The task's logits and, with `labels`, its loss."""
-        raise NotImplementedError
+        return self.task_output(outputs, logits, loss)
 
 
 class ZooDecoderForSequenceClassification(ZooDecoderTaskModel):
@@ -162,6 +161,7 @@ class ZooDecoderForSequenceClassification(ZooDecoderTaskModel):
 
     def __init__(self, config: ZooDecoderConfig):
         super().__init__(config)
+        self.num_labels = config.num_labels
         self.score = nn.Linear(config.hidden_size, config.num_labels, bias=False)
         self.post_init()
 
@@ -195,6 +195,7 @@ class ZooDecoderForTokenClassification(ZooDecoderTaskModel):
 
     def __init__(self, config: ZooDecoderConfig):
         super().__init__(config)
+        self.num_labels = config.num_labels
         self.dropout = nn.Dropout(config.hidden_dropout)
         self.score = nn.Linear(config.hidden_size, config.num_labels)
         self.post_init()
