@@ -13,6 +13,7 @@ from transformers import (
     AutoModelForCausalLM,
     AutoModelForMaskedLM,
     AutoModelForMultipleChoice,
+    AutoModelForPreTraining,
     AutoModelForQuestionAnswering,
     AutoModelForSeq2SeqLM,
     AutoModelForSequenceClassification,
@@ -31,6 +32,7 @@ AUTO_CLASSES = {
     models.ZooEncoderConfig: {
         AutoModel: models.ZooEncoderModel,
         AutoModelForMaskedLM: models.ZooEncoderForMaskedLM,
+        AutoModelForPreTraining: models.ZooEncoderForPreTraining,
         AutoModelForSequenceClassification: models.ZooEncoderForSequenceClassification,
         AutoModelForTokenClassification: models.ZooEncoderForTokenClassification,
         AutoModelForQuestionAnswering: models.ZooEncoderForQuestionAnswering,

@@ -11,8 +11,9 @@ import torch
 from torch import nn
 from transformers.cache_utils import Cache, EncoderDecoderCache
 from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
+from transformers.modeling_flash_attention_utils import FlashAttentionKwargs
 from transformers.modeling_utils import PreTrainedModel
-from transformers.utils import ModelOutput
+from transformers.utils import ModelOutput, TransformersKwargs
 from transformers.utils.output_capturing import OutputRecorder
 
 from .checkpoint_files import check_checkpoint_folder
@@ -28,6 +29,29 @@ from .layers import (
 )
 from .losses import VOCABULARY_LOSSES
 from .weight_layout import ModeFollowingLayout
+
+
+# What may travel through a forward's `**kwargs` besides the inputs it names: transformers' own keyword arguments
+# (output flags, `num_items_in_batch` from Trainer, the attention functions' packed-sequence arguments), the fused
+# causal loss's `shift_labels`, and a tokenizer's `token_type_ids`, which generate and the pipelines pass on to any
+# model and which a family without token types ignores (as transformers' Llama and RoBERTa-style encoders do).
+# Anything else is a mistake (a misspelt input, a label the head has no loss for) and raises instead of vanishing.
+PASSED_THROUGH_KWARGS = (
+    TransformersKwargs.__optional_keys__
+    | FlashAttentionKwargs.__optional_keys__
+    | {"output_attentions", "output_hidden_states", "return_dict", "shift_labels", "token_type_ids"}
+)
+
+
+def check_passed_through(model: nn.Module, kwargs: dict, also_passed_through: frozenset[str] = frozenset()) -> None:
+    """Raise a TypeError naming every keyword argument in `kwargs` that no part of `model` takes."""
+    unexpected = sorted(set(kwargs) - PASSED_THROUGH_KWARGS - also_passed_through)
+    if unexpected:
+        raise TypeError(
+            f"{type(model).__name__}.forward() got unexpected keyword argument(s) {', '.join(map(repr, unexpected))}: "
+            f"neither an input of the model nor one of transformers' keyword arguments "
+            f"({', '.join(sorted(PASSED_THROUGH_KWARGS))})."
+        )
 
 
 class ZooPreTrainedModel(ModeFollowingLayout, PreTrainedModel):
@@ -92,6 +116,8 @@ class TransformerStack:
     # Count positions over real tokens only, so a padded row gets the positions it has alone (as generate gives a
     # left-padded prompt); without this, learned/sinusoidal positions make outputs depend on the padding.
     positions_skip_padding: bool = False
+    # Keyword arguments, beyond `PASSED_THROUGH_KWARGS`, that transformers hands this stack and it ignores.
+    also_passed_through: frozenset[str] = frozenset()
 
     def build_inputs(self, config, is_causal: bool) -> None:
         """Token embedding (optionally scaled), positions, embedding norm and dropout."""
@@ -169,7 +195,9 @@ class TransformerStack:
         """Embed -> mask -> blocks -> final norm; returns the last hidden state.
 
         With `encoder_hidden_states` the blocks also cross-attend to them, masked by `encoder_attention_mask`.
+        `kwargs` reach the attention functions, so an argument nothing takes is refused here (`check_passed_through`).
         """
+        check_passed_through(self, kwargs, self.also_passed_through)
         self_cache = past_key_values
         if isinstance(past_key_values, EncoderDecoderCache):
             self_cache = past_key_values.self_attention_cache

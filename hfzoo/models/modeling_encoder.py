@@ -44,6 +44,23 @@ class ZooMaskedLMOutput(MaskedLMOutput):
     router_logits: tuple[torch.FloatTensor, ...] | None = None
 
 
+@dataclass
+class ZooPreTrainingOutput(ModelOutput):
+    """transformers' `BertForPreTrainingOutput` plus a mixture of experts' load-balancing loss (already in `loss`).
+
+    `prediction_logits` are the masked-LM logits, shaped as `ZooMaskedLMOutput.logits` (the labelled positions only
+    in training with `labels`); `seq_relationship_logits` are `[batch, 2]`: B follows A (0) or is random (1).
+    """
+
+    loss: torch.FloatTensor | None = None
+    prediction_logits: torch.FloatTensor | None = None
+    seq_relationship_logits: torch.FloatTensor | None = None
+    hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    attentions: tuple[torch.FloatTensor, ...] | None = None
+    aux_loss: torch.FloatTensor | None = None
+    router_logits: tuple[torch.FloatTensor, ...] | None = None
+
+
 class ZooEncoderPreTrainedModel(ZooPreTrainedModel):
     config: ZooEncoderConfig
 
@@ -181,8 +198,11 @@ class ZooEncoderTaskModel(ZooEncoderPreTrainedModel):
         raise NotImplementedError
 
     def task_output(self, output_cls: type[ModelOutput], loss, outputs, **fields) -> ModelOutput:
-        """How a head ends: the MoE load-balancing loss joins the task loss; recorded states pass through."""
-        loss, _ = add_router_loss(self.config, loss, outputs)
+        """How a head ends: the MoE load-balancing loss joins the task loss (and is reported on its own by outputs
+        with an `aux_loss` field, beside the router logits); recorded states pass through."""
+        loss, aux_loss = add_router_loss(self.config, loss, outputs)
+        if "aux_loss" in output_cls.__dataclass_fields__:
+            fields.update(aux_loss=aux_loss, router_logits=outputs.router_logits)
         return output_cls(loss=loss, hidden_states=outputs.hidden_states, attentions=outputs.attentions, **fields)
 
 
@@ -196,8 +216,8 @@ class ZooEncoderForMaskedLM(ZooEncoderTaskModel):
 
     _tied_weights_keys = {"lm_head.decoder.weight": "model.embed_tokens.weight"}
 
-    def __init__(self, config: ZooEncoderConfig):
-        super().__init__(config, add_pooling_layer=False)
+    def __init__(self, config: ZooEncoderConfig, add_pooling_layer: bool | None = False):
+        super().__init__(config, add_pooling_layer=add_pooling_layer)
         self.lm_head = ZooEncoderLMHead(config)
         self.post_init()
 
@@ -208,20 +228,68 @@ class ZooEncoderForMaskedLM(ZooEncoderTaskModel):
         self.lm_head.decoder = new_embeddings
 
     def head(self, outputs: ZooEncoderModelOutput, labels, inputs: dict, **kwargs) -> ZooMaskedLMOutput:
-        hidden_states = outputs.last_hidden_state
+        logits, loss = self.masked_lm(outputs.last_hidden_state, labels, **kwargs)
+        return self.task_output(ZooMaskedLMOutput, loss, outputs, logits=logits)
+
+    def masked_lm(
+        self, hidden_states: torch.Tensor, labels: torch.Tensor | None, **kwargs
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The vocabulary logits (of the labelled positions only, in training) and, with `labels`, their loss."""
         if labels is not None and self.training:
             labelled = labels != -100
             hidden_states, labels = hidden_states[labelled], labels[labelled]
         logits = self.lm_head(hidden_states)
-        loss = None if labels is None else self.loss_function(logits, labels, self.config.vocab_size, **kwargs)
-        loss, aux_loss = add_router_loss(self.config, loss, outputs)
-        return ZooMaskedLMOutput(
-            loss=loss,
-            logits=logits,
-            hidden_states=outputs.hidden_states,
-            attentions=outputs.attentions,
-            aux_loss=aux_loss,
-            router_logits=outputs.router_logits,
+        return logits, None if labels is None else self.loss_function(logits, labels, self.config.vocab_size, **kwargs)
+
+
+class ZooEncoderForPreTraining(ZooEncoderForMaskedLM):
+    """BERT's pretraining: masked LM plus next-sentence prediction (is segment B the one that follows A?).
+
+    The NSP classifier reads the sentence representation: the pooler when the config has one (BERT), which NSP
+    thereby pretrains for the classification heads, else the first token. The loss is the sum of the masked-LM
+    loss over `labels` and the cross-entropy of `next_sentence_label` (0: B follows A, 1: B is random), as in
+    transformers' `BertForPreTraining`; either may be left out. The collator that builds the pairs is
+    `MaskedLMCollator(next_sentence_prediction=True)`.
+    """
+
+    def __init__(self, config: ZooEncoderConfig):
+        super().__init__(config, add_pooling_layer=None)
+        # transformers names losses by class-name suffix and has none for "ForPreTraining": the masked-LM part
+        # must not fall back to its default causal (shifted) loss.
+        self.loss_type = "ForMaskedLM"
+        self.seq_relationship = nn.Linear(config.hidden_size, 2)
+        self.post_init()  # again, now that the NSP classifier exists
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        next_sentence_label: torch.Tensor | None = None,
+        **kwargs,
+    ) -> ZooPreTrainingOutput:
+        # Named here so that Trainer finds both label names; both travel on as the head's targets.
+        targets = (labels, next_sentence_label)
+        return super().forward(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, targets, **kwargs)
+
+    def head(self, outputs: ZooEncoderModelOutput, targets, inputs: dict, **kwargs) -> ZooPreTrainingOutput:
+        labels, next_sentence_label = targets
+        prediction_logits, loss = self.masked_lm(outputs.last_hidden_state, labels, **kwargs)
+        seq_relationship_logits = self.seq_relationship(sentence_representation(outputs))
+        if next_sentence_label is not None:
+            nsp_loss = F.cross_entropy(
+                seq_relationship_logits, next_sentence_label.view(-1).to(seq_relationship_logits.device)
+            )
+            loss = nsp_loss if loss is None else loss + nsp_loss
+        return self.task_output(
+            ZooPreTrainingOutput,
+            loss,
+            outputs,
+            prediction_logits=prediction_logits,
+            seq_relationship_logits=seq_relationship_logits,
         )
 
 
@@ -324,6 +392,7 @@ __all__ = [
     "ZooEncoderPreTrainedModel",
     "ZooEncoderModel",
     "ZooEncoderForMaskedLM",
+    "ZooEncoderForPreTraining",
     "ZooEncoderForSequenceClassification",
     "ZooEncoderForTokenClassification",
     "ZooEncoderForQuestionAnswering",

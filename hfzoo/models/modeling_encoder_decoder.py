@@ -107,6 +107,9 @@ class ZooSeq2SeqEncoder(Seq2SeqStack):
     is_decoder = False
     depth_field = "num_hidden_layers"
     positions_skip_padding = True  # a padded source row (left or right) gets the positions it has alone
+    # generate runs the encoder with every model keyword not meant for the decoder, `labels` included (as
+    # Seq2SeqTrainer's predict_with_generate passes them).
+    also_passed_through = frozenset({"labels"})
 
     @capture_outputs
     def forward(
