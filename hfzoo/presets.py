@@ -159,6 +159,10 @@ PRESETS: dict[str, tuple[str, dict, str]] = {
         "encoder", {**_DEBERTA, **_SMALL, "intermediate_size": 1536, "max_position_embeddings": 512},
         "DeBERTa-v3 (He et al., 2021): disentangled attention over log-bucketed relative positions; CPU-trainable size",
     ),
+    "deberta-base": (
+        "encoder", {**_DEBERTA, **_BERT_BASE, "vocab_size": 128100},
+        "DeBERTa-v3-base 184M dimensions (He et al., 2023), without the enhanced mask decoder",
+    ),
     "t5-tiny": (
         "encoder_decoder", {**_T5, **_SEQ2SEQ_TINY, "intermediate_size": 256},
         "T5 v1.1 (Raffel et al., 2020): pre-RMSNorm, relative bias, GeGLU, untied head; test size",

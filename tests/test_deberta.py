@@ -184,3 +184,21 @@ def test_deberta_presets_use_deberta_v3_positions_and_scale():
     assert model.positions.disentangled.relative_embeddings.weight.shape == (512, config.hidden_size)
     # sqrt(d * 3): content, c2p and p2c terms.
     assert model.layers[0].self_attn.scaling == pytest.approx((3 * config.head_dim) ** -0.5)
+
+
+def test_base_preset_matches_native_deberta_v3_base():
+    """deberta-base has DeBERTa-v3-base's weights, plus the pooler hfzoo's encoder has where DeBERTa's
+    classification heads put their ContextPooler (a dense layer on the first token)."""
+    with torch.device("meta"):
+        native = DebertaV2Model(
+            DebertaV2Config(
+                vocab_size=128100, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                intermediate_size=3072, max_position_embeddings=512, type_vocab_size=0, relative_attention=True,
+                pos_att_type=["p2c", "c2p"],
+                position_buckets=256, max_relative_positions=-1, norm_rel_ebd="layer_norm", share_att_key=True,
+                position_biased_input=False,
+            )  # fmt: skip
+        )
+        ours = AutoModel.from_config(hfzoo.preset_config("deberta-base"))
+    pooler = 768 * 768 + 768
+    assert sum(p.numel() for p in ours.parameters()) == sum(p.numel() for p in native.parameters()) + pooler

@@ -1,4 +1,4 @@
-"""Configuration of the encoder-only family (BERT, RoBERTa and ModernBERT-style encoders as presets)."""
+"""Configuration of the encoder-only family (BERT, RoBERTa, ModernBERT and DeBERTa-style encoders as presets)."""
 
 from .configuration_common import ZooTransformerConfig
 
@@ -7,8 +7,9 @@ class ZooEncoderConfig(ZooTransformerConfig):
     r"""
     Encoder-only transformer: bidirectional self-attention blocks over token (+ segment + position) embeddings, with
     heads for masked-LM pretraining and for classification, tagging, extractive QA and multiple choice. BERT (Devlin
-    et al., 2019), RoBERTa (Liu et al., 2019) and ModernBERT (Warner et al., 2024) are presets of these flags; see
-    `hfzoo.list_presets()`. Component arguments are documented on `ZooTransformerConfig`; the encoder adds:
+    et al., 2019), RoBERTa (Liu et al., 2019), ModernBERT (Warner et al., 2024) and DeBERTa (He et al., 2021:
+    `position_embedding="disentangled"`) are presets of these flags; see `hfzoo.list_presets()`. Component arguments
+    are documented on `ZooTransformerConfig`; the encoder adds:
 
     Args:
         type_vocab_size (`int`, defaults to 2): number of token types (BERT's segment A/B embeddings, added to the token
