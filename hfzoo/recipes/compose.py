@@ -17,6 +17,10 @@ the reload check), `predictions.jsonl`, `composition/` (`ComposedModel.save_pret
 and head weights, a copy of each adapter), the tokenizer, `log.jsonl` and the model card. Before finishing, the
 saved composition is rebuilt with `load_composition` on a freshly loaded base model and must reproduce every
 parameter and every validation prediction.
+
+With `--save_every N` it checkpoints and `--resume` continues a killed run exactly (the baseline and the composition
+each in their own folder); `--save_best true` keeps the best evaluation's composition in `best/composition/`;
+`--do_train false --composition <folder>` only evaluates a saved composition on `--model`.
 """
 
 from __future__ import annotations
@@ -37,11 +41,13 @@ from ..adapters.task_adapter import base_differences, describe_base
 from ..cards import FINETUNE_METRICS, composition_sections
 from ..recipe_config import key, parse_config
 from ..tasks import Task
+from ..training.checkpointing import exit_on_checkpoint_error
 from ..training.evaluation import predict_all
 from ..training.logging import start_recipe
 from ..training.methods import count_trainable_parameters, head_modules
 from ..training.task_runs import (
     TaskRunOptions,
+    evaluate_only,
     load_model,
     log_trainable,
     prepare_run,
@@ -98,8 +104,18 @@ class ComposeConfig(TaskRunOptions):
     )
     baseline: bool = key(True, "a learned strategy: first train the head on the uniform average of the same adapters")
     output_dir: str = key("runs/compose", "where metrics, predictions, the composition and the card go")
+    composition: str | None = key(None, "do_train false: a saved composition folder to evaluate on --model (adapters "
+                                  "and strategy are then read from it)")  # fmt: skip
 
     def check(self) -> None:
+        if not self.do_train:
+            if self.composition is None:
+                raise ValueError("config key 'composition' is required with --do_train false: the saved composition "
+                                 "to evaluate (a compose run's composition/ folder).")  # fmt: skip
+            return
+        if self.composition is not None:
+            raise ValueError("config key 'composition' names a saved composition to evaluate: use it with "
+                             "--do_train false.")  # fmt: skip
         if self.strategy == "fixed":
             raise ValueError(
                 "config key 'strategy': 'fixed' applies the adapter each example names at inference and has "
@@ -152,14 +168,20 @@ def check_adapters(adapters: dict[str, str], strategy: str) -> None:
 def compose_adapters(config: ComposeConfig) -> Path:
     """Train the `config.strategy` composition of `config.adapters` on `config.task`, after the uniform-average
     baseline for the learned strategies; returns the output folder."""
-    accelerator = config.accelerator()  # one for both runs: ending it ends the process group
+    # One for both runs (ending it ends the process group). A seedable sampler reshuffles each epoch from (seed,
+    # epoch), so a resumed run sees the same order.
+    accelerator = config.accelerator(seedable_data=True)
+    if not config.do_train:
+        evaluate_composition(config, accelerator)
+        accelerator.end_training()
+        return Path(config.output_dir)
     baseline = None
     if config.baseline and learned(config.strategy):
         options = {key: value for key, value in config.strategy_options.items() if key == "trainable_modules"}
         baseline = train_composition(
             dataclasses.replace(
                 config, strategy="average", strategy_options=options, baseline=False,
-                output_dir=str(Path(config.output_dir) / BASELINE_DIR),
+                output_dir=str(Path(config.output_dir) / BASELINE_DIR), resume=bool(config.resume),
             ),
             accelerator,
         )  # fmt: skip
@@ -169,15 +191,17 @@ def compose_adapters(config: ComposeConfig) -> Path:
 
 
 def _save_composition(accelerator: Accelerator, prepared, folder: Path) -> None:
-    """Save the trained composition (called by every process when training is done, before the final evaluation)."""
+    """Save the trained composition (called by every process when training is done, before the final evaluation,
+    and at each best evaluation with `save_best`)."""
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         accelerator.unwrap_model(prepared).save_pretrained(folder)
     accelerator.wait_for_everyone()
 
 
-def train_composition(config: ComposeConfig, accelerator: Accelerator, baseline: dict | None = None) -> dict:
-    """One composition run, read top to bottom; returns its metrics.json content."""
+def train_composition(config: ComposeConfig, accelerator: Accelerator, baseline: dict | None = None) -> dict | None:
+    """One composition run, read top to bottom; returns its metrics.json content (None: resumed from a checkpoint at
+    the last step, nothing done)."""
     output_dir = Path(config.output_dir)
 
     # --- Examples, tokenizer, and the model with a fresh head, exactly as fine-tuning prepares them (seeded: the
@@ -197,10 +221,12 @@ def train_composition(config: ComposeConfig, accelerator: Accelerator, baseline:
     learning_rate = config.learning_rate if config.learning_rate is not None else DEFAULT_LEARNING_RATE
     run = train_and_evaluate(
         config, task, composed, train_features, eval_examples, eval_features, accelerator, learning_rate,
-        lambda prepared: _save_composition(accelerator, prepared, output_dir / COMPOSITION_DIR),
+        lambda prepared, folder: _save_composition(accelerator, prepared, folder / COMPOSITION_DIR),
         family=family, strategy=config.strategy, adapters=config.adapters,
         train_examples=len(train_examples), **parameters,
     )  # fmt: skip
+    if run is None:
+        return None
     trained: ComposedModel = accelerator.unwrap_model(run.model)
 
     # --- Rebuild the saved composition on a fresh base, then metrics, predictions and the card.
@@ -215,6 +241,27 @@ def train_composition(config: ComposeConfig, accelerator: Accelerator, baseline:
     accelerator.wait_for_everyone()
     if not all(reload.values()):
         raise RuntimeError(f"{output_dir / COMPOSITION_DIR} does not reload to the trained composition: {reload}")
+    return summary
+
+
+def evaluate_composition(config: ComposeConfig, accelerator: Accelerator) -> dict:
+    """`do_train: false`: rebuild `config.composition` on `config.model` (`load_composition`, which refuses another
+    base) and evaluate it; returns the metrics.json content written to `config.output_dir`."""
+    task, train_examples, eval_examples, model, _ = prepare_run(config, accelerator)
+    base_model = model.name_or_path
+    composed = load_composition(model, config.composition)
+    parameters = count_trainable_parameters(composed)
+    eval_features = task.encode(eval_examples, training=False)
+    run = evaluate_only(
+        config, task, composed, eval_examples, eval_features, accelerator, family=task.family,
+        strategy=composed.strategy, composition=config.composition, train_examples=len(train_examples), **parameters,
+    )  # fmt: skip
+    method = f"{composed.strategy}-composition"
+    summary = run_summary(task, base_model, method, parameters, run, len(train_examples), len(eval_examples))
+    summary["composition"] = describe(composed, composed.strategy)
+    if accelerator.is_main_process:
+        write_results(Path(config.output_dir), task.tokenizer, config, summary, run.records, None)
+    accelerator.wait_for_everyone()
     return summary
 
 
@@ -293,5 +340,8 @@ def baselines(average: dict | None, majority: float | None) -> dict[str, dict]:
 
 
 def main(argv: Sequence[str] | None = None) -> Path:
-    """Entry point of `recipes/compose.py` and `hfzoo compose`: parse `argv`, then `compose_adapters`."""
-    return compose_adapters(start_recipe(ComposeConfig, argv, "compose"))
+    """Entry point of `recipes/compose.py` and `hfzoo compose`: parse `argv`, then `compose_adapters`. A checkpoint
+    that cannot resume the run (a file missing or altered, a changed config) exits with what is wrong."""
+    config = start_recipe(ComposeConfig, argv, "compose")
+    with exit_on_checkpoint_error("compose"):
+        return compose_adapters(config)

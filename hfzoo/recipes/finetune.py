@@ -10,6 +10,10 @@ for the model's family and how outputs become predictions and metrics. It runs a
     python recipes/finetune.py --config recipes/configs/finetune/sst2.yaml
     hfzoo finetune --model runs/bert-small-mlm --task sequence-classification --dataset ../shared/data/sst2 \\
         --text_column sentence --method lora --max_steps 200
+
+With `--save_every N` it checkpoints (model, optimizer, schedule, RNG states, data position) and `--resume` continues
+a killed run to the weights an uninterrupted one has, bit for bit; `--save_best true` keeps the best evaluation's
+model in `best/`; `--do_train false` only evaluates a fine-tuned model (`--model`, or `--adapter` on its base).
 """
 
 from __future__ import annotations
@@ -19,14 +23,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from peft import PeftModel
+from torch import nn
+from transformers import PreTrainedModel
 
-from ..adapters.task_adapter import save_base_identity
+from ..adapters.task_adapter import BASE_RECORD, base_differences, base_identity, describe_base, save_base_identity
 from ..cards import FINETUNE_SECTIONS
+from ..models.checkpoint_files import read_json_file
 from ..recipe_config import key, parse_config
+from ..training.checkpointing import exit_on_checkpoint_error
 from ..training.logging import start_recipe
 from ..training.methods import MethodOptions, apply_method, count_trainable_parameters, head_modules, peft_config_for
 from ..training.task_runs import (
     TaskRunOptions,
+    evaluate_only,
     log_trainable,
     prepare_run,
     run_summary,
@@ -41,6 +50,14 @@ class FinetuneConfig(MethodOptions, TaskRunOptions):
     command-line flags have exactly these names; `learning_rate: null` means the method's default."""
 
     output_dir: str = key("runs/finetune", "where metrics, predictions, the model or adapter and the card go")
+    adapter: str | None = key(None, "do_train false: a trained adapter folder (PEFT format) to evaluate on --model")
+
+    def check(self) -> None:
+        if self.adapter is not None and self.do_train:
+            raise ValueError("config key 'adapter' names a trained adapter to evaluate: use it with --do_train false.")
+        if self.from_scratch and not self.do_train:
+            raise ValueError("config key 'from_scratch': an evaluation-only run (do_train false) would score random "
+                             "weights; drop from_scratch.")  # fmt: skip
 
 
 def parse_args(argv: Sequence[str] | None = None) -> FinetuneConfig:
@@ -51,52 +68,102 @@ def parse_args(argv: Sequence[str] | None = None) -> FinetuneConfig:
 def finetune(config: FinetuneConfig) -> Path:
     """Fine-tune `config.model` on `config.task`; returns the output folder (metrics, predictions, model, card)."""
     output_dir = Path(config.output_dir)
-    accelerator = config.accelerator()
+    # A seedable sampler reshuffles each epoch from (seed, epoch), so a resumed run sees the same order.
+    accelerator = config.accelerator(seedable_data=True)
 
     # --- Examples, tokenizer and model with the task's head (hfzoo.training.task_runs.prepare_run).
     task, train_examples, eval_examples, model, missing = prepare_run(config, accelerator, config.from_scratch)
     tokenizer, family = task.tokenizer, task.family
     base_model = model.name_or_path  # a local folder's absolute path: what an adapter reloads onto
 
-    # --- The method: an adapter freezes the body (and trains the head with it).
-    heads = head_modules(model, missing) if task.trains_head else []
-    model = apply_method(model, peft_config_for(config, task.peft_task_types[family], heads))
+    # --- The method: an adapter freezes the body (and trains the head with it). Evaluation only: the trained model.
+    if config.do_train:
+        heads = head_modules(model, missing) if task.trains_head else []
+        model = apply_method(model, peft_config_for(config, task.peft_task_types[family], heads))
+        method = config.peft_config or config.method
+    else:
+        model, method = load_trained(model, missing, config)
     parameters = count_trainable_parameters(model)
-    method = config.peft_config or config.method
     log_trainable(f"{task.name} on {config.model} ({family}), method {method}", parameters)
 
     # --- Features: token ids and targets laid out for the family (see hfzoo/tasks/task.py).
-    train_features = task.encode(train_examples, training=True)
     eval_features = task.encode(eval_examples, training=False)
 
-    def save_model(trained) -> None:
-        """The adapter (PEFT format, with the base it must reload onto) or the full model: before the final
-        evaluation, so that a failure there or in writing the results loses no training."""
+    def save_model(trained, folder: Path) -> None:
+        """The adapter (PEFT format, with the base it must reload onto) or the full model, and the tokenizer: into
+        `output_dir` before the final evaluation (a failure there or in writing the results loses no training), and
+        into `best/` at each best evaluation."""
         unwrapped = accelerator.unwrap_model(trained)
         accelerator.wait_for_everyone()
         main_process = accelerator.is_main_process
-        unwrapped.save_pretrained(output_dir, is_main_process=main_process, save_function=accelerator.save)
-        if accelerator.is_main_process and isinstance(unwrapped, PeftModel):
-            save_base_identity(output_dir, unwrapped.get_base_model())
+        unwrapped.save_pretrained(folder, is_main_process=main_process, save_function=accelerator.save)
+        if main_process:
+            tokenizer.save_pretrained(folder)
+            if isinstance(unwrapped, PeftModel):
+                save_base_identity(folder, unwrapped.get_base_model())
         accelerator.wait_for_everyone()
 
-    # --- AdamW, the loop (saving the model when training is done), validation metrics and the log.
-    learning_rate = config.learning_rate if config.learning_rate is not None else config.default_learning_rate()
-    run = train_and_evaluate(
-        config, task, model, train_features, eval_examples, eval_features, accelerator, learning_rate, save_model,
-        family=family, method=method, train_examples=len(train_examples), **parameters,
-    )  # fmt: skip
+    # --- AdamW, the loop (checkpoints, the best model, the model when training is done), metrics and the log.
+    fields = {"family": family, "method": method, "train_examples": len(train_examples), **parameters}
+    if config.do_train:
+        learning_rate = config.learning_rate if config.learning_rate is not None else config.default_learning_rate()
+        train_features = task.encode(train_examples, training=True)
+        run = train_and_evaluate(config, task, model, train_features, eval_examples, eval_features, accelerator,
+                                 learning_rate, save_model, **fields)  # fmt: skip
+    else:
+        run = evaluate_only(config, task, model, eval_examples, eval_features, accelerator, **fields)
 
-    # --- Save: metrics, predictions, tokenizer, card.
+    # --- Save: metrics, predictions, tokenizer, card (none when only evaluating: this folder holds no model).
     accelerator.wait_for_everyone()
-    summary = run_summary(task, base_model, method, parameters, run, len(train_examples), len(eval_examples))
-    if accelerator.is_main_process:
-        write_results(output_dir, tokenizer, config, summary, run.records, FINETUNE_SECTIONS)
+    if run is not None:  # None: resumed from a checkpoint at the last step, nothing done
+        summary = run_summary(task, base_model, method, parameters, run, len(train_examples), len(eval_examples))
+        if accelerator.is_main_process:
+            sections = FINETUNE_SECTIONS if config.do_train else None
+            write_results(output_dir, tokenizer, config, summary, run.records, sections)
     accelerator.wait_for_everyone()
     accelerator.end_training()
     return output_dir
 
 
+def load_trained(model: PreTrainedModel, missing: list[str], config: FinetuneConfig) -> tuple[nn.Module, str]:
+    """(`do_train: false`) the model to evaluate and its method: `model` itself (a fine-tuned checkpoint, which must
+    hold every weight: a head initialised at random would be scored), or `config.adapter` on it, which must have
+    been trained on this base and must hold what the base lacks (its `modules_to_save`)."""
+    if config.adapter is None:
+        if missing:
+            raise ValueError(
+                f"config key 'model': {config.model} holds no trained weights for {', '.join(missing[:4])}: "
+                "evaluating it would score a randomly initialised head. Give a fine-tuned model, or its base with "
+                "--adapter <trained adapter folder>."
+            )
+        return model, "full"
+    folder = Path(config.adapter)
+    adapter_config = read_json_file(folder / "adapter_config.json")  # names the file when missing or broken
+    if (folder / BASE_RECORD).is_file():
+        recorded, current = read_json_file(folder / BASE_RECORD), base_identity(model)
+        if base_differences(recorded, current):
+            raise ValueError(f"config key 'adapter': {folder} was trained on {describe_base(recorded)}; --model is "
+                             f"{describe_base(current)}. Evaluate it on the base it was trained on.")  # fmt: skip
+    saved = adapter_config.get("modules_to_save") or []
+    untrained = [key for key in missing if not _saved_by(key, saved)]
+    if untrained:
+        raise ValueError(
+            f"config key 'adapter': {folder} does not hold {', '.join(untrained[:4])}, which --model lacks too "
+            "(the adapter's modules_to_save): its head would be scored at random."
+        )
+    return PeftModel.from_pretrained(model, folder), str(adapter_config.get("peft_type", "adapter")).lower()
+
+
+def _saved_by(parameter: str, modules_to_save: list[str]) -> bool:
+    """Whether PEFT's `modules_to_save` (matched as module-name suffixes) covers `parameter`."""
+    parts = parameter.split(".")[:-1]
+    modules = [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
+    return any(module == saved or module.endswith("." + saved) for module in modules for saved in modules_to_save)
+
+
 def main(argv: Sequence[str] | None = None) -> Path:
-    """Entry point of `recipes/finetune.py` and `hfzoo finetune`: parse `argv`, then `finetune`."""
-    return finetune(start_recipe(FinetuneConfig, argv, "finetune"))
+    """Entry point of `recipes/finetune.py` and `hfzoo finetune`: parse `argv`, then `finetune`. A checkpoint that
+    cannot resume the run (a file missing or altered, a changed config) exits with what is wrong, not a traceback."""
+    config = start_recipe(FinetuneConfig, argv, "finetune")
+    with exit_on_checkpoint_error("finetune"):
+        return finetune(config)

@@ -34,6 +34,8 @@ import os
 import random
 import re
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -130,9 +132,11 @@ def _rng_files(process_index: int) -> tuple[str, str]:
     return f"rng_{process_index}.safetensors", f"rng_{process_index}.json"
 
 
-def _save_rng(folder: Path, process_index: int, collator_generator: torch.Generator) -> None:
+def _save_rng(folder: Path, process_index: int, collator_generator: torch.Generator | None) -> None:
     """This process's random streams: tensors for the torch generators, JSON for Python's and NumPy's."""
-    tensors = {"torch": torch.get_rng_state(), "collator": collator_generator.get_state()}
+    tensors = {"torch": torch.get_rng_state()}
+    if collator_generator is not None:
+        tensors["collator"] = collator_generator.get_state()
     if torch.cuda.is_available():
         tensors |= {f"cuda.{i}": state for i, state in enumerate(torch.cuda.get_rng_state_all())}
     kind, keys, position, has_gauss, cached = np.random.get_state()
@@ -144,11 +148,12 @@ def _save_rng(folder: Path, process_index: int, collator_generator: torch.Genera
                                      "numpy": [kind, position, has_gauss, cached]})  # fmt: skip
 
 
-def _load_rng(folder: Path, process_index: int, collator_generator: torch.Generator) -> None:
+def _load_rng(folder: Path, process_index: int, collator_generator: torch.Generator | None) -> None:
     tensors_file, json_file = _rng_files(process_index)
     tensors, states = _load_tensors(folder / tensors_file), _read_json(folder / json_file)
     torch.set_rng_state(tensors["torch"])
-    collator_generator.set_state(tensors["collator"])
+    if collator_generator is not None:
+        collator_generator.set_state(tensors["collator"])
     cuda = [tensors[key] for key in sorted((k for k in tensors if k.startswith("cuda.")), key=lambda k: int(k[5:]))]
     if cuda and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(cuda)
@@ -203,7 +208,7 @@ def save_checkpoint(
     accelerator: Accelerator,
     output_dir: str | os.PathLike,
     progress: Progress,
-    collator_generator: torch.Generator,
+    collator_generator: torch.Generator | None,
     keep: int,
     config: dict[str, Any] | None = None,
 ) -> Path:
@@ -211,8 +216,8 @@ def save_checkpoint(
 
     What is saved: the prepared model(s) and optimizer(s), the objects registered with
     `accelerator.register_for_checkpointing` (their `state_dict` must be JSON), the gradient scaler, every
-    process's RNG states, `progress` and `config` (what `check_resumed_config` compares). Call it on all
-    processes, right after an optimizer step.
+    process's RNG states (with the collator's generator, when the collator draws at random), `progress` and
+    `config` (what `check_resumed_config` compares). Call it on all processes, right after an optimizer step.
     """
     check_checkpointable(accelerator)
     final = checkpoint_dir(output_dir, progress.step)
@@ -241,15 +246,40 @@ def save_checkpoint(
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         _write_manifest(partial, accelerator.num_processes)
-        _fsync_tree(partial)
-        if final.exists():  # the same step saved by an earlier run into this output_dir: move it aside first
-            os.replace(final, final.with_name(_PARTIAL_PREFIX + "old-" + final.name))
-        os.replace(partial, final)
-        _fsync_tree(final.parent)
+        publish_folder(partial, final)
         for old in [*final.parent.glob(_PARTIAL_PREFIX + "*"), *list_checkpoints(output_dir)[:-keep]]:
             shutil.rmtree(old)
     accelerator.wait_for_everyone()
     return final
+
+
+def _retired(final: Path) -> Path:
+    return final.with_name(_PARTIAL_PREFIX + "old-" + final.name)
+
+
+def publish_folder(partial: Path, final: Path) -> None:
+    """Make the complete folder `partial` visible as `final` with one rename, after flushing it to disk.
+
+    An existing `final` (the same step saved by an earlier run, the previous best model) is first moved aside to a
+    `.tmp-old-*` name, never deleted in place, so no half-deleted `final` is ever visible; a crash between the two
+    renames leaves it there for `restore_retired`.
+    """
+    _fsync_tree(partial)
+    retired = _retired(final)
+    if final.exists():
+        if retired.exists():
+            shutil.rmtree(retired)
+        os.replace(final, retired)
+    os.replace(partial, final)
+    _fsync_tree(final.parent)
+    if retired.exists():
+        shutil.rmtree(retired)
+
+
+def restore_retired(final: Path) -> None:
+    """Undo a `publish_folder` that crashed between its two renames: bring the moved-aside `final` back."""
+    if not final.exists() and _retired(final).is_dir():
+        os.replace(_retired(final), final)
 
 
 def _indexed(name: str, index: int) -> str:
@@ -306,7 +336,9 @@ def verify_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     return manifest
 
 
-def load_checkpoint(accelerator: Accelerator, path: str | os.PathLike, collator_generator: torch.Generator) -> Progress:
+def load_checkpoint(
+    accelerator: Accelerator, path: str | os.PathLike, collator_generator: torch.Generator | None = None
+) -> Progress:
     """Restore what `save_checkpoint` saved (into the prepared model, optimizer and registered objects), after
     `verify_checkpoint`."""
     check_checkpointable(accelerator)
@@ -359,6 +391,29 @@ def check_resumed_config(path: str | os.PathLike, config: dict[str, Any], resuma
                 "start a new run in another --output_dir"
             )
     return Progress(**_read_json(path / PROGRESS_FILE))
+
+
+def resume_state(
+    accelerator: Accelerator, output_dir: str | os.PathLike, resume: bool | str, checkpoints: bool
+) -> tuple[Path | None, Progress]:
+    """(the checkpoint this run resumes from or None, where the run starts): the checkpoint `checkpoint_to_resume`
+    picks, loaded into the prepared objects. A run that `checkpoints` or resumes must be checkpointable."""
+    resume_from = checkpoint_to_resume(output_dir, resume)
+    if checkpoints or resume_from is not None:
+        check_checkpointable(accelerator)
+    if resume_from is None:
+        return None, Progress()
+    return resume_from, load_checkpoint(accelerator, resume_from)
+
+
+@contextmanager
+def exit_on_checkpoint_error(command: str) -> Iterator[None]:
+    """A recipe's `main`: a checkpoint that cannot resume the run (a file missing or altered, a changed config)
+    ends it with what is wrong, prefixed by `command`, not a traceback."""
+    try:
+        yield
+    except CheckpointError as error:
+        raise SystemExit(f"{command}: {error}") from None
 
 
 def checkpoint_to_resume(output_dir: str | os.PathLike, resume: bool | str) -> Path | None:

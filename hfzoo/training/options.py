@@ -71,3 +71,18 @@ class TaskTrainingOptions:
             raise ValueError(f"config key 'num_epochs' must be > 0, got {self.num_epochs}.")
         if self.learning_rate is not None and self.learning_rate <= 0:
             raise ValueError(f"config key 'learning_rate' must be > 0, got {self.learning_rate}.")
+
+
+@dataclass
+class TaskSavingOptions:
+    """What a run on a labelled task keeps while it trains (checkpoints to resume from, the best model so far), and
+    whether it trains at all (`do_train: false` evaluates a trained model on the validation data)."""
+
+    save_every: int | None = key(None, "optimizer steps between checkpoints (resume with --resume); none = none",
+                                 minimum=1)  # fmt: skip
+    keep_checkpoints: int = key(2, "how many of the latest checkpoints to keep", minimum=1)
+    resume: bool | str = key(False, "true = continue from the latest checkpoint in output_dir; or a checkpoint path")
+    save_best: bool = key(False, "keep the model of the best evaluation (every eval_every steps) in output_dir/best")
+    best_metric: str | None = key(None, "the validation metric save_best ranks by; none = the task's main one")
+    do_train: bool = key(True, "false = only evaluate the trained model (fine-tuning: --model, or --adapter on it; "
+                               "composition: --composition on --model) and write metrics.json")  # fmt: skip

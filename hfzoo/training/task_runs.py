@@ -24,11 +24,12 @@ from ..cards import RunRecord, Section, finetune_metadata, write_card
 from ..models.checkpoint_files import check_checkpoint_folder
 from ..recipe_config import CONFIG_FILE
 from ..tasks import TASK_CLASSES, Task, TaskOptions, load_examples, model_family
-from .checkpointing import Progress
+from .best_model import BestModel, ranking_metric, resumable_keys
+from .checkpointing import Progress, check_resumed_config, checkpoint_to_resume, resume_state, save_checkpoint
 from .evaluation import predict_all
 from .logging import RunLogger, read_log
 from .loop import Intervals, build_optimizer, build_scheduler, train
-from .options import RunOptions, TaskTrainingOptions
+from .options import RunOptions, TaskSavingOptions, TaskTrainingOptions
 
 logger = logging.getLogger(__name__)
 
@@ -37,8 +38,24 @@ PREDICTIONS_FILE = "predictions.jsonl"
 
 
 @dataclass
-class TaskRunOptions(RunOptions, TaskTrainingOptions, TaskOptions):
+class TaskRunOptions(RunOptions, TaskTrainingOptions, TaskSavingOptions, TaskOptions):
     """The keys of every run on a labelled task; a recipe adds its own (how the model adapts, `output_dir`)."""
+
+    def check(self) -> None:
+        if self.save_best and self.eval_every is None:
+            raise ValueError(
+                "config key 'save_best' needs eval_every: the best model is chosen among the evaluations made every "
+                "eval_every steps (and at the end)."
+            )
+        if self.save_best:
+            ranking_metric(self.task, self.best_metric)
+        elif self.best_metric is not None:
+            raise ValueError("config key 'best_metric' ranks the evaluations for save_best: add --save_best true.")
+        if not self.do_train and (self.resume or self.save_best or self.save_every is not None):
+            raise ValueError(
+                "config key 'do_train' is false: an evaluation-only run has nothing to checkpoint, resume or keep the "
+                "best of; drop resume, save_every and save_best."
+            )
 
 
 def load_tokenizer(config: TaskOptions) -> PreTrainedTokenizerBase:
@@ -96,9 +113,14 @@ def prepare_run(
 ) -> tuple[Task, list, list, PreTrainedModel, list[str]]:
     """The start of a run: the output folder with the resolved config; the examples, read and checked (a malformed
     row fails here, naming its file and line), labels from train; the tokenizer; the pretrained body with the task's
-    head, the task bound to them (`task.tokenizer`, `task.family`). Returns (task, training examples, validation
+    head, the task bound to them (`task.tokenizer`, `task.family`). A resumed run's config is checked against its
+    checkpoint's first, so a refused change writes nothing. Returns (task, training examples, validation
     examples, model, the parameters the checkpoint did not provide)."""
     task = TASK_CLASSES[config.task](config)
+    if config.do_train:  # before anything is written: a fresh run over checkpoints, or a changed config, is refused
+        resume_from = checkpoint_to_resume(config.output_dir, config.resume)
+        if resume_from is not None:
+            check_resumed_config(resume_from, config.to_dict(), resumable_keys(config.save_best))
     set_seed(config.seed)  # the new head's initialisation: the same on every process
     if accelerator.is_main_process:
         Path(config.output_dir).mkdir(parents=True, exist_ok=True)
@@ -137,14 +159,33 @@ def log_trainable(what: str, parameters: dict[str, float]) -> None:
 
 @dataclass
 class TrainedRun:
-    """What `train_and_evaluate` leaves: the model as `accelerator.prepare` wrapped it, the final validation
-    metrics and prediction records, and how far it trained."""
+    """What `train_and_evaluate` (or `evaluate_only`) leaves: the model as `accelerator.prepare` wrapped it, the final
+    validation metrics and prediction records, how far it trained, and the best evaluation (`save_best`)."""
 
     model: nn.Module
     metrics: dict[str, float]
     records: list[dict]
     steps: int
     epochs: float
+    best: dict[str, Any] | None = None
+
+
+def _evaluate(task: Task, model: nn.Module, eval_examples: list, eval_features: list[dict], accelerator: Accelerator,
+              config: TaskRunOptions) -> tuple[dict[str, float], list[dict]]:  # fmt: skip
+    """(validation metrics, one prediction record per validation example)."""
+    batch_size = config.eval_batch_size or config.per_device_batch_size
+    return task.finish(eval_examples, eval_features, predict_all(task, model, eval_features, accelerator, batch_size))
+
+
+def _start_log(config: TaskRunOptions, task: Task, accelerator: Accelerator, max_steps: int, progress: Progress,
+               **fields: Any) -> RunLogger:  # fmt: skip
+    log = RunLogger(
+        config.output_dir, enabled=accelerator.is_main_process, max_steps=max_steps, start_step=progress.step,
+        elapsed=progress.elapsed, tensorboard=config.tensorboard, description=task.name,
+    )  # fmt: skip
+    log.write("start", step=progress.step, task=task.name, **fields, num_processes=accelerator.num_processes,
+              device=str(accelerator.device), max_steps=max_steps, config=config.to_dict())  # fmt: skip
+    return log
 
 
 def train_and_evaluate(
@@ -156,14 +197,21 @@ def train_and_evaluate(
     eval_features: list[dict],
     accelerator: Accelerator,
     peak_learning_rate: float,
-    save_trained: Callable[[nn.Module], None] | None = None,
+    save_trained: Callable[[nn.Module, Path], None],
     **start_fields: Any,
-) -> TrainedRun:
+) -> TrainedRun | None:
     """Train `model`'s trainable parameters on `train_features`, evaluate every `eval_every` steps and at the end,
     and log to `log.jsonl` in `config.output_dir` (`start_fields`, e.g. the method and parameter counts, go into its
     start record). Whatever is frozen stays frozen: the optimizer only sees parameters that require gradients.
-    `save_trained(model)` runs on every process once training is done, before the final evaluation: a failure in
-    the evaluation (or anything after) still leaves the trained weights saved."""
+
+    `save_trained(model, folder)` saves what the run trains (on every process): into `output_dir` once training is
+    done, before the final evaluation (a failure there still leaves the trained weights), and into `best/` at each
+    best evaluation (`save_best`). Every `save_every` steps the full state is checkpointed (model, optimizer,
+    schedule, RNG, data position, best so far); `resume` continues from a checkpoint exactly. Returns None when the
+    checkpoint resumed from is already at the run's last step (nothing to do)."""
+    # An Accelerator reused for a second run (a composition after its baseline) must checkpoint this run's objects.
+    accelerator.free_memory()
+    accelerator._custom_objects.clear()
     train_loader = DataLoader(
         train_features,
         batch_size=config.per_device_batch_size,
@@ -178,46 +226,69 @@ def train_and_evaluate(
     steps_per_epoch = math.ceil(len(train_loader) / config.gradient_accumulation_steps)
     max_steps = config.max_steps or math.ceil(config.num_epochs * steps_per_epoch)
     scheduler = build_scheduler(optimizer, round(config.warmup_ratio * max_steps), max_steps, 0.0)
+    accelerator.register_for_checkpointing(scheduler)
+    output_dir = Path(config.output_dir)
+    best = None
+    if config.save_best:
+        metric = ranking_metric(task.name, config.best_metric)
+        best = BestModel(metric, output_dir, lambda folder: save_trained(model, folder), accelerator)
+        accelerator.register_for_checkpointing(best)
     base_model = accelerator.unwrap_model(model).base_model
+    # AdaLoRA reallocates its rank budget from each step's gradients.
+    reallocate = getattr(base_model, "update_and_allocate", None)
     set_seed(config.seed, device_specific=True)  # dropout: a different stream on each process
 
-    log = RunLogger(
-        config.output_dir, enabled=accelerator.is_main_process, max_steps=max_steps, tensorboard=config.tensorboard,
-        description=task.name,
-    )  # fmt: skip
-    log.write(
-        "start",
-        step=0,
-        task=task.name,
-        **start_fields,
-        num_processes=accelerator.num_processes,
-        device=str(accelerator.device),
-        train_features=len(train_features),
-        eval_examples=len(eval_examples),
-        max_steps=max_steps,
-        config=config.to_dict(),
-    )
+    # --- Checkpoints: the state of every prepared and registered object; a resumed run continues exactly.
+    if reallocate is not None and (config.save_every is not None or config.resume):
+        raise ValueError(
+            "config key 'save_every'/'resume': AdaLoRA keeps its rank allocator's importance scores outside the model "
+            "and optimizer, so a checkpoint could not resume it exactly; train AdaLoRA without checkpoints"
+        )
+    resume_from, progress = resume_state(accelerator, output_dir, config.resume, config.save_every is not None)
+    if resume_from is not None and progress.step >= max_steps:
+        logger.warning("nothing to do: %s is at step %d and the run has %d steps; its outputs are left as they are "
+                       "(raise max_steps to train further)", resume_from, progress.step, max_steps)  # fmt: skip
+        return None
 
+    log = _start_log(config, task, accelerator, max_steps, progress, **start_fields,
+                     resumed_from=str(resume_from) if resume_from else None,
+                     train_features=len(train_features), eval_examples=len(eval_examples))  # fmt: skip
     last: dict[str, Any] = {}
 
     def evaluate() -> dict[str, float]:
-        batch_size = config.eval_batch_size or config.per_device_batch_size
-        outputs = predict_all(task, model, eval_features, accelerator, batch_size)
-        metrics, last["records"] = task.finish(eval_examples, eval_features, outputs)
+        metrics, last["records"] = _evaluate(task, model, eval_examples, eval_features, accelerator, config)
+        if best is not None:
+            best.update(progress.step, metrics)
         return metrics
 
-    progress = Progress()
     metrics = train(
         model, optimizer, scheduler, train_loader, task.collate, accelerator,
-        Intervals(max_steps, config.log_every, config.eval_every), log, progress,
+        Intervals(max_steps, config.log_every, config.eval_every, config.save_every), log, progress,
         max_grad_norm=config.max_grad_norm, evaluate=evaluate,
-        # AdaLoRA reallocates its rank budget from each step's gradients.
-        after_optimizer_step=getattr(base_model, "update_and_allocate", None),
-        on_trained=None if save_trained is None else lambda: save_trained(model),
+        checkpoint=lambda progress: save_checkpoint(
+            accelerator, output_dir, progress, None, config.keep_checkpoints, config.to_dict()
+        ),
+        after_optimizer_step=reallocate,
+        on_trained=lambda: save_trained(model, output_dir),
     )  # fmt: skip
-    log.write("end", step=progress.step, elapsed=round(log.elapsed, 3), **metrics)
+    best_record = None if best is None else best.record()
+    log.write("end", step=progress.step, elapsed=round(log.elapsed, 3), **metrics,
+              **({"best": best_record} if best_record else {}))  # fmt: skip
     log.close()
-    return TrainedRun(model, metrics, last["records"], progress.step, round(progress.step / steps_per_epoch, 2))
+    epochs = round(progress.step / steps_per_epoch, 2)
+    return TrainedRun(model, metrics, last["records"], progress.step, epochs, best_record)
+
+
+def evaluate_only(config: TaskRunOptions, task: Task, model: nn.Module, eval_examples: list, eval_features: list[dict],
+                  accelerator: Accelerator, **start_fields: Any) -> TrainedRun:  # fmt: skip
+    """`do_train: false`: evaluate `model` (already trained) once, logging to `log.jsonl` as a run of 0 steps."""
+    model = accelerator.prepare(model)
+    log = _start_log(config, task, accelerator, 0, Progress(), **start_fields, eval_examples=len(eval_examples))
+    metrics, records = _evaluate(task, model, eval_examples, eval_features, accelerator, config)
+    log.write("eval", step=0, **metrics)
+    log.write("end", step=0, elapsed=round(log.elapsed, 3), **metrics)
+    log.close()
+    return TrainedRun(model, metrics, records, 0, 0.0)
 
 
 def run_summary(
@@ -238,6 +309,7 @@ def run_summary(
         "eval_examples": eval_examples,
         "steps": run.steps,
         "epochs": run.epochs,
+        **({"best": run.best} if run.best is not None else {}),
         "model_kwargs": task.model_kwargs(task.family) | {"pad_token_id": task.tokenizer.pad_token_id},
     }
 
@@ -248,13 +320,16 @@ def write_results(
     config: RunOptions,
     summary: dict[str, Any],
     predictions: list[dict],
-    card_sections: Sequence[Section],
+    card_sections: Sequence[Section] | None,
 ) -> None:
     """The tokenizer, `metrics.json`, `predictions.jsonl` (one record per validation example) and the model card
-    (`card_sections` rendered from the config, the run's log and `summary`) into `output_dir`."""
+    (`card_sections` rendered from the config, the run's log and `summary`) into `output_dir`. No card for an
+    evaluation-only run (`card_sections` None): the folder holds no model for a card to describe."""
     tokenizer.save_pretrained(output_dir)
     (output_dir / METRICS_FILE).write_text(json.dumps(summary, indent=2) + "\n")
     with (output_dir / PREDICTIONS_FILE).open("w", encoding="utf-8") as f:
         f.writelines(json.dumps(record, ensure_ascii=False) + "\n" for record in predictions)
+    if card_sections is None:
+        return
     record = RunRecord(output_dir.name, config.to_dict(), read_log(output_dir), summary)
     write_card(output_dir, record, card_sections, finetune_metadata(record))
