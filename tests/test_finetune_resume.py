@@ -213,3 +213,26 @@ def test_resume_at_the_last_checkpoint_has_nothing_to_do_and_a_fresh_run_never_o
     assert {name: (out / name).read_bytes() for name in before} == before
     with pytest.raises(FileExistsError, match="already holds checkpoints.*--resume"):
         run(*args(base, out, "lora", *short))
+
+
+def test_checkpoints_of_adalora_are_refused_before_training(base, tmp_path):
+    """AdaLoRA's rank allocator keeps importance scores outside the model and optimizer: not resumable exactly."""
+    adalora = str(REPO / "recipes" / "configs" / "finetune" / "adalora.json")
+    with pytest.raises(ValueError, match="AdaLoRA keeps its rank allocator's importance scores"):
+        run(*args(base, tmp_path / "adalora", "lora", "--peft_config", adalora, "--save_best", "false"))
+    assert not (tmp_path / "adalora" / "log.jsonl").exists()
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--save_best", "true", "--eval_every", "null"], "'save_best' needs eval_every"),
+        (["--best_metric", "loss"], "'best_metric': 'loss' is not a validation metric"),
+        (["--save_best", "false", "--best_metric", "f1"], "'best_metric' ranks the evaluations for save_best"),
+        (["--do_train", "false"], "'do_train' is false: .* drop resume, save_every and save_best"),
+        (["--adapter", "x"], "'adapter' names a trained adapter to evaluate: use it with --do_train false"),
+    ],
+)
+def test_contradictory_settings_are_named(base, tmp_path, extra, message):
+    with pytest.raises(SystemExit, match=message):
+        run(*args(base, tmp_path / "x", "full", *extra))

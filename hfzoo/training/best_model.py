@@ -39,6 +39,8 @@ def resumable_keys(save_best: bool) -> frozenset[str]:
 def ranking_metric(task_name: str, configured: str | None) -> str:
     """The metric `save_best` ranks by: `configured`, else the task's main one; an unknown one is refused."""
     metric = configured or MAIN_METRICS.get(task_name)
+    if metric is None:
+        raise ValueError(f"config key 'best_metric': task {task_name!r} has no main metric; name the one to rank by.")
     if metric not in HIGHER_IS_BETTER:
         raise ValueError(
             f"config key 'best_metric': {metric!r} is not a validation metric hfzoo ranks by; valid: "
