@@ -12,6 +12,9 @@ def presets_table() -> list[dict[str, str]]:
     rows = []
     for name in list_presets():
         config = preset_config(name)
+        if preset_family(name) == "bilm":
+            rows.append(_bilm_row(name, config))
+            continue
         layers = str(config.num_hidden_layers)
         if getattr(config, "is_encoder_decoder", False):
             layers = f"{config.num_hidden_layers}+{config.num_decoder_layers}"
@@ -33,6 +36,22 @@ def presets_table() -> list[dict[str, str]]:
             }
         )
     return rows
+
+
+def _bilm_row(name: str, config) -> dict[str, str]:
+    """The biLSTM has no attention or norms: its row says what it has instead (LSTM cell -> projection)."""
+    return {
+        "name": name,
+        "family": "bilm",
+        "parameters": f"{count_preset_parameters(name) / 1e6:.1f}M",
+        "layers": f"{config.num_hidden_layers}x2",
+        "hidden": str(config.hidden_size),
+        "heads": "-",
+        "kv heads": "-",
+        "positions": "recurrent",
+        "norm": "-",
+        "activation": f"lstm {config.cell_size}->{config.hidden_size}",
+    }
 
 
 def format_table(rows: list[dict[str, str]]) -> str:

@@ -8,6 +8,7 @@ from dataclasses import fields
 
 from transformers import PreTrainedConfig
 
+from .models.configuration_bilm import ZooBiLMConfig
 from .models.configuration_decoder import ZooDecoderConfig
 from .models.configuration_encoder import ZooEncoderConfig
 from .models.configuration_encoder_decoder import ZooEncoderDecoderConfig
@@ -16,12 +17,14 @@ FAMILY_CONFIGS: dict[str, type[PreTrainedConfig]] = {
     "decoder": ZooDecoderConfig,
     "encoder": ZooEncoderConfig,
     "encoder_decoder": ZooEncoderDecoderConfig,
+    "bilm": ZooBiLMConfig,
 }
 # The Auto class of each family's pretraining model (language-model head).
 FAMILY_LM_AUTO_CLASS: dict[str, str] = {
     "decoder": "AutoModelForCausalLM",
     "encoder": "AutoModelForMaskedLM",
     "encoder_decoder": "AutoModelForSeq2SeqLM",
+    "bilm": "AutoModelForPreTraining",  # forward + backward LM heads; a bidirectional model cannot generate
 }
 
 _GPT = dict(
@@ -77,6 +80,9 @@ _TRANSFORMER = dict(
 )
 _SEQ2SEQ_TINY = {**_TINY, "num_hidden_layers": 2}
 _SEQ2SEQ_SMALL = {**_SMALL, "num_hidden_layers": 4}
+
+# ELMo (Peters et al., 2018): 2 layers per direction, projected LSTMs (4096 cells -> 512), residual between layers.
+_ELMO = dict(num_hidden_layers=2, residual_connections=True, hidden_dropout=0.1, tie_word_embeddings=True)
 
 # name -> (family, flag values, what it follows)
 PRESETS: dict[str, tuple[str, dict, str]] = {
@@ -204,6 +210,14 @@ PRESETS: dict[str, tuple[str, dict, str]] = {
         {**_TRANSFORMER, "vocab_size": 37000, "hidden_size": 512, "num_hidden_layers": 6, "num_attention_heads": 8,
          "intermediate_size": 2048, "max_position_embeddings": 1024},
         "Transformer base 63M dimensions (Vaswani et al., 2017), 37000-token shared BPE of WMT en-de",
+    ),
+    "elmo-tiny": (
+        "bilm", {**_ELMO, "vocab_size": 4096, "hidden_size": 64, "cell_size": 256},
+        "ELMo's biLM (Peters et al., 2018) on tokens: forward and backward projected LSTMs, tied softmax; test size",
+    ),
+    "elmo-small": (
+        "bilm", {**_ELMO, "vocab_size": 16384, "hidden_size": 256, "cell_size": 1024},
+        "ELMo's biLM (Peters et al., 2018) on tokens, CPU-trainable size",
     ),
 }
 

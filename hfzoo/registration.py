@@ -43,6 +43,10 @@ AUTO_CLASSES = {
         AutoModelForSeq2SeqLM: models.ZooEncoderDecoderForConditionalGeneration,
         AutoModelForSequenceClassification: models.ZooEncoderDecoderForSequenceClassification,
     },
+    models.ZooBiLMConfig: {
+        AutoModel: models.ZooBiLMModel,
+        AutoModelForPreTraining: models.ZooBiLMForPreTraining,
+    },
 }
 
 # The LoRA-like methods whose PEFT mappings are separate copies of LoRA's, made when PEFT is imported (so hfzoo's
@@ -68,6 +72,11 @@ PEFT_FAMILY_TARGETS = {
 }
 
 
+# Families without attention or feed-forward projections (the biLSTM): PEFT gets no defaults for them, so it asks
+# for `target_modules` instead of failing to find `qkv_proj`.
+WITHOUT_PEFT_DEFAULTS = {models.ZooBiLMConfig.model_type}
+
+
 def register() -> None:
     for config_cls, heads in AUTO_CLASSES.items():
         AutoConfig.register(config_cls.model_type, config_cls, exist_ok=True)
@@ -75,6 +84,8 @@ def register() -> None:
         for auto_cls, model_cls in heads.items():
             auto_cls.register(config_cls, model_cls, exist_ok=True)
             model_cls.register_for_auto_class(auto_cls.__name__)
+        if config_cls.model_type in WITHOUT_PEFT_DEFAULTS:
+            continue
         family_targets = {**PEFT_DEFAULT_TARGETS, **PEFT_FAMILY_TARGETS.get(config_cls.model_type, {})}
         for mapping_name, targets in family_targets.items():
             getattr(peft_constants, mapping_name).setdefault(config_cls.model_type, list(targets))

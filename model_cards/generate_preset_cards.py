@@ -22,6 +22,7 @@ ARCHITECTURE_FIELDS = (
     "position_embedding", "max_position_embeddings", "rope_theta", "attention_bias", "mlp_bias",
     "embedding_norm", "scale_embeddings", "tie_word_embeddings", "share_embeddings", "type_vocab_size",
     "add_pooling_layer", "num_experts", "num_experts_per_tok", "hidden_dropout", "attention_dropout",
+    "cell_size", "residual_connections",
 )  # fmt: skip
 
 
