@@ -9,6 +9,7 @@ fixed ids (pad is always 0), so it saves with ``save_pretrained`` and reloads wi
 
 * ``decoder``: ``<pad>`` ``<s>`` ``</s>`` ``<unk>``; nothing added around a text (documents are
   separated by ``</s>`` when packed); padding on the left for batched generation.
+* ``bilm`` (ELMo's biLSTM): the decoder's tokens, padding on the right (nothing is generated).
 * ``encoder``: ``[PAD]`` ``[UNK]`` ``[CLS]`` ``[SEP]`` ``[MASK]``; ``[CLS] a [SEP]`` and
   ``[CLS] a [SEP] b [SEP]`` with ``token_type_ids`` 0/1, as BERT.
 * ``encoder_decoder``: ``<pad>`` ``</s>`` ``<unk>`` ``<mask>`` ``<extra_id_0>`` ... as T5
@@ -26,12 +27,12 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 from transformers import PreTrainedTokenizerFast
 
 Kind = Literal["bpe", "wordpiece", "unigram"]
-Family = Literal["decoder", "encoder", "encoder_decoder"]
+Family = Literal["decoder", "encoder", "encoder_decoder", "bilm"]
 
 
 def _family_tokens(family: Family, num_sentinels: int) -> tuple[dict[str, str], list[str]]:
     """Named special tokens (role -> token) and extra ones, in id order after the named ones."""
-    if family == "decoder":
+    if family in ("decoder", "bilm"):
         return {"pad_token": "<pad>", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}, []
     if family == "encoder":
         names = ("pad_token", "unk_token", "cls_token", "sep_token", "mask_token")
@@ -39,7 +40,7 @@ def _family_tokens(family: Family, num_sentinels: int) -> tuple[dict[str, str], 
     if family == "encoder_decoder":
         named = {"pad_token": "<pad>", "eos_token": "</s>", "unk_token": "<unk>", "mask_token": "<mask>"}
         return named, [f"<extra_id_{i}>" for i in range(num_sentinels)]
-    raise ValueError(f"unknown family {family!r}; expected 'decoder', 'encoder' or 'encoder_decoder'")
+    raise ValueError(f"unknown family {family!r}; expected 'decoder', 'encoder', 'encoder_decoder' or 'bilm'")
 
 
 def _backend(
@@ -87,7 +88,7 @@ def _post_processor(family: Family, tokenizer: Tokenizer) -> processors.PostProc
         return processors.TemplateProcessing(
             single="$A </s>", pair="$A </s> $B </s>", special_tokens=[("</s>", tokenizer.token_to_id("</s>"))]
         )
-    return None  # decoder: packing inserts </s> between documents, nothing per text
+    return None  # decoder, bilm: packing inserts </s> between documents, nothing per text
 
 
 def train_tokenizer(

@@ -107,8 +107,8 @@ class PretrainConfig(RunOptions):
             raise ValueError(f"config key 'min_lr_ratio' must be in [0, 1], got {self.min_lr_ratio}.")
         if self.learning_rate <= 0:
             raise ValueError(f"config key 'learning_rate' must be > 0, got {self.learning_rate}.")
-        limit = model_config.max_position_embeddings
-        if model_config.position_embedding == "learned" and self.block_size > limit:
+        limit = getattr(model_config, "max_position_embeddings", None)  # recurrent models (bilm) have no limit
+        if getattr(model_config, "position_embedding", None) == "learned" and self.block_size > limit:
             raise ValueError(
                 f"config key 'block_size' is {self.block_size}, but preset {self.preset!r} has learned positions "
                 f"for at most {limit} tokens (max_position_embeddings); use block_size <= {limit}."

@@ -13,9 +13,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSeq2SeqLM, PreTrainedTokenizerBase
+from transformers import (
+    AutoModelForCausalLM,
+    AutoModelForMaskedLM,
+    AutoModelForPreTraining,
+    AutoModelForSeq2SeqLM,
+    PreTrainedTokenizerBase,
+)
 
-from ..data.collators import CausalLMCollator, DenoisingCollator, MaskedLMCollator, SpanCorruptionCollator
+from ..data.collators import BiLMCollator, CausalLMCollator, DenoisingCollator, MaskedLMCollator, SpanCorruptionCollator
 from ..presets import list_presets, preset_family
 
 
@@ -67,6 +73,11 @@ OBJECTIVES: dict[str, Objective] = {o.name: o for o in (
         "denoising", "encoder_decoder", AutoModelForSeq2SeqLM, DenoisingCollator, "text2text-generation",
         "Denoising autoencoding (BART)", shifts_labels=False,
         scored_targets="the whole original block, reconstructed by the decoder",
+    ),
+    Objective(
+        "bilm", "bilm", AutoModelForPreTraining, BiLMCollator, "feature-extraction",
+        "Bidirectional language modeling (ELMo)", shifts_labels=True,
+        scored_targets="every next token (forward LM) and every previous token (backward LM); the mean of both",
     ),
 )}  # fmt: skip
 

@@ -6,6 +6,7 @@
 objective                      collator
 =============================  ==========================================================
 causal LM (GPT)                :class:`CausalLMCollator`
+bidirectional LM (ELMo)        :class:`BiLMCollator`
 masked LM (BERT, whole-word,   :class:`MaskedLMCollator` (``masking=`` ``"token"`` /
 SpanBERT) and NSP              ``"whole_word"`` / ``"span"``, ``next_sentence_prediction``)
 T5 span corruption             :class:`SpanCorruptionCollator`, :func:`compute_input_and_target_lengths`
@@ -39,6 +40,7 @@ right one:
   comes from each worker's torch seed: reproducible from the run's seed, not resumable mid-epoch.
 """
 
+from .bilm import BiLMCollator
 from .clm import CausalLMCollator
 from .denoising import DenoisingCollator
 from .electra import electra_collator, replaced_token_detection_batch
@@ -46,6 +48,7 @@ from .mlm import MaskedLMCollator
 from .span_corruption import SpanCorruptionCollator, compute_input_and_target_lengths
 
 __all__ = [
+    "BiLMCollator",
     "CausalLMCollator",
     "DenoisingCollator",
     "MaskedLMCollator",
