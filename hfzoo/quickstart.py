@@ -59,8 +59,8 @@ PRETRAINING = (
 PRETRAIN_LEARNING_RATE = "1e-3"
 ADAPTER_LEARNING_RATE = "2e-3"
 ADAPTERS = (("module", "lora"), ("area", "bottleneck"))  # task, method; both on the pretrained encoder
-# A router or fusion layer only exists where adapters meet: the LoRA adapter also adapts down_proj, where the
-# (Pfeiffer) bottleneck sits.
+# The LoRA adapter also adapts down_proj, where the (Pfeiffer) bottleneck sits, so the routers and fusion layers
+# there weigh two adapters (elsewhere one adapter against the base module's own output).
 METHOD_OPTIONS = {"lora": ["--method_options.target_modules", "[qkv_proj, down_proj]"], "bottleneck": []}
 # The composition's target task, and the learned strategies trained for it (the first one also trains the
 # uniform-average baseline that every learned composition must beat).

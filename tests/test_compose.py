@@ -228,7 +228,7 @@ def test_routers_learn_a_new_task_and_train_only_themselves_and_the_head(setup, 
 def test_sequence_routing_ignores_padding_and_routes_generation_by_the_prompt(setup):
     composed = compose(causal_base(setup), setup.folders, "soft", granularity="sequence")
     routers = [layer.combiner.proj for layer in composed.composed_layers.values() if hasattr(layer.combiner, "proj")]
-    assert len(routers) == 8  # qkv_proj and o_proj of 4 layers; down_proj has one adapter, nothing to route
+    assert len(routers) == 12  # qkv_proj, o_proj and down_proj of 4 layers (down_proj: logging or the base)
     for router in routers:
         torch.nn.init.normal_(router.weight, std=0.5, generator=torch.Generator().manual_seed(0))
     short, long = setup.texts["email"][9][:30], setup.texts["asyncio"][9][:120]

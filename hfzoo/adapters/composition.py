@@ -9,8 +9,9 @@ small spec (`composition.json`) plus the weights it trained (`composition.safete
 
 Adapters may mix methods (any of `stacking.METHOD_STACKS`: LoRA, bottleneck, IA3): each contributes its own delta
 to the modules it targets (LoRA from the module input, bottleneck from the module output), also when several
-methods target the same module, and the routers and fusion weigh all adapters present at a module alike.
-PEFT-merging (`merge=...`) is LoRA only.
+methods target the same module, and the routers and fusion weigh all adapters present at a module alike. Adapters
+may also target disjoint modules: an adapter is the identity where it is absent (`strategies.py` says what each
+strategy then does). PEFT-merging (`merge=...`) is LoRA only.
 """
 
 from __future__ import annotations
@@ -48,6 +49,8 @@ BASE = "__base__"  # the adapter name meaning "no adapter" in `adapter_names`
 COMPOSITION_CONFIG = "composition.json"
 COMPOSITION_WEIGHTS = "composition.safetensors"
 FORMAT = "hfzoo-composition"
+# 2: learned strategies weigh the base output where some adapter is absent (version 1 applied a lone adapter as is)
+FORMAT_VERSION = 2
 _MERGED = "__merged__"
 # Config fields recorded with a composition and compared on load (those a model's config has).
 _FINGERPRINT_FIELDS = (
@@ -82,8 +85,10 @@ def compose(
         "hard": the same router, top-`top_k` (default 1) adapters; training uses straight-through Gumbel-softmax
             (`temperature`), inference computes only the chosen adapters (gathered per sequence or token).
         "fusion": AdapterFusion per adapted module (see `AdapterFusion`), `temperature` of its softmax.
-        A module that only one adapter targets applies that adapter as is under soft, hard and fusion (a softmax
-        over one adapter is 1, so a router or fusion there would learn nothing).
+        Soft, hard and fusion need two or more adapters. At a module that some adapter does not target, they
+        choose among the adapters there and the base module's own output (what the absent adapters compute
+        there), so with adapters on disjoint modules each adapted module gets a router or fusion that learns how
+        much of its adapter to apply; "average" adds the weighted deltas of the adapters present.
         `trainable_modules=[...]` (all strategies): modules to train with the composition and save with it, e.g. a
             fresh classification head (`"score"`, `"classifier"`); they must not contain adapted modules. An
             adapter's own saved copy of such a module (`modules_to_save`) is then not used.
@@ -148,7 +153,7 @@ def _compose(
         stack = StackedAdapters(path, module, output_width(module, base_model), entries, len(stacked))
         shape = linear_shape(module)
         in_features = shape[1] if shape else base_model.config.hidden_size
-        combiner = STRATEGIES[strategy].combiner(options, stack, in_features, weights)
+        combiner = STRATEGIES[strategy].build(options, stack, in_features, weights)
         combiner.to(next(module.parameters()).device, next(module.parameters()).dtype)
         on_decoder_side = encoder is not None and module not in encoder_modules
         mask_key = "decoder_attention_mask" if on_decoder_side else "attention_mask"
@@ -379,7 +384,7 @@ class ComposedModel(Wrapper):
             for a in self.adapters
         ]
         return {
-            "format": FORMAT, "version": 1, "strategy": self.strategy, "options": self.options, "adapters": adapters,
+            "format": FORMAT, "version": FORMAT_VERSION, "strategy": self.strategy, "options": self.options, "adapters": adapters,
             "base_model": self.fingerprint,
         }
 
@@ -429,6 +434,21 @@ class ComposedModel(Wrapper):
                 expected[key].copy_(tensor)
 
 
+def _check_version(spec: dict, file: Path) -> None:
+    """A version 1 learned composition whose adapters target different modules has no weights for the identity
+    candidates (nor, where a module had one adapter, any combiner): it computes something else now."""
+    version = spec.get("version")
+    if not isinstance(version, int) or version > FORMAT_VERSION:
+        raise ValueError(f"{file}: version {version!r} is not one this hfzoo reads (1 to {FORMAT_VERSION})")
+    targets = {tuple(adapter.get("targets", ())) for adapter in spec["adapters"]}
+    if version < 2 and spec["strategy"] in STRATEGIES and STRATEGIES[spec["strategy"]].learned and len(targets) > 1:
+        raise ValueError(
+            f"{file}: a version 1 {spec['strategy']!r} composition of adapters on different modules, saved by an "
+            "older hfzoo that applied an adapter alone on a module as is; this one also weighs the base output "
+            "there, so the saved router/fusion weights do not fit: train the composition again"
+        )
+
+
 def load_composition(base_model: PreTrainedModel, path: str | os.PathLike) -> ComposedModel:
     """Rebuild a saved composition on `base_model` (modified in place); raises an error naming the difference when
     the base model is not the kind it was saved with (model type, sizes, adapted modules' shapes)."""
@@ -446,6 +466,7 @@ def load_composition(base_model: PreTrainedModel, path: str | os.PathLike) -> Co
             )
     if not all(isinstance(entry, dict) and isinstance(entry.get("name"), str) for entry in spec["adapters"]):
         raise ValueError(f"{path / COMPOSITION_CONFIG}: every entry of 'adapters' needs a 'name'; save it again")
+    _check_version(spec, path / COMPOSITION_CONFIG)
     _check_fingerprint(spec["base_model"], base_model)
     adapters = {adapter["name"]: path / "adapters" / adapter["name"] for adapter in spec["adapters"]}
     composed = compose(base_model, adapters, spec["strategy"], **spec["options"])

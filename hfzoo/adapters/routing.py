@@ -153,13 +153,16 @@ class WeightedAverage(nn.Module):
 
 
 class Router(nn.Module):
-    """A linear router from the module input to one logit per adapter on this module, per token or per sequence
-    (mean over non-padded tokens). Zero-initialised: training starts from the uniform mixture."""
+    """A linear router from the module input to one logit per candidate, per token or per sequence (mean over
+    non-padded tokens). The candidates are the adapters on this module, and, `with_identity` (some composed adapter
+    does not touch this module), the base module's output: what every absent adapter computes here, so the router
+    still chooses among all the composed adapters, the absent ones counted as one candidate (the last logit).
+    Zero-initialised: training starts from the uniform mixture of the candidates."""
 
-    def __init__(self, in_features: int, num_members: int, granularity: str) -> None:
+    def __init__(self, in_features: int, num_members: int, granularity: str, with_identity: bool) -> None:
         super().__init__()
-        self.granularity = granularity
-        self.proj = nn.Linear(in_features, num_members)
+        self.granularity, self.num_members = granularity, num_members
+        self.proj = nn.Linear(in_features, num_members + with_identity)
         nn.init.zeros_(self.proj.weight)
         nn.init.zeros_(self.proj.bias)
 
@@ -177,7 +180,7 @@ class SoftRouter(Router):
     """Softmax mixture of all adapters: one batched low-rank product of width M*r, never M forward passes."""
 
     def forward(self, layer: ComposedLayer, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        weights = self.logits(layer, x).softmax(-1)
+        weights = self.logits(layer, x).softmax(-1)[..., : self.num_members]  # the identity adds no delta
         return layer.adapters.combine(layer.adapters.hidden(x, y), weights, y)
 
 
@@ -196,17 +199,21 @@ class HardRouter(Router):
     Training: straight-through Gumbel-softmax over all adapters (hard forward, soft gradient, so every adapter must
     be computed). Inference: only the chosen adapters are computed (`StackedAdapters.select`: weights gathered per
     sequence and per token while tokens are few, many tokens grouped by adapter), so the cost does not grow with the
-    number of adapters. k > 1 mixes the chosen ones by their renormalised router probabilities.
+    number of adapters. k > 1 mixes the chosen ones by their renormalised router probabilities. The identity
+    candidate (`Router`) is member index M, which `select` already reads as "no adapter".
     """
 
-    def __init__(self, in_features: int, num_members: int, granularity: str, top_k: int, temperature: float) -> None:
-        super().__init__(in_features, num_members, granularity)
-        self.top_k, self.temperature = min(top_k, num_members), temperature
+    def __init__(
+        self, in_features: int, num_members: int, granularity: str, with_identity: bool, top_k: int,
+        temperature: float,
+    ) -> None:
+        super().__init__(in_features, num_members, granularity, with_identity)
+        self.top_k, self.temperature = min(top_k, num_members + with_identity), temperature
 
     def forward(self, layer: ComposedLayer, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         logits = self.logits(layer, x)
         if self.training:
-            weights = straight_through_top_k(logits, self.top_k, self.temperature)
+            weights = straight_through_top_k(logits, self.top_k, self.temperature)[..., : self.num_members]
             return layer.adapters.combine(layer.adapters.hidden(x, y), weights, y)
         if self.top_k == 1:  # rows: sequences, or tokens for token routing
             return layer.adapters.select(x, y, logits.argmax(-1).reshape(-1, 1), None)
@@ -222,6 +229,12 @@ class AdapterFusion(nn.Module):
     `a = softmax_n((Q y) . (K o_n) / temperature)`, output `sum_n a_n V o_n`, with Q, K, V linear maps of the module's
     output width (K without bias: it would add the same score to every adapter). V starts as the identity (output =
     mean of the adapters' outputs while the scores are equal), Q and K small random.
+
+    Adapters on disjoint modules (a LoRA on qkv_proj, a bottleneck on down_proj): each module fuses the adapters
+    present there and, `with_identity` (some composed adapter does not touch it), the base output y itself, which
+    is what every absent adapter outputs there (o = y, delta = 0). So a module with a single adapter learns, per
+    token, how much of it to apply, as the original fuses adapters that all sit at every layer; fusing only the
+    present ones would be a softmax over one output, which learns nothing.
 
     Computed exactly as defined, only with the products in a cheaper order (taken literally it costs 3 width^2 per
     token and module, more than a fused qkv projection itself):
@@ -242,9 +255,9 @@ class AdapterFusion(nn.Module):
     would change what AdapterFusion computes (its capacity, or where it fuses); this keeps its function exactly.
     """
 
-    def __init__(self, width: int, temperature: float) -> None:
+    def __init__(self, width: int, temperature: float, with_identity: bool) -> None:
         super().__init__()
-        self.temperature = temperature
+        self.temperature, self.with_identity = temperature, with_identity
         self.query = nn.Linear(width, width)
         self.key = nn.Linear(width, width, bias=False)
         self.value = nn.Linear(width, width)
@@ -259,8 +272,16 @@ class AdapterFusion(nn.Module):
         products = self._products(layer, folded=False)
         hidden = layer.adapters.hidden(x, y)
         projected = F.linear(y, products["query"], products["query_bias"])
-        attention = (layer.adapters.score(hidden, projected) / self.temperature).softmax(-1)
+        attention = self._attention(layer.adapters.score(hidden, projected))
         return self.value(layer.adapters.combine(hidden, attention, y))
+
+    def _attention(self, scores: torch.Tensor) -> torch.Tensor:
+        """Softmax of the scores [..., M]; the identity candidate's score is 0 (its delta is 0; the shared
+        `(Q y) . (K y)` cancels as for every adapter) and its share is dropped after the softmax (y adds no delta)."""
+        scores = scores / self.temperature
+        if not self.with_identity:
+            return scores.softmax(-1)
+        return F.pad(scores, (0, 1)).softmax(-1)[..., :-1]
 
     def forward_folded(self, layer: ComposedLayer, x: torch.Tensor) -> torch.Tensor | None:
         """The module's output computed from x with V and E folded into the base weight; None where that does not
@@ -276,7 +297,7 @@ class AdapterFusion(nn.Module):
         mapped = F.linear(x, products["input_map"], products["input_bias"])
         value, hidden, projected = mapped.split([width, units, units], dim=-1)
         hidden = hidden.unflatten(-1, (stack.size, -1))
-        attention = (stack.score(hidden, projected) / self.temperature).softmax(-1)
+        attention = self._attention(stack.score(hidden, projected))
         return value + (hidden * attention.unsqueeze(-1)).flatten(-2) @ products["value_directions"]
 
     def _sources(self, layer: ComposedLayer, folded: bool) -> list[torch.Tensor]:

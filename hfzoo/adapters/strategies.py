@@ -3,6 +3,14 @@
 Each `Strategy` names its options with their defaults and checks, says whether it is learned (has parameters of
 its own, trained for a new task) and whether examples pick their adapter by name, and builds the combiner of one
 adapted module (`routing.py`). `compose()` and the compose recipe (its config and checks) read `STRATEGIES`.
+
+Adapters need not share modules (a LoRA on qkv_proj beside a bottleneck on down_proj): an adapter is the identity
+at a module it does not touch (its delta there is zero), and every strategy follows from that. "fixed" runs the
+base module there for examples naming it; "average" adds the present adapters' weighted deltas only (two adapters
+on disjoint modules, uniform weights: each applied at half strength where it sits); the learned strategies choose,
+per module, among the adapters present and the base output, one candidate standing for all absent adapters (see
+`Router`, `AdapterFusion`), so a module with a single adapter learns how much of it to apply. A learned strategy
+needs two or more adapters: with one, every module would weigh a single candidate.
 """
 
 from __future__ import annotations
@@ -68,7 +76,7 @@ class Strategy:
 
     name: str
     learned: bool  # has parameters of its own: routers or fusion, trained for a new task
-    build: Combiner
+    build: Combiner  # the combiner of one module (`weights`: per adapter, for "average")
     options: dict[str, tuple[Any, Callable[[Any, int], Any]]] = field(default_factory=dict)
     by_adapter_name: bool = False  # each example names its adapter (`adapter_names=[...]`)
 
@@ -80,6 +88,11 @@ class Strategy:
 
     def resolve(self, num_adapters: int, options: dict[str, Any]) -> dict[str, Any]:
         """The options with defaults filled in and checked (they are saved in `composition.json`)."""
+        if self.learned and num_adapters < 2:
+            raise ValueError(
+                f"a {self.name!r} composition learns to weigh two or more adapters, and one adapter leaves it nothing "
+                "to weigh; compose one adapter with 'average' (e.g. to train a head on it), or add adapters"
+            )
         allowed = self.defaults
         unknown = sorted(set(options) - set(allowed))
         if unknown:
@@ -89,15 +102,6 @@ class Strategy:
         for option, (_, check) in self.options.items():
             resolved[option] = check(resolved[option], num_adapters)
         return resolved
-
-    def combiner(
-        self, options: dict[str, Any], stack: StackedAdapters, in_features: int, weights: list[float] | None
-    ) -> nn.Module:
-        """The combiner of one module (`weights`: per adapter, for "average"). A learned strategy applies a lone
-        adapter as is: a softmax over one adapter is 1, so a router or fusion there would learn nothing."""
-        if self.learned and stack.size == 1:
-            return WeightedAverage(torch.ones(1))
-        return self.build(options, stack, in_features, weights)
 
 
 def _fixed(options: dict[str, Any], stack: StackedAdapters, in_features: int, weights: None) -> nn.Module:
@@ -109,15 +113,18 @@ def _average(options: dict[str, Any], stack: StackedAdapters, in_features: int, 
 
 
 def _soft(options: dict[str, Any], stack: StackedAdapters, in_features: int, weights: None) -> nn.Module:
-    return SoftRouter(in_features, stack.size, options["granularity"])
+    return SoftRouter(in_features, stack.size, options["granularity"], stack.has_absent_adapters)
 
 
 def _hard(options: dict[str, Any], stack: StackedAdapters, in_features: int, weights: None) -> nn.Module:
-    return HardRouter(in_features, stack.size, options["granularity"], options["top_k"], options["temperature"])
+    return HardRouter(
+        in_features, stack.size, options["granularity"], stack.has_absent_adapters, options["top_k"],
+        options["temperature"],
+    )
 
 
 def _fusion(options: dict[str, Any], stack: StackedAdapters, in_features: int, weights: None) -> nn.Module:
-    return AdapterFusion(stack.width, options["temperature"])
+    return AdapterFusion(stack.width, options["temperature"], stack.has_absent_adapters)
 
 
 _GRANULARITY = ("token", _granularity)

@@ -27,9 +27,9 @@ def _composition(record: RunRecord) -> str:
     options = {key: value for key, value in composition["options"].items() if key != "trainable_modules"}
     if STRATEGIES[strategy].learned:
         where = (
-            f"{composition['learned_modules']} of the {composition['composed_modules']} adapted modules carry more "
-            f"than one adapter; there the {strategy} layers learn how to weigh them (elsewhere one adapter applies "
-            "as is)"
+            f"{composition['learned_modules']} of the {composition['composed_modules']} adapted modules have "
+            f"{strategy} layers, which learn how to weigh the adapters there and, where some adapter is absent, the "
+            "base module's own output"
         )
     else:
         where = f"each of the {composition['composed_modules']} adapted modules adds its adapters' outputs, weighted"

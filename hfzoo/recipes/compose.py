@@ -136,8 +136,7 @@ def parse_args(argv: Sequence[str] | None = None) -> ComposeConfig:
 def check_adapters(adapters: dict[str, str], strategy: str) -> None:
     """Read every adapter now, so a missing folder or an unsupported adapter fails before any data or model is
     loaded (shapes are checked against the model by `compose`), and make sure a learned strategy has something to
-    learn: a router or fusion only exists at modules that two or more adapters adapt (a softmax over one adapter is
-    1), so adapters with disjoint targets would leave it nothing to weigh."""
+    learn (two or more adapters; they may target disjoint modules)."""
     if not adapters:
         raise ValueError("config key 'adapters' is required: --adapters name=path,name=path (or a YAML mapping).")
     loaded = []
@@ -154,14 +153,10 @@ def check_adapters(adapters: dict[str, str], strategy: str) -> None:
                 f"config key 'adapters': {first.name!r} was trained on {describe_base(first.base)}, {adapter.name!r} "
                 f"on {describe_base(adapter.base)}; compose adapters trained on the same base."
             )
-    adapters_per_module = Counter(path for adapter in loaded for path in adapter.modules)
-    if learned(strategy) and max(adapters_per_module.values(), default=0) < 2:
-        targets = {a.name: sorted({path.rsplit(".", 1)[-1] for path in a.modules}) for a in loaded}
-        raise ValueError(
-            f"config key 'adapters': no module carries more than one of them (targets: {targets}), so a "
-            f"{strategy!r} composition has nothing to weigh; train the adapters on shared modules (e.g. LoRA "
-            "with --method_options.target_modules '[qkv_proj, down_proj]' beside a bottleneck on down_proj)."
-        )
+    try:
+        STRATEGIES[strategy].resolve(len(loaded), {})
+    except ValueError as error:
+        raise ValueError(f"config key 'adapters': {error}") from None
 
 
 # ----------------------------------------------------------------------------------------------- the recipe
