@@ -73,6 +73,51 @@ def _quickstart(args: argparse.Namespace) -> None:
     run_quickstart(output_dir=args.output_dir, scale=args.scale)
 
 
+CONVERT_HELP = """Convert between hfzoo checkpoints and transformers' own classes (GPT-2, Llama, BERT, RoBERTa, T5, BART).
+
+  hfzoo convert from-native SOURCE OUT   a native checkpoint folder -> an hfzoo checkpoint computing the same outputs
+                                         (GPT2LMHeadModel, LlamaForCausalLM, BertModel, BertForMaskedLM, ..., and the
+                                         task heads both sides have); the hfzoo config is inferred from the native one
+  hfzoo convert to-native SOURCE OUT     an hfzoo checkpoint folder -> the native class, loadable with the plain Auto
+                                         classes and no remote code; a component the native class cannot express
+                                         (e.g. a mixture of experts in GPT-2) is refused, naming the switch
+
+Weights are mapped exactly (the round trip native -> hfzoo -> native is bit-identical) and SOURCE's tokenizer
+files are copied to OUT."""
+
+
+def _convert(args: argparse.Namespace) -> None:
+    from .convert.api import from_native, save_converted, to_native
+
+    if args.direction == "from-native":
+        model = from_native(args.source, args.preset)
+        save_converted(model, args.out, args.source)
+    else:
+        model = to_native(args.source, args.out, native_type=args.native_type)
+    print(f"{type(model).__name__} ({model.num_parameters() / 1e6:.1f}M parameters) written to {args.out}")
+
+
+def _add_convert(commands) -> None:
+    convert = commands.add_parser(
+        "convert",
+        help="convert checkpoints between hfzoo and transformers' native classes, both directions",
+        description=CONVERT_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    directions = convert.add_subparsers(dest="direction", required=True, metavar="{from-native,to-native}")
+    into_zoo = directions.add_parser("from-native", help="a native transformers checkpoint folder -> hfzoo")
+    into_zoo.add_argument("--preset", help="import into this preset's config (must fit the weights; default: inferred)")
+    to_native_parser = directions.add_parser("to-native", help="an hfzoo checkpoint folder -> native transformers")
+    to_native_parser.add_argument(
+        "--native-type", choices=["gpt2", "llama", "bert", "roberta", "t5", "bart"],
+        help="the native family (default: the one the model was imported from, else chosen by its switches)",
+    )
+    for parser in (into_zoo, to_native_parser):
+        parser.add_argument("source", help="folder of the checkpoint to convert")
+        parser.add_argument("out", help="folder to write (replaced atomically)")
+    convert.set_defaults(func=_convert)
+
+
 # Subcommands that run a recipe with all remaining arguments (`hfzoo pretrain --help` lists its keys).
 RECIPES = {
     "pretrain": ("hfzoo.recipes.pretrain", "pretrain a preset from scratch (recipes/pretrain.py)"),
@@ -92,6 +137,7 @@ def main(argv: list[str] | None = None) -> None:
     for name, (_, help_text) in RECIPES.items():
         commands.add_parser(name, help=help_text, add_help=False)
     commands.add_parser("presets", help="list the model presets").set_defaults(func=_presets)
+    _add_convert(commands)
     quickstart = commands.add_parser("quickstart", help="the end-to-end tour on the embedded default corpus")
     quickstart.add_argument("--output_dir", default="runs/quickstart")
     quickstart.add_argument("--scale", default="full", choices=["full", "smoke"], help="smoke: a few steps per stage, a wiring check")

@@ -3,7 +3,8 @@
 Layers, lowest first. A module may import from its own layer or a lower one:
 1. `models/`: saved next to every checkpoint, so it imports only its flat siblings (`from .x import y`).
 2. presets, registration, metrics, the recipe config machinery.
-3. data, adapters (which reach models only through transformers/PEFT), cards.
+3. data, adapters (which reach models only through transformers/PEFT), cards, convert (hfzoo <->
+   native transformers weights).
 4. tasks (fine-tuning tasks and their data).
 5. training (what the recipes share: loop, checkpointing, logging, objectives).
 6. the recipes, quickstart, the CLI, and the package's `__init__`.
@@ -18,7 +19,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "hfzoo"
 LAYERS = (
     {"models"},
     {"presets", "registration", "metrics", "recipe_config"},
-    {"data", "adapters", "cards"},
+    {"data", "adapters", "cards", "convert"},
     {"tasks"},
     {"training"},
     {"recipes", "quickstart", "cli", "__init__"},

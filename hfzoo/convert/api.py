@@ -1,0 +1,180 @@
+"""`from_native` and `to_native`: a whole model, its config and its weights, between hfzoo and transformers' own
+classes; and the save that makes a converted folder load with the plain Auto classes.
+"""
+
+import copy
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import transformers
+from transformers import AutoConfig, PreTrainedConfig, PreTrainedModel
+
+from .. import models
+from ..presets import preset_config
+from . import bart, bert, gpt2, llama, roberta, t5
+from .family import NativeFamily
+from .mapping import convert_state, load_converted
+
+FAMILIES: dict[str, NativeFamily] = {
+    family.model_type: family
+    for family in (gpt2.FAMILY, llama.FAMILY, bert.FAMILY, roberta.FAMILY, t5.FAMILY, bart.FAMILY)
+}
+# Fields that do not change what a model computes in eval mode: a preset given to `from_native` may differ there
+# (and its values are kept), nowhere else.
+TRAINING_FIELDS = {
+    "hidden_dropout", "attention_dropout", "classifier_dropout", "initializer_range", "router_aux_loss_coef", "use_cache",
+}
+# Fields taken from the native config even when a preset is given: they describe the native tokenizer.
+TOKEN_FIELDS = {"pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"}
+TOKENIZER_FILES = (
+    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "vocab.txt",
+    "vocab.json", "merges.txt", "spiece.model", "sentencepiece.bpe.model", "tokenizer.model", "chat_template.jinja",
+)
+
+
+def from_native(
+    model_or_path: PreTrainedModel | str | os.PathLike, preset_or_config: str | PreTrainedConfig | None = None
+) -> PreTrainedModel:
+    """The hfzoo model that computes what a native transformers model computes, with its weights.
+
+    `model_or_path` is a native model (`GPT2LMHeadModel`, `LlamaForCausalLM`, `BertModel`, `BertForMaskedLM`,
+    `RobertaForMaskedLM`, `T5ForConditionalGeneration`, `BartForConditionalGeneration`, or a task head both sides
+    have) or a folder holding one, loaded with the class its config names. The hfzoo config is inferred from the
+    native one; `preset_or_config` (a preset name or an hfzoo config) instead names the config to use, which must
+    agree with the inferred one on every field that changes the computation (dropouts and initialisation may
+    differ). Returns the model in eval mode, in the native model's dtype.
+    """
+    native = load_native(model_or_path)
+    family = FAMILIES.get(native.config.model_type)
+    if family is None:
+        raise ValueError(
+            f"model_type {native.config.model_type!r} has no hfzoo conversion; supported: {', '.join(FAMILIES)}."
+        )
+    head = family.head_for_native(type(native).__name__)
+    config = family.zoo_config_class(**family.zoo_config(native))
+    if preset_or_config is not None:
+        config = _agreeing_config(config, preset_or_config)
+    # Recorded in the config (and so in a saved checkpoint's config.json) for `to_native` to export back to.
+    config.native_model_type = family.model_type
+    zoo = head.zoo_class._from_config(config, dtype=native.dtype)
+    rules = family.rules(head, config, native.config)
+    tensors = convert_state(native.state_dict(), rules, to_zoo=True, source_name=type(native).__name__)
+    load_converted(zoo, tensors, type(zoo).__name__)
+    # Where the weights came from: `to_native` copies that folder's tokenizer, cards name it as the base.
+    zoo.name_or_path = zoo.config._name_or_path = native.name_or_path
+    return zoo.eval()
+
+
+def to_native(
+    model_or_path: PreTrainedModel | str | os.PathLike, out_dir: str | os.PathLike, native_type: str | None = None
+) -> PreTrainedModel:
+    """Save an hfzoo model as the native transformers class that computes the same thing, and return that model.
+
+    The native family follows the hfzoo config's switches (decoder: learned positions -> GPT-2, rotary -> Llama;
+    encoder: BERT, or RoBERTa without token types; encoder-decoder: relative bias -> T5, learned -> BART) unless
+    `native_type` names one ("gpt2", "llama", "bert", "roberta", "t5", "bart"). A component the native class cannot
+    express is refused, naming the switch. `out_dir` loads with the plain Auto classes (no remote code) and gets
+    the tokenizer files of the folder the model came from (`model_or_path`, or the model's `name_or_path`, which
+    `from_native` sets to the native folder) when it has them.
+    """
+    zoo = load_zoo(model_or_path)
+    family = native_family(zoo.config, native_type)
+    head = family.head_for_zoo(type(zoo))
+    native_config = family.native_config(zoo.config)
+    native_cls = getattr(transformers, head.native_class)
+    native = native_cls._from_config(native_config, dtype=zoo.dtype, **family.head_kwargs(head, zoo.config))
+    family.prepare_native(native, zoo.config)
+    rules = family.rules(head, zoo.config, native_config)
+    tensors = convert_state(zoo.state_dict(), rules, to_zoo=False, source_name=type(zoo).__name__)
+    load_converted(native, tensors, head.native_class)
+    save_converted(native, out_dir, model_or_path if isinstance(model_or_path, (str, os.PathLike)) else zoo.name_or_path)
+    return native.eval()
+
+
+def native_family(config: PreTrainedConfig, native_type: str | None = None) -> NativeFamily:
+    """The native family an hfzoo config exports to: `native_type`; else the family the model was imported from
+    (`config.native_model_type`, set by `from_native`); else the first family whose positions the config has."""
+    candidates = [family for family in FAMILIES.values() if family.zoo_config_class is type(config)]
+    if not candidates:
+        raise ValueError(f"{type(config).__name__} is not an hfzoo config; to_native converts hfzoo models.")
+    native_type = native_type or getattr(config, "native_model_type", None)
+    if native_type is not None:
+        family = FAMILIES.get(native_type)
+        if family not in candidates:
+            raise ValueError(
+                f"native_type={native_type!r} cannot hold a {type(config).__name__}; choose one of "
+                f"{', '.join(family.model_type for family in candidates)}."
+            )
+        return family
+    for family in candidates:
+        if family.position_embedding == config.position_embedding and family.prefers(config):
+            return family
+    kinds = ", ".join(f"{family.position_embedding!r} ({family.model_type})" for family in candidates)
+    raise ValueError(
+        f"No native class expresses position_embedding={config.position_embedding!r} in a {type(config).__name__}: "
+        f"the native families for it need {kinds}."
+    )
+
+
+def _agreeing_config(inferred: PreTrainedConfig, preset_or_config: str | PreTrainedConfig) -> PreTrainedConfig:
+    """`preset_or_config` as the config, after checking it computes what the native weights need."""
+    target = preset_config(preset_or_config) if isinstance(preset_or_config, str) else preset_or_config
+    if type(target) is not type(inferred):
+        raise ValueError(
+            f"The native model converts to a {type(inferred).__name__}, not the given {type(target).__name__}."
+        )
+    differing = [
+        f"{name}={getattr(target, name)!r} (the native model has {getattr(inferred, name)!r})"
+        for name in type(inferred).field_types()
+        if name not in TRAINING_FIELDS | TOKEN_FIELDS and getattr(target, name) != getattr(inferred, name)
+    ]
+    if differing:
+        raise ValueError(f"The given config cannot hold the native weights: {'; '.join(differing)}.")
+    config = copy.deepcopy(target)
+    for name in TOKEN_FIELDS & set(type(inferred).field_types()):
+        setattr(config, name, getattr(inferred, name))
+    config.id2label, config.label2id = inferred.id2label, inferred.label2id
+    return config
+
+
+def load_native(model_or_path: PreTrainedModel | str | os.PathLike) -> PreTrainedModel:
+    """A native model, or the one a folder holds, built with the transformers class its config names."""
+    return _load(model_or_path, transformers, "a transformers class (e.g. load it with BertForMaskedLM and pass the model)")
+
+
+def load_zoo(model_or_path: PreTrainedModel | str | os.PathLike) -> PreTrainedModel:
+    """An hfzoo model, or the one an hfzoo checkpoint folder holds, built with the class its config names."""
+    return _load(model_or_path, models, "an hfzoo model class (to_native converts hfzoo checkpoints)")
+
+
+def _load(model_or_path: PreTrainedModel | str | os.PathLike, namespace, expected: str) -> PreTrainedModel:
+    if isinstance(model_or_path, PreTrainedModel):
+        return model_or_path
+    config = AutoConfig.from_pretrained(model_or_path)
+    names = getattr(config, "architectures", None) or [""]
+    model_cls = getattr(namespace, names[0], None)
+    if model_cls is None:
+        raise ValueError(f"{model_or_path}/config.json: `architectures` is {names}, which names no {expected}.")
+    return model_cls.from_pretrained(model_or_path, config=config)
+
+
+def save_converted(model: PreTrainedModel, out_dir: str | os.PathLike, tokenizer_folder: str | os.PathLike | None) -> None:
+    """`model.save_pretrained(out_dir)` plus the tokenizer files of `tokenizer_folder`, written atomically: into a
+    folder beside `out_dir` that then replaces it, so an interrupted conversion leaves no half-written model."""
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    try:
+        model.save_pretrained(staging)
+        for name in TOKENIZER_FILES if tokenizer_folder else ():
+            if (Path(tokenizer_folder) / name).is_file():
+                shutil.copy2(Path(tokenizer_folder) / name, staging / name)
+        retired = out_dir.with_name(f".{out_dir.name}.replaced-{os.getpid()}")
+        if out_dir.exists():
+            os.replace(out_dir, retired)
+        os.replace(staging, out_dir)
+        shutil.rmtree(retired, ignore_errors=True)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)

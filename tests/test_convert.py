@@ -1,0 +1,198 @@
+"""Native transformers models -> hfzoo -> native, for every family and every head both sides have.
+
+Small random native models (seeded, built from small native configs, no downloads) must give the same outputs
+once imported (max abs diff <= 1e-4), the same tokens from generate with a cache, and come back from hfzoo as
+bit-identical tensors in a folder that loads with the plain Auto classes.
+"""
+
+import json
+
+import pytest
+import torch
+import transformers
+
+from hfzoo.convert import from_native, to_native
+
+VOCAB = 96
+TOLERANCE = 1e-4
+
+
+# family -> (config class, small config arguments). The token ids are those each family's heads need: pad for the
+# decoder classifiers, eos for the seq2seq classifiers, a start token for generation.
+NATIVE_CONFIGS = {
+    "gpt2": (transformers.GPT2Config, dict(
+        vocab_size=VOCAB, n_positions=64, n_embd=32, n_layer=2, n_head=4, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+    )),
+    "llama": (transformers.LlamaConfig, dict(
+        vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
+        pad_token_id=0,
+    )),
+    "bert": (transformers.BertConfig, dict(
+        vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
+        max_position_embeddings=64,
+    )),
+    "roberta": (transformers.RobertaConfig, dict(
+        vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
+        max_position_embeddings=66, type_vocab_size=1,
+    )),
+    "t5": (transformers.T5Config, dict(
+        vocab_size=VOCAB, d_model=64, d_kv=16, d_ff=48, num_layers=2, num_decoder_layers=3, num_heads=4,
+        feed_forward_proj="gated-silu", tie_word_embeddings=False, decoder_start_token_id=0,
+    )),
+    "bart": (transformers.BartConfig, dict(
+        vocab_size=VOCAB, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=48, decoder_ffn_dim=48, max_position_embeddings=64,
+        forced_eos_token_id=None,
+    )),
+}
+
+
+HEADS = {
+    "gpt2": ["GPT2Model", "GPT2LMHeadModel", "GPT2ForSequenceClassification", "GPT2ForTokenClassification"],
+    "llama": ["LlamaModel", "LlamaForCausalLM", "LlamaForSequenceClassification", "LlamaForTokenClassification"],
+    "bert": [
+        "BertModel", "BertForMaskedLM", "BertForSequenceClassification", "BertForTokenClassification",
+        "BertForQuestionAnswering", "BertForMultipleChoice",
+    ],
+    "roberta": [
+        "RobertaModel", "RobertaForMaskedLM", "RobertaForSequenceClassification", "RobertaForTokenClassification",
+        "RobertaForQuestionAnswering", "RobertaForMultipleChoice",
+    ],
+    "t5": ["T5Model", "T5ForConditionalGeneration", "T5ForSequenceClassification"],
+    "bart": ["BartModel", "BartForConditionalGeneration", "BartForSequenceClassification"],
+}
+CASES = [(family, head) for family, heads in HEADS.items() for head in heads]
+
+
+def native_model(family: str, head: str, seed: int = 0, **overrides) -> transformers.PreTrainedModel:
+    config_class, arguments = NATIVE_CONFIGS[family]
+    config = config_class(**{**arguments, **overrides})
+    torch.manual_seed(seed)
+    model = getattr(transformers, head)(config).eval()
+    with torch.no_grad():  # LayerNorms start at (1, 0): move them, so a swapped or dropped norm shows
+        for name, parameter in model.named_parameters():
+            if "norm" in name.lower():
+                parameter.add_(torch.randn_like(parameter) * 0.1)
+    return model
+
+
+def model_inputs(family: str, head: str, config) -> dict:
+    """Token ids that avoid every special id; right padding (mask 0) on the second row for the encoders; an eos
+    closing each row where a classifier pools it."""
+    generator = torch.Generator().manual_seed(1)
+    ids = torch.randint(4, VOCAB, (2, 9), generator=generator)
+    inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    if family in ("bert", "roberta"):
+        ids[1, -3:] = config.pad_token_id
+        inputs["attention_mask"][1, -3:] = 0
+        inputs["token_type_ids"] = torch.zeros_like(ids)
+        inputs["token_type_ids"][:, 5:] = config.type_vocab_size - 1
+    if family in ("t5", "bart"):
+        ids[:, -1] = config.eos_token_id
+        if not head.endswith("SequenceClassification"):
+            inputs["decoder_input_ids"] = torch.randint(4, VOCAB, (2, 5), generator=generator)
+    if head.endswith("MultipleChoice"):
+        inputs = {name: tensor[:, None].expand(-1, 3, -1).contiguous() for name, tensor in inputs.items()}
+    return inputs
+
+
+def outputs(model, inputs: dict) -> dict[str, torch.Tensor]:
+    with torch.no_grad():
+        result = model(**inputs)
+    names = ("logits", "start_logits", "end_logits", "last_hidden_state", "pooler_output", "encoder_last_hidden_state")
+    return {name: result[name] for name in names if result.get(name) is not None}
+
+
+def max_difference(first: dict, second: dict, inputs: dict) -> float:
+    """Largest difference over the outputs both give, at real tokens only (RoBERTa positions pads differently)."""
+    assert first.keys() == second.keys()
+    mask = inputs["attention_mask"].bool()
+    worst = 0.0
+    for name, value in first.items():
+        other = second[name]
+        if value.shape[: mask.dim()] == mask.shape:
+            value, other = value[mask], other[mask]
+        worst = max(worst, (value - other).abs().max().item())
+    return worst
+
+
+@pytest.mark.parametrize("family,head", CASES, ids=[head for _, head in CASES])
+def test_native_to_zoo_to_native(family, head, tmp_path):
+    native = native_model(family, head)
+    inputs = model_inputs(family, head, native.config)
+
+    zoo = from_native(native)
+    assert type(zoo).__module__.startswith("hfzoo")
+    assert max_difference(outputs(native, inputs), outputs(zoo, inputs), inputs) <= TOLERANCE
+
+    to_native(zoo, tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    assert saved["model_type"] == family and "auto_map" not in saved, "the export must not need remote code"
+    assert not list(tmp_path.glob("*.py"))
+    reloaded = getattr(transformers, head).from_pretrained(tmp_path).eval()
+    assert max_difference(outputs(zoo, inputs), outputs(reloaded, inputs), inputs) <= TOLERANCE
+
+    original, back = native.state_dict(), reloaded.state_dict()
+    assert original.keys() == back.keys()
+    changed = [key for key in original if not torch.equal(original[key], back[key])]
+    assert not changed, f"the round trip changed {changed}"
+
+
+@pytest.mark.parametrize("family,head", [
+    ("gpt2", "GPT2LMHeadModel"), ("llama", "LlamaForCausalLM"),
+    ("t5", "T5ForConditionalGeneration"), ("bart", "BartForConditionalGeneration"),
+])
+def test_generate_with_cache_gives_the_same_tokens(family, head, tmp_path):
+    # transformers' T5 sizes its generation cache by the encoder depth: equal depths here.
+    native = native_model(family, head, **({"num_decoder_layers": 2} if family == "t5" else {}))
+    zoo = from_native(native)
+    prompt = torch.randint(4, VOCAB, (2, 6), generator=torch.Generator().manual_seed(2))
+    settings = dict(max_new_tokens=8, do_sample=False, use_cache=True, pad_token_id=native.config.pad_token_id)
+    if family in ("gpt2", "llama"):
+        settings["eos_token_id"] = None  # run all steps: every one is compared
+    expected = native.generate(prompt, **settings)
+    assert torch.equal(zoo.generate(prompt, **settings), expected)
+    to_native(zoo, tmp_path)
+    auto_class = transformers.AutoModelForCausalLM if family in ("gpt2", "llama") else transformers.AutoModelForSeq2SeqLM
+    assert torch.equal(auto_class.from_pretrained(tmp_path).generate(prompt, **settings), expected)
+
+
+def test_original_t5_output_scaling_is_folded_into_the_final_norm():
+    """Original T5 (tied head) scales the decoder output by d_model**-0.5; hfzoo has the factor in its final norm."""
+    native = native_model("t5", "T5ForConditionalGeneration", feed_forward_proj="relu")
+    native.config.scale_decoder_outputs = True
+    inputs = model_inputs("t5", "T5ForConditionalGeneration", native.config)
+    zoo = from_native(native)
+    assert zoo.config.tie_word_embeddings and zoo.config.activation == "relu"
+    assert max_difference(outputs(native, inputs), outputs(zoo, inputs), inputs) <= TOLERANCE
+
+
+def test_hfzoo_geglu_exports_as_t5_gated_exact_gelu(tmp_path):
+    native = native_model("t5", "T5ForConditionalGeneration", feed_forward_proj="gated-gelu_python")
+    zoo = from_native(native)
+    assert zoo.config.activation == "geglu"
+    to_native(zoo, tmp_path)
+    assert json.loads((tmp_path / "config.json").read_text())["feed_forward_proj"] == "gated-gelu_python"
+
+
+@pytest.mark.parametrize("family,head,overrides,named", [
+    ("t5", "T5ForConditionalGeneration", {"feed_forward_proj": "gated-gelu", "dense_act_fn": "gelu_new"}, "feed_forward_proj='gated-gelu'"),
+    ("llama", "LlamaForCausalLM", {"rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4}}, "rope_type='linear'"),
+    ("bert", "BertModel", {"position_embedding_type": "relative_key"}, "position_embedding_type='relative_key'"),
+    ("gpt2", "GPT2Model", {"scale_attn_by_inverse_layer_idx": True}, "scale_attn_by_inverse_layer_idx=True"),
+    ("bart", "BartModel", {"decoder_ffn_dim": 64}, "decoder_ffn_dim=64"),
+])
+def test_native_options_hfzoo_cannot_compute_are_refused(family, head, overrides, named):
+    native = native_model(family, head)
+    for name, value in overrides.items():
+        setattr(native.config, name, value)
+    with pytest.raises(ValueError, match=named.replace("[", r"\[")):
+        from_native(native)
+
+
+def test_nonzero_final_logits_bias_is_refused():
+    native = native_model("bart", "BartForConditionalGeneration")
+    native.final_logits_bias.fill_(0.5)
+    with pytest.raises(ValueError, match="final_logits_bias is not all zeros"):
+        from_native(native)
