@@ -2,7 +2,8 @@
 
 Pretraining on a small or unusual corpus wants a vocabulary fitted to it. This module trains
 one with the ``tokenizers`` library (``bpe``: byte-level BPE that round-trips any text exactly;
-``wordpiece``: BERT-style; ``unigram``: SentencePiece-style) and wraps it in a
+``wordpiece``: BERT-style; ``unigram``: SentencePiece-style; ``char``: one token per character of the
+corpus, as character-level language models such as char-rnn and nanoGPT's Shakespeare use) and wraps it in a
 :class:`transformers.PreTrainedTokenizerFast` with the special tokens each family expects, at
 fixed ids (pad is always 0), so it saves with ``save_pretrained`` and reloads with
 ``AutoTokenizer.from_pretrained``:
@@ -23,10 +24,11 @@ from collections.abc import Iterable, Iterator
 from typing import Literal
 
 import datasets
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
 
-Kind = Literal["bpe", "wordpiece", "unigram"]
+Kind = Literal["bpe", "wordpiece", "unigram", "char"]
+KINDS: tuple[str, ...] = Kind.__args__
 Family = Literal["decoder", "encoder", "encoder_decoder", "bilm"]
 
 
@@ -74,8 +76,31 @@ def _backend(
             vocab_size=vocab_size, special_tokens=specials, unk_token=unk, show_progress=show_progress
         )
     else:
-        raise ValueError(f"unknown kind {kind!r}; expected 'bpe', 'wordpiece' or 'unigram'")
+        raise ValueError(f"unknown kind {kind!r}; expected one of {', '.join(KINDS)}")
     return tokenizer, trainer
+
+
+def _char_backend(
+    texts_iterator: Iterable[str] | Iterable[list[str]], vocab_size: int, specials: list[str], unk: str
+) -> Tokenizer:
+    """A ``tokenizers.Tokenizer`` whose vocabulary is the special tokens, then every character of the corpus (sorted,
+    so the ids do not depend on the order of the texts). Each character is its own pre-token and decoding fuses the
+    tokens back unchanged, so a text made of the corpus's characters round-trips exactly, whitespace and newlines
+    included; any other character becomes ``unk``."""
+    characters: set[str] = set()
+    for item in texts_iterator:
+        characters.update(item if isinstance(item, str) else "".join(item))
+    characters.difference_update(specials)
+    if len(specials) + len(characters) > vocab_size:
+        raise ValueError(
+            f"the corpus has {len(characters)} distinct characters, which with {len(specials)} special tokens exceed "
+            f"vocab_size={vocab_size}; raise vocab_size (a char tokenizer keeps every character of the corpus)"
+        )
+    vocabulary = {token: index for index, token in enumerate([*specials, *sorted(characters)])}
+    tokenizer = Tokenizer(models.WordLevel(vocabulary, unk_token=unk))
+    tokenizer.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")  # every character
+    tokenizer.decoder = decoders.Fuse()
+    return tokenizer
 
 
 def _post_processor(family: Family, tokenizer: Tokenizer) -> processors.PostProcessor | None:
@@ -105,9 +130,9 @@ def train_tokenizer(
 
     Args:
         texts_iterator: texts, or batches (lists) of texts; consumed once.
-        kind: ``"bpe"`` (byte-level, lossless), ``"wordpiece"`` or ``"unigram"``.
+        kind: ``"bpe"`` (byte-level, lossless), ``"wordpiece"``, ``"unigram"`` or ``"char"``.
         vocab_size: total vocabulary size, special tokens included (unigram may stop short
-            on a small corpus).
+            on a small corpus; for ``"char"`` an upper bound: its vocabulary is the corpus's characters).
         family: which special tokens and post-processing to set up (see the module docstring).
         num_sentinels: number of ``<extra_id_i>`` tokens (``encoder_decoder`` only).
         length: number of texts in ``texts_iterator``, for the progress bar only.
@@ -116,8 +141,11 @@ def train_tokenizer(
     specials = [*named.values(), *extra]
     if vocab_size <= len(specials):
         raise ValueError(f"vocab_size={vocab_size} leaves no room beside {len(specials)} special tokens")
-    tokenizer, trainer = _backend(kind, vocab_size, specials, named["unk_token"], show_progress)
-    tokenizer.train_from_iterator(texts_iterator, trainer=trainer, length=length)
+    if kind == "char":
+        tokenizer = _char_backend(texts_iterator, vocab_size, specials, named["unk_token"])
+    else:
+        tokenizer, trainer = _backend(kind, vocab_size, specials, named["unk_token"], show_progress)
+        tokenizer.train_from_iterator(texts_iterator, trainer=trainer, length=length)
     tokenizer.post_processor = _post_processor(family, tokenizer)
     model_input_names = ["input_ids", "token_type_ids", "attention_mask"]
     if family != "encoder":

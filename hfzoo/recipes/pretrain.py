@@ -33,7 +33,7 @@ from transformers import AutoTokenizer, PreTrainedTokenizerBase
 from ..cards import PRETRAINING_SECTIONS, RunRecord, describe_objective, pretraining_metadata, write_card
 from ..data.corpus import load_corpus
 from ..data.packing import pack
-from ..data.tokenizer_training import train_tokenizer_on_corpus
+from ..data.tokenizer_training import KINDS, train_tokenizer_on_corpus
 from ..presets import FAMILY_CONFIGS, list_presets, preset_config, preset_family
 from ..recipe_config import CONFIG_FILE, key, parse_config
 from ..training.checkpointing import (
@@ -74,7 +74,7 @@ class PretrainConfig(RunOptions):
                           minimum=1)  # fmt: skip
     # Tokenizer.
     tokenizer: str | None = key(None, "tokenizer path; none = train one on the training corpus")
-    tokenizer_kind: str = key("bpe", "kind of tokenizer to train", choices=("bpe", "wordpiece", "unigram"))
+    tokenizer_kind: str = key("bpe", "kind of tokenizer to train (char: one token per character)", choices=KINDS)
     vocab_size: int | None = key(None, "vocabulary of the trained tokenizer; none = the preset's", minimum=1)
     # Objective.
     collator: dict = key({}, "options of the objective's collator, e.g. {mlm_probability: 0.15}")

@@ -1,0 +1,138 @@
+"""Side by side with nanoGPT on Tiny Shakespeare, characters (issue 19 item 3): hfzoo's pretraining recipe, run as
+users run it, at the settings of nanoGPT's published CPU run.
+
+nanoGPT's README trains a character GPT on CPU with `config/train_shakespeare_char.py --device=cpu --compile=False
+--eval_iters=20 --block_size=64 --batch_size=12 --n_layer=4 --n_head=4 --n_embd=128 --max_iters=2000
+--lr_decay_iters=2000 --dropout=0.0` (learning rate 1e-3 with 100 warmup steps, cosine to 1e-4, AdamW beta2 0.99,
+weight decay 0.1, gradient clipping 1.0) and reports a validation loss of about 1.88 in about 3 minutes (on the
+author's laptop, not this machine). This script gives the recipe the same: gpt-tiny (4 layers, 4 heads, 128 wide;
+GPT-2's biases, which nanoGPT's default `bias=False` drops), a `char` tokenizer, the same 90/10 character split of
+`input.txt`, and the same optimisation. Each split is one document, so the packed stream is the text's characters
+exactly, newlines included, plus one end-of-text token.
+
+Reported: the validation loss on the whole validation split (every 64-character block, not nanoGPT's 20 sampled
+batches), the curve of validation loss against training seconds, and the wall time of the recipe process (start to
+exit: corpus, tokenizer, packing, training, evaluations, saving). The JSON follows the other benchmarks' schema, so
+`benchmarks/report.py` renders it; nanoGPT's figures are its published ones, so the wall-time ratio compares
+different machines and says little.
+
+    python benchmarks/bench_shakespeare.py            # the full run: 2,000 steps
+    python benchmarks/bench_shakespeare.py --tiny     # a few steps on a slice of the text (the smoke test)
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from common import MALLOC_SETTINGS, REPO_ROOT, RESULTS_DIR, ensure_malloc_setting, environment, write_json
+
+DATA = REPO_ROOT.parent / "shared" / "data" / "tinyshakespeare" / "input.txt"
+NANOGPT = {"validation_loss": 1.88, "wall_s": 180.0}  # published: "a loss of only 1.88", "about ~3 minutes"
+TARGET_LOSS = 1.85
+TRAIN_FRACTION = 0.9  # nanoGPT's prepare.py: the first 90% of the characters train, the rest validate
+# nanoGPT's CPU run, as recipe config keys.
+SETTINGS = {
+    "preset": "gpt-tiny", "objective": "clm", "tokenizer_kind": "char", "block_size": 64,
+    "per_device_batch_size": 12, "max_steps": 2000, "learning_rate": 1e-3, "min_lr_ratio": 0.1, "warmup_steps": 100,
+    "adam_beta1": 0.9, "adam_beta2": 0.99, "weight_decay": 0.1, "max_grad_norm": 1.0, "seed": 1337,
+    "model.hidden_dropout": 0.0, "model.attention_dropout": 0.0, "eval_every": 250, "log_every": 10,
+    "tensorboard": False,
+}  # fmt: skip
+TINY = {"max_steps": 6, "warmup_steps": 2, "eval_every": 3, "log_every": 1}
+TINY_CHARACTERS = 40_000
+
+
+def write_splits(text: str, folder: Path) -> dict[str, int]:
+    """`train.jsonl` and `validation.jsonl`, each one document: the recipe reads `.txt` line by line without the
+    line breaks, which a character model must learn."""
+    cut = int(len(text) * TRAIN_FRACTION)
+    sizes = {}
+    for split, part in (("train", text[:cut]), ("validation", text[cut:])):
+        (folder / f"{split}.jsonl").write_text(json.dumps({"text": part}) + "\n", encoding="utf-8")
+        sizes[split] = len(part)
+    return sizes
+
+
+def recipe_command(settings: dict, data_dir: Path, output_dir: Path) -> list[str]:
+    overrides = [part for key, value in settings.items() for part in (f"--{key}", str(value))]
+    return [sys.executable, str(REPO_ROOT / "recipes" / "pretrain.py"), *overrides, "--dataset", str(data_dir),
+            "--save_every", str(settings["max_steps"]), "--output_dir", str(output_dir)]  # fmt: skip
+
+
+def read_run(output_dir: Path) -> dict:
+    """The final validation loss, the training seconds and the curve (step, training seconds, validation loss)."""
+    records = [json.loads(line) for line in (output_dir / "log.jsonl").read_text().splitlines()]
+    elapsed = {r["step"]: r["elapsed"] for r in records if r["event"] == "train"}
+    curve = [
+        {"step": r["step"], "train_s": elapsed.get(r["step"]), "validation_loss": r["eval_loss"]}
+        for r in records if r["event"] == "eval"
+    ]  # fmt: skip
+    end = next(r for r in records if r["event"] == "end")
+    tokens_per_s = [r["tokens_per_s"] for r in records if r["event"] == "train"]
+    return {
+        "validation_loss": curve[-1]["validation_loss"], "train_s": end["elapsed"], "steps": end["step"],
+        "tokens_per_s_median": sorted(tokens_per_s)[len(tokens_per_s) // 2], "curve": curve,
+    }  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", type=Path, default=DATA, help="Tiny Shakespeare's input.txt")
+    parser.add_argument("--tiny", action="store_true", help=f"{TINY['max_steps']} steps on a slice: a smoke test")
+    parser.add_argument("--malloc", choices=MALLOC_SETTINGS, default="tuned",
+                        help="glibc malloc thresholds to run under (the script re-executes itself to apply them)")
+    parser.add_argument("--output", type=Path, default=RESULTS_DIR / "shakespeare.json")
+    args = parser.parse_args(argv)
+    if not args.data.is_file():
+        parser.error(f"{args.data} not found: Tiny Shakespeare's input.txt (karpathy/char-rnn), see ../shared/data")
+    ensure_malloc_setting(args.malloc)  # the recipe process inherits it
+    started = environment()
+    text = args.data.read_text(encoding="utf-8")
+    settings = {**SETTINGS, **TINY} if args.tiny else SETTINGS
+    with tempfile.TemporaryDirectory(prefix="bench-shakespeare-") as scratch:
+        data_dir, output_dir = Path(scratch) / "data", Path(scratch) / "run"
+        data_dir.mkdir()
+        sizes = write_splits(text[:TINY_CHARACTERS] if args.tiny else text, data_dir)
+        command = recipe_command(settings, data_dir, output_dir)
+        start = time.perf_counter()
+        completed = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True)
+        wall_s = time.perf_counter() - start
+        if completed.returncode != 0:
+            sys.stderr.write(completed.stderr[-5000:])
+            return completed.returncode
+        run = read_run(output_dir)
+    started["load_average_end"] = os.getloadavg()
+    loss = run["validation_loss"]
+    rows = [
+        {"model": "gpt-tiny, char", "figure": "validation loss (lower is better)", "unit": "nats/char",
+         "hfzoo": {"median": loss}, "nanoGPT (published)": {"median": NANOGPT["validation_loss"]},
+         "ratio": {"median": NANOGPT["validation_loss"] / loss}},
+        {"model": "gpt-tiny, char", "figure": "wall time (other machine)", "unit": "s",
+         "hfzoo": {"median": wall_s}, "nanoGPT (published)": {"median": NANOGPT["wall_s"]},
+         "ratio": {"median": NANOGPT["wall_s"] / wall_s}},
+    ]  # fmt: skip
+    payload = {
+        "benchmark": "Tiny Shakespeare, characters: hfzoo's pretraining recipe at nanoGPT's CPU settings",
+        "command": "python benchmarks/bench_shakespeare.py" + (" --tiny" if args.tiny else ""),
+        "environment": started,
+        "settings": {**settings, "characters": sizes, "tiny": args.tiny},
+        "target": {"validation_loss": TARGET_LOSS, "wall_s": NANOGPT["wall_s"]},
+        "results": rows,
+        "run": {**run, "wall_s": wall_s},
+    }
+    print(f"validation loss {loss:.4f} (nanoGPT published {NANOGPT['validation_loss']}, target <= {TARGET_LOSS}); "
+          f"wall {wall_s:.1f} s, training {run['train_s']:.1f} s, {run['tokens_per_s_median']:,.0f} tokens/s")  # fmt: skip
+    for point in run["curve"]:
+        print(f"  step {point['step']:>5}  {point['train_s'] or 0:8.1f} s  validation loss {point['validation_loss']:.4f}")
+    write_json(args.output, payload)
+    print(f"wrote {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
