@@ -3,7 +3,7 @@
 Layers, lowest first. A module may import from its own layer or a lower one:
 1. `models/`: saved next to every checkpoint, so it imports only its flat siblings (`from .x import y`).
 2. presets, registration, metrics, the recipe config machinery.
-3. data, adapters (which reach models only through transformers/PEFT), cards, convert (hfzoo <->
+3. data, adapters and features (which reach models only through transformers/PEFT), cards, convert (hfzoo <->
    native transformers weights).
 4. tasks (fine-tuning tasks and their data).
 5. training (what the recipes share: loop, checkpointing, logging, objectives).
@@ -19,7 +19,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "hfzoo"
 LAYERS = (
     {"models"},
     {"presets", "registration", "metrics", "recipe_config"},
-    {"data", "adapters", "cards", "convert"},
+    {"data", "adapters", "features", "cards", "convert"},
     {"tasks"},
     {"training"},
     {"recipes", "quickstart", "cli", "__init__"},
