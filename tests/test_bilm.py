@@ -200,3 +200,18 @@ def test_remote_code_without_hfzoo(tmp_path):
         top = AutoModel.from_pretrained(checkpoint).eval()(**inputs).last_hidden_state
     assert torch.equal(remote["forward"], out.forward_logits) and torch.equal(remote["backward"], out.backward_logits)
     assert torch.equal(remote["top"], top)
+
+
+def test_activation_checkpointing_gives_the_same_gradients():
+    ids = token_ids()
+    gradients = []
+    for checkpointing in (False, True):
+        model = build_elmo().train()
+        if checkpointing:
+            model.activation_checkpointing_enable()
+            assert all(layer.gradient_checkpointing for layer in model.model.layers)
+        model(input_ids=ids, labels=ids).loss.backward()
+        gradients.append({name: p.grad for name, p in model.named_parameters()})
+    assert gradients[0].keys() == gradients[1].keys()
+    for name, gradient in gradients[0].items():
+        torch.testing.assert_close(gradients[1][name], gradient, rtol=1e-5, atol=1e-7, msg=name)
