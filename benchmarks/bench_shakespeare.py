@@ -126,9 +126,10 @@ def main(argv: list[str] | None = None) -> int:
         "run": {**run, "wall_s": wall_s},
     }
     print(f"validation loss {loss:.4f} (nanoGPT published {NANOGPT['validation_loss']}, target <= {TARGET_LOSS}); "
-          f"wall {wall_s:.1f} s, training {run['train_s']:.1f} s, {run['tokens_per_s_median']:,.0f} tokens/s")  # fmt: skip
+          f"wall {wall_s:.1f} s, training {run['train_s']:.1f} s, {run['tokens_per_s_median']:,.0f} tokens/s")
     for point in run["curve"]:
-        print(f"  step {point['step']:>5}  {point['train_s'] or 0:8.1f} s  validation loss {point['validation_loss']:.4f}")
+        seconds, point_loss = point["train_s"] or 0.0, point["validation_loss"]
+        print(f"  step {point['step']:>5}  {seconds:8.1f} s  validation loss {point_loss:.4f}")
     write_json(args.output, payload)
     print(f"wrote {args.output}")
     return 0

@@ -28,7 +28,8 @@ def _base(root):
 def adapters(tmp_path_factory, tiny_model):
     """The README's pair, with random (not zero) up projections so that every adapter changes its module."""
     root = tmp_path_factory.mktemp("disjoint")
-    tiny_model("gpt-tiny", AutoModelForSequenceClassification, num_labels=3, pad_token_id=0).save_pretrained(root / "base")
+    base = tiny_model("gpt-tiny", AutoModelForSequenceClassification, num_labels=3, pad_token_id=0)
+    base.save_pretrained(root / "base")
     configs = {
         "area": LoraConfig(r=8, target_modules=["qkv_proj"], init_lora_weights=False, task_type="SEQ_CLS"),
         "module": BottleneckConfig(init_weights=False, task_type="SEQ_CLS"),
@@ -133,10 +134,14 @@ def test_every_strategy_treats_an_absent_adapter_as_the_identity(adapters):
     torch.testing.assert_close(logits, torch.stack([reference[n][row] for row, n in enumerate(names)]), **FP32)
 
 
-def test_learned_strategies_need_two_adapters_and_old_files_are_named(adapters, tmp_path):
+def test_one_adapter_is_weighed_against_the_base_output_and_old_files_are_named(adapters, tmp_path):
     root, folders = adapters
-    with pytest.raises(ValueError, match="a 'soft' composition learns to weigh two or more adapters"):
-        compose(_base(root), {"area": folders["area"]}, "soft", trainable_modules=["score"])
+    alone = {"area": folders["area"]}
+    soft = compose(_base(root), alone, "soft", trainable_modules=["score"])
+    assert set(soft.composed_layers) == set(QKV)
+    assert all(layer.combiner.proj.out_features == 2 for layer in soft.composed_layers.values())
+    half = compose(_base(root), alone, "average", weights=[0.5], trainable_modules=["score"])
+    torch.testing.assert_close(_logits(soft), _logits(half), **FP32)
 
     compose(_base(root), folders, "fusion", trainable_modules=["score"]).save_pretrained(tmp_path / "fusion")
     reloaded = load_composition(_base(root), tmp_path / "fusion")
@@ -144,5 +149,5 @@ def test_learned_strategies_need_two_adapters_and_old_files_are_named(adapters, 
     spec_file = tmp_path / "fusion" / "composition.json"
     spec = json.loads(spec_file.read_text())
     spec_file.write_text(json.dumps({**spec, "version": 1}))
-    with pytest.raises(ValueError, match="version 1 'fusion' composition of adapters on different modules"):
+    with pytest.raises(ValueError, match="version 1 .fusion. composition of one adapter or of adapters on"):
         load_composition(_base(root), tmp_path / "fusion")

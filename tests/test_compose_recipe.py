@@ -208,13 +208,6 @@ def test_an_adapter_for_another_base_shape_is_named(setup, tmp_path):
         run_recipe(recipe.main, *args, "--strategy", "average")
 
 
-def test_learned_strategies_refuse_a_single_adapter(setup, tmp_path):
-    """Adapters on disjoint modules compose (tests/test_compose_disjoint.py); one adapter leaves nothing to weigh."""
-    args = compose_args(setup, tmp_path / "out", "--adapters", f"area={setup['area']}")
-    with pytest.raises(SystemExit, match="'adapters': a 'fusion' composition learns to weigh two or more adapters"):
-        run_recipe(recipe.main, *args, "--strategy", "fusion")
-
-
 @pytest.mark.parametrize(
     ("args", "message"),
     [

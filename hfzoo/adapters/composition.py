@@ -49,7 +49,8 @@ BASE = "__base__"  # the adapter name meaning "no adapter" in `adapter_names`
 COMPOSITION_CONFIG = "composition.json"
 COMPOSITION_WEIGHTS = "composition.safetensors"
 FORMAT = "hfzoo-composition"
-# 2: learned strategies weigh the base output where some adapter is absent (version 1 applied a lone adapter as is)
+# 2: learned strategies weigh the base output where an adapter is absent or only one is composed (version 1 applied
+# a lone adapter as is)
 FORMAT_VERSION = 2
 _MERGED = "__merged__"
 # Config fields recorded with a composition and compared on load (those a model's config has).
@@ -85,10 +86,10 @@ def compose(
         "hard": the same router, top-`top_k` (default 1) adapters; training uses straight-through Gumbel-softmax
             (`temperature`), inference computes only the chosen adapters (gathered per sequence or token).
         "fusion": AdapterFusion per adapted module (see `AdapterFusion`), `temperature` of its softmax.
-        Soft, hard and fusion need two or more adapters. At a module that some adapter does not target, they
-        choose among the adapters there and the base module's own output (what the absent adapters compute
-        there), so with adapters on disjoint modules each adapted module gets a router or fusion that learns how
-        much of its adapter to apply; "average" adds the weighted deltas of the adapters present.
+        At a module that some adapter does not target, soft, hard and fusion choose among the adapters there
+        and the base module's own output (what the absent adapters compute there), so with adapters on disjoint
+        modules each adapted module gets a router or fusion that learns how much of its adapter to apply (so does
+        a composition of one adapter); "average" adds the weighted deltas of the adapters present.
         `trainable_modules=[...]` (all strategies): modules to train with the composition and save with it, e.g. a
             fresh classification head (`"score"`, `"classifier"`); they must not contain adapted modules. An
             adapter's own saved copy of such a module (`modules_to_save`) is then not used.
@@ -435,17 +436,18 @@ class ComposedModel(Wrapper):
 
 
 def _check_version(spec: dict, file: Path) -> None:
-    """A version 1 learned composition whose adapters target different modules has no weights for the identity
-    candidates (nor, where a module had one adapter, any combiner): it computes something else now."""
+    """A version 1 learned composition of one adapter, or of adapters that target different modules, has no weights
+    for the base output as a candidate (nor, where a module had one adapter, any combiner): it computes otherwise."""
     version = spec.get("version")
     if not isinstance(version, int) or version > FORMAT_VERSION:
         raise ValueError(f"{file}: version {version!r} is not one this hfzoo reads (1 to {FORMAT_VERSION})")
     targets = {tuple(adapter.get("targets", ())) for adapter in spec["adapters"]}
-    if version < 2 and spec["strategy"] in STRATEGIES and STRATEGIES[spec["strategy"]].learned and len(targets) > 1:
+    learned = spec["strategy"] in STRATEGIES and STRATEGIES[spec["strategy"]].learned
+    if version < 2 and learned and (len(targets) > 1 or len(spec["adapters"]) == 1):
         raise ValueError(
-            f"{file}: a version 1 {spec['strategy']!r} composition of adapters on different modules, saved by an "
-            "older hfzoo that applied an adapter alone on a module as is; this one also weighs the base output "
-            "there, so the saved router/fusion weights do not fit: train the composition again"
+            f"{file}: a version 1 {spec['strategy']!r} composition of one adapter or of adapters on different "
+            "modules, saved by an older hfzoo that applied an adapter alone on a module as is; this one also weighs "
+            "the base output there, so the saved router/fusion weights do not fit: train the composition again"
         )
 
 

@@ -154,9 +154,10 @@ class WeightedAverage(nn.Module):
 
 class Router(nn.Module):
     """A linear router from the module input to one logit per candidate, per token or per sequence (mean over
-    non-padded tokens). The candidates are the adapters on this module, and, `with_identity` (some composed adapter
-    does not touch this module), the base module's output: what every absent adapter computes here, so the router
-    still chooses among all the composed adapters, the absent ones counted as one candidate (the last logit).
+    non-padded tokens). The candidates are the adapters on this module, and, `with_identity`
+    (`StackedAdapters.base_is_candidate`: some composed adapter does not touch this module, or only one adapter is
+    composed), the base module's output: what every absent adapter computes here, so the router still chooses among
+    all the composed adapters, the absent ones counted as one candidate (the last logit).
     Zero-initialised: training starts from the uniform mixture of the candidates."""
 
     def __init__(self, in_features: int, num_members: int, granularity: str, with_identity: bool) -> None:
@@ -231,10 +232,10 @@ class AdapterFusion(nn.Module):
     mean of the adapters' outputs while the scores are equal), Q and K small random.
 
     Adapters on disjoint modules (a LoRA on qkv_proj, a bottleneck on down_proj): each module fuses the adapters
-    present there and, `with_identity` (some composed adapter does not touch it), the base output y itself, which
-    is what every absent adapter outputs there (o = y, delta = 0). So a module with a single adapter learns, per
-    token, how much of it to apply, as the original fuses adapters that all sit at every layer; fusing only the
-    present ones would be a softmax over one output, which learns nothing.
+    present there and, `with_identity` (some composed adapter does not touch it; or one adapter composed), the base
+    output y itself, which is what every absent adapter outputs there (o = y, delta = 0). So a module with a single
+    adapter learns, per token, how much of it to apply, as the original fuses adapters that all sit at every layer;
+    fusing only the present ones would be a softmax over one output, which learns nothing.
 
     Computed exactly as defined, only with the products in a cheaper order (taken literally it costs 3 width^2 per
     token and module, more than a fused qkv projection itself):

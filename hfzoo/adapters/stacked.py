@@ -73,8 +73,8 @@ class StackedAdapters(nn.Module):
     `member_of_adapter[a]` is adapter a's member index here (M when adapter a does not touch this module, and for
     the base model, index N); `slot_of_member[s, m]` maps member m to its slot in stack s (`stacks`, then the
     heads; that stack's zero slot for members of another stack or for M), so a gather by member index is correct
-    for every stack at once. Member index M (no adapter) is also how the routers name the identity candidate
-    (`has_absent_adapters`).
+    for every stack at once. Member index M (no adapter) is also how the routers name the base output as a
+    candidate (`base_is_candidate`).
     """
 
     def __init__(
@@ -101,8 +101,10 @@ class StackedAdapters(nn.Module):
             groups.append(heads)
         self.members = [index for group in groups for index, _ in group]
         self.size, self.width = len(self.members), width
-        # an adapter that does not touch this module is the identity here: its output is the base module's own
-        self.has_absent_adapters = self.size < num_adapters
+        # The routers and fusion also weigh the base module's own output (the identity) where an adapter is absent,
+        # which computes exactly that here, and in a composition of one adapter, where a choice among one adapter
+        # would learn nothing: there they learn how much of the adapter to apply.
+        self.base_is_candidate = self.size < num_adapters or num_adapters == 1
         member_of_adapter = torch.full((num_adapters + 1,), self.size, dtype=torch.long)
         member_of_adapter[self.members] = torch.arange(self.size)
         self.register_buffer("member_of_adapter", member_of_adapter.to(like.device), persistent=False)

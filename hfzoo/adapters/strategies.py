@@ -9,8 +9,8 @@ at a module it does not touch (its delta there is zero), and every strategy foll
 base module there for examples naming it; "average" adds the present adapters' weighted deltas only (two adapters
 on disjoint modules, uniform weights: each applied at half strength where it sits); the learned strategies choose,
 per module, among the adapters present and the base output, one candidate standing for all absent adapters (see
-`Router`, `AdapterFusion`), so a module with a single adapter learns how much of it to apply. A learned strategy
-needs two or more adapters: with one, every module would weigh a single candidate.
+`Router`, `AdapterFusion`), so a module with a single adapter learns how much of it to apply. A composition of one
+adapter weighs it against the base output the same way, at every module it adapts.
 """
 
 from __future__ import annotations
@@ -88,11 +88,6 @@ class Strategy:
 
     def resolve(self, num_adapters: int, options: dict[str, Any]) -> dict[str, Any]:
         """The options with defaults filled in and checked (they are saved in `composition.json`)."""
-        if self.learned and num_adapters < 2:
-            raise ValueError(
-                f"a {self.name!r} composition learns to weigh two or more adapters, and one adapter leaves it nothing "
-                "to weigh; compose one adapter with 'average' (e.g. to train a head on it), or add adapters"
-            )
         allowed = self.defaults
         unknown = sorted(set(options) - set(allowed))
         if unknown:
@@ -113,18 +108,18 @@ def _average(options: dict[str, Any], stack: StackedAdapters, in_features: int, 
 
 
 def _soft(options: dict[str, Any], stack: StackedAdapters, in_features: int, weights: None) -> nn.Module:
-    return SoftRouter(in_features, stack.size, options["granularity"], stack.has_absent_adapters)
+    return SoftRouter(in_features, stack.size, options["granularity"], stack.base_is_candidate)
 
 
 def _hard(options: dict[str, Any], stack: StackedAdapters, in_features: int, weights: None) -> nn.Module:
     return HardRouter(
-        in_features, stack.size, options["granularity"], stack.has_absent_adapters, options["top_k"],
+        in_features, stack.size, options["granularity"], stack.base_is_candidate, options["top_k"],
         options["temperature"],
     )
 
 
 def _fusion(options: dict[str, Any], stack: StackedAdapters, in_features: int, weights: None) -> nn.Module:
-    return AdapterFusion(stack.width, options["temperature"], stack.has_absent_adapters)
+    return AdapterFusion(stack.width, options["temperature"], stack.base_is_candidate)
 
 
 _GRANULARITY = ("token", _granularity)

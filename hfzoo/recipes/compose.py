@@ -125,7 +125,7 @@ class ComposeConfig(TaskRunOptions):
             raise ValueError(
                 f"config key 'strategy': unknown value {self.strategy!r}. Valid: {', '.join(TRAINABLE_STRATEGIES)}."
             )
-        check_adapters(self.adapters, self.strategy)
+        check_adapters(self.adapters)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> ComposeConfig:
@@ -133,10 +133,9 @@ def parse_args(argv: Sequence[str] | None = None) -> ComposeConfig:
     return parse_config(ComposeConfig, argv, "compose")
 
 
-def check_adapters(adapters: dict[str, str], strategy: str) -> None:
+def check_adapters(adapters: dict[str, str]) -> None:
     """Read every adapter now, so a missing folder or an unsupported adapter fails before any data or model is
-    loaded (shapes are checked against the model by `compose`), and make sure a learned strategy has something to
-    learn (two or more adapters; they may target disjoint modules)."""
+    loaded (shapes are checked against the model by `compose`)."""
     if not adapters:
         raise ValueError("config key 'adapters' is required: --adapters name=path,name=path (or a YAML mapping).")
     loaded = []
@@ -153,10 +152,6 @@ def check_adapters(adapters: dict[str, str], strategy: str) -> None:
                 f"config key 'adapters': {first.name!r} was trained on {describe_base(first.base)}, {adapter.name!r} "
                 f"on {describe_base(adapter.base)}; compose adapters trained on the same base."
             )
-    try:
-        STRATEGIES[strategy].resolve(len(loaded), {})
-    except ValueError as error:
-        raise ValueError(f"config key 'adapters': {error}") from None
 
 
 # ----------------------------------------------------------------------------------------------- the recipe
