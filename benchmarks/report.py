@@ -53,11 +53,13 @@ def render_result_file(path: Path) -> str:
         "|---|---|---|---|---|---|",
     ]
     for row in data["results"]:
-        reference_key = next(k for k in row if k not in ("model", "figure", "unit", "hfzoo", "ratio"))
+        reference_key = next(k for k in row if k not in ("model", "figure", "unit", "digits", "hfzoo", "ratio"))
+        digits = row.get("digits", 1)
         lines.append(
-            f"| {row['model']} | {row['figure']} | {row['unit']} | {_spread(row['hfzoo'])} | "
-            f"{reference_key}: {_spread(row[reference_key])} | **{_spread(row['ratio'], 2)}** |"
+            f"| {row['model']} | {row['figure']} | {row['unit']} | {_spread(row['hfzoo'], digits)} | "
+            f"{reference_key}: {_spread(row[reference_key], digits)} | **{_spread(row['ratio'], 2)}** |"
         )
+    lines += [f"\n{note}" for note in data.get("notes", [])]
     for model_name, variants in data.get("mode_switch_ms", {}).items():
         costs = ", ".join(f"{variant} {_spread(summary)} ms" for variant, summary in variants.items())
         lines.append(
