@@ -61,13 +61,16 @@ class DisentangledPositionEmbedding(nn.Module):
             relative = log_bucket_position(relative, self.buckets, self.max_distance)
         return torch.clamp(relative + self.span, 0, 2 * self.span - 1)
 
-    def forward(self, query_length: int, key_length: int, device: torch.device) -> DisentangledPositions:
-        # Queries are the last `query_length` of `key_length` positions (a cache holds the earlier ones).
-        query_positions = torch.arange(key_length - query_length, key_length, device=device)[:, None]
-        index = self.relative_rows(query_positions - torch.arange(key_length, device=device)[None, :])
+    def forward(self, query_positions: torch.Tensor, key_length: int) -> DisentangledPositions:
+        """`query_positions` `[query, 1]` are the queries' slots among `key_length` keys (a cache holds the others)."""
+        relative = query_positions - torch.arange(key_length, device=query_positions.device)[None, :]
+        index = self.relative_rows(relative)
+        if torch.compiler.is_compiling():
+            # Slicing by tensor values would break the graph: a compiled forward projects every row.
+            return DisentangledPositions(self.relative_norm(self.relative_embeddings.weight), index)
         # Only the rows between the extreme distances are used (the bucketing is monotone): the layers project
         # those alone, not all 2 * span (512 rows at DeBERTa-v3's 256 buckets) for a short sequence.
-        first, last = self.relative_rows(torch.tensor([1 - query_length, key_length - 1])).tolist()
+        first, last = int(index.min()), int(index.max())
         embeddings = self.relative_norm(self.relative_embeddings.weight[first : last + 1])
         return DisentangledPositions(embeddings, index - first)
 

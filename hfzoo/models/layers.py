@@ -136,10 +136,16 @@ class PositionEncoding(nn.Module):
             # Shared by all layers of a stack, as in DeBERTa, with their own norm.
             self.disentangled = DisentangledPositionEmbedding(config, build_norm(config))
 
-    def forward(self, position_ids: torch.Tensor, query_length: int, key_length: int, dtype: torch.dtype) -> PositionSignals:
+    def forward(
+        self, position_ids: torch.Tensor, query_start: int | torch.Tensor, key_length: int, dtype: torch.dtype
+    ) -> PositionSignals:
+        """The signals for queries at cache slots `query_start` onwards (a 0-dim tensor for a static cache) against
+        `key_length` keys; `position_ids` are the queries' positions, which skip a row's padding."""
         config = self.config
         if self.kind == "learned":
-            longest = int(position_ids.max()) + 1 if position_ids.numel() else 0
+            # The check reads a tensor's value, which a compiled graph cannot branch on: compiled, an out-of-range
+            # position fails in the embedding lookup instead.
+            longest = 0 if torch.compiler.is_compiling() or not position_ids.numel() else int(position_ids.max()) + 1
             if longest > config.max_position_embeddings:
                 raise ValueError(
                     f"Sequence needs position {longest - 1} but this model has max_position_embeddings="
@@ -159,10 +165,9 @@ class PositionEncoding(nn.Module):
                     f"attn_implementation={config._attn_implementation!r} does not support; use 'sdpa' or 'eager'."
                 )
             device = position_ids.device
+            query_pos = torch.arange(position_ids.shape[-1], device=device)[:, None] + query_start
             if self.kind == "disentangled":
-                return PositionSignals(disentangled=self.disentangled(query_length, key_length, device))
-            # Queries are the last `query_length` of `key_length` positions (a cache holds the earlier ones).
-            query_pos = torch.arange(key_length - query_length, key_length, device=device)[:, None]
+                return PositionSignals(disentangled=self.disentangled(query_pos, key_length))
             relative = torch.arange(key_length, device=device)[None, :] - query_pos  # key minus query
             if self.kind == "alibi":
                 distance = relative.abs().neg() if self.bidirectional else relative.clamp(max=0)

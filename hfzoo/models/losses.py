@@ -21,10 +21,13 @@ class VocabularyCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, logits: torch.Tensor, targets: torch.Tensor, valid: torch.Tensor, divisor: torch.Tensor):
         rows = max(1, CHUNK_BYTES // (4 * logits.shape[-1]))
+        # Compiled, the kernels fuse (no full-size temporary to avoid) and the row count may be data-dependent
+        # (the masked-LM head's labelled rows), which `split` cannot take: one chunk.
+        chunks = [(logits, targets)] if torch.compiler.is_compiling() else zip(logits.split(rows), targets.split(rows))
         picked = torch.cat(
             [
                 torch.log_softmax(chunk, -1, dtype=torch.float32).gather(1, chunk_targets[:, None]).squeeze(1)
-                for chunk, chunk_targets in zip(logits.split(rows), targets.split(rows))
+                for chunk, chunk_targets in chunks
             ]
         )
         ctx.save_for_backward(logits, targets, valid, divisor)
@@ -52,7 +55,8 @@ def vocabulary_cross_entropy(
     valid = targets != ignore_index
     safe_targets = targets.masked_fill(~valid, 0)
     out_of_range = valid & ((targets < 0) | (targets >= logits.shape[-1]))
-    if out_of_range.any():
+    # A compiled graph cannot branch on a tensor's value: compiled, the check is left to eager runs.
+    if not torch.compiler.is_compiling() and out_of_range.any():
         position = int(out_of_range.nonzero()[0, 0])
         raise ValueError(
             f"Label {int(targets[position])} at flattened position {position} is not a token id of the vocabulary "

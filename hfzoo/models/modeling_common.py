@@ -68,7 +68,7 @@ class ZooPreTrainedModel(ModeFollowingLayout, PreTrainedModel):
     _supports_flash_attn = True
     _supports_flex_attn = True
     _supports_attention_backend = True
-    _can_compile_fullgraph = False
+    _can_compile_fullgraph = True
     _can_record_outputs = {
         "hidden_states": TransformerBlock,
         "attentions": OutputRecorder(Attention, index=1),
@@ -157,12 +157,15 @@ class TransformerStack:
         input_ids: torch.Tensor | None,
         inputs_embeds: torch.Tensor | None,
         position_ids: torch.Tensor | None,
-        past_length: int = 0,
+        past_length: int | torch.Tensor = 0,
         extra_embeds: torch.Tensor | None = None,
+        key_length: int | None = None,
     ) -> tuple[torch.Tensor, PositionSignals]:
         """Hidden states entering the first block, and the position signals the blocks need.
 
         `extra_embeds` (BERT's token-type embeddings) is added before the norm, like the position embedding.
+        `past_length` (a 0-dim tensor for a static cache) counts the cached tokens; `key_length` is how many keys the
+        blocks attend to (past + new, or a static cache's whole length), by default past + new.
         """
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Pass exactly one of input_ids or inputs_embeds.")
@@ -172,8 +175,10 @@ class TransformerStack:
             inputs_embeds = inputs_embeds * self.embedding_scale
         query_length = inputs_embeds.shape[1]
         if position_ids is None:
-            position_ids = torch.arange(past_length, past_length + query_length, device=inputs_embeds.device)[None]
-        signals = self.positions(position_ids, query_length, past_length + query_length, inputs_embeds.dtype)
+            position_ids = (torch.arange(query_length, device=inputs_embeds.device) + past_length)[None]
+        if key_length is None:
+            key_length = past_length + query_length
+        signals = self.positions(position_ids, past_length, key_length, inputs_embeds.dtype)
         hidden_states = inputs_embeds
         for added in (signals.added, extra_embeds):
             if added is not None:
@@ -201,11 +206,20 @@ class TransformerStack:
         self_cache = past_key_values
         if isinstance(past_key_values, EncoderDecoderCache):
             self_cache = past_key_values.self_attention_cache
-        past_length = self_cache.get_seq_length() if self_cache is not None else 0
+        new_tokens = input_ids if input_ids is not None else inputs_embeds
+        query_length = new_tokens.shape[1] if new_tokens is not None else 0
+        past_length, key_length = 0, None
+        if self_cache is not None:
+            # A static cache counts its tokens in a 0-dim tensor (no recompilation per step) and its blocks attend to
+            # all of its slots, the unwritten ones masked: position biases must span them too.
+            past_length = self_cache.get_seq_length()
+            key_length = self_cache.get_mask_sizes(query_length, 0)[0]
         if self.positions_skip_padding and position_ids is None and attention_mask is not None:
             if attention_mask.dim() == 2:
-                position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)[:, past_length:]
-        hidden_states, signals = self.embed_inputs(input_ids, inputs_embeds, position_ids, past_length, extra_embeds)
+                position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)[:, -query_length:]
+        hidden_states, signals = self.embed_inputs(
+            input_ids, inputs_embeds, position_ids, past_length, extra_embeds, key_length
+        )
         if self.is_causal:
             # The cache positionally: its keyword is `past_key_values` up to transformers 5.23, `cache` from 5.24.
             mask = create_causal_mask(self.config, hidden_states, attention_mask, self_cache, position_ids=position_ids)

@@ -370,7 +370,7 @@ def load_checkpoint(
 # Keys a resumed run may change without changing what it computes up to its checkpoint's step.
 RESUMABLE_KEYS = frozenset(
     {"max_steps", "num_epochs", "log_every", "eval_every", "eval_batches", "save_every", "keep_checkpoints",
-     "tensorboard", "output_dir", "resume"}
+     "tensorboard", "output_dir", "resume", "compile"}
 )  # fmt: skip
 
 

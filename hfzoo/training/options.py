@@ -15,6 +15,7 @@ from accelerate import Accelerator
 from accelerate.utils import DataLoaderConfiguration
 
 from ..recipe_config import MIXED_PRECISION, key
+from .compilation import CompilingAccelerator
 
 
 @dataclass
@@ -28,6 +29,7 @@ class RunOptions:
     cpu: bool | None = key(None, "force CPU; none = CPU only when no accelerator is available")
     log_every: int = key(10, "optimizer steps between log records", minimum=1)
     seed: int = key(42, "seed of every random draw: initialisation, data order, dropout, masking")
+    compile: bool = key(False, "torch.compile the model in place (same checkpoint keys); the first steps compile")
 
     def to_dict(self) -> dict[str, Any]:
         """Every key of the run's config (all its parts), as saved in its output folder and its log."""
@@ -38,7 +40,8 @@ class RunOptions:
 
         `seedable_data`: samplers reshuffle each epoch from (seed, epoch), so a resumed run sees the same order.
         """
-        return Accelerator(
+        accelerator_class = CompilingAccelerator if self.compile else Accelerator
+        return accelerator_class(
             cpu=self.cpu if self.cpu is not None else not torch.accelerator.is_available(),
             mixed_precision=self.mixed_precision,
             gradient_accumulation_steps=self.gradient_accumulation_steps,
