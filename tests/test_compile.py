@@ -4,6 +4,9 @@ that trains, checkpoints, resumes and saves a normal model.
 """
 
 import copy
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -88,3 +91,23 @@ def test_the_recipe_trains_checkpoints_and_resumes_compiled(tmp_path: Path):
     losses = [record["loss"] for record in read_log(output_dir) if "loss" in record]
     assert len(losses) >= 6 and all(torch.isfinite(torch.tensor(losses)))
     assert sum(losses[-2:]) < sum(losses[:2])
+
+
+@pytest.mark.slow
+def test_the_compile_benchmark_runs_in_tiny_mode(tmp_path: Path):
+    """Every training variant and the static-cache generation are timed, with the measured peak and FLOPs/token."""
+    output = tmp_path / "compile.json"
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_compile.py"
+    completed = subprocess.run(
+        [sys.executable, str(script), "--tiny", "--output", str(output)], capture_output=True, text=True, timeout=900
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert "measured fp32 matmul peak" in completed.stdout
+    results = json.loads(output.read_text())
+    assert results["matmul_peak_flops"] > 0
+    train, generate = results["results"]
+    assert train["flops_per_token"] > 0
+    for variant in ("hfzoo_compiled", "hfzoo_eager", "native_eager", "native_compiled"):
+        assert 0 < train[variant]["mfu"] and train[variant]["median"] > 0
+    assert train["ratio_vs_native_eager"]["median"] > 0 and train["ratio_vs_native_compiled"]["median"] > 0
+    assert generate["figure"] == "generate_b1" and generate["ratio_vs_native_eager"]["median"] > 0
