@@ -32,7 +32,6 @@ from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from ..cards import PRETRAINING_SECTIONS, RunRecord, describe_objective, pretraining_metadata, write_card
 from ..data.corpus import load_corpus
-from ..data.packing import pack
 from ..data.tokenizer_training import KINDS, train_tokenizer_on_corpus
 from ..presets import FAMILY_CONFIGS, list_presets, preset_config, preset_family
 from ..recipe_config import CONFIG_FILE, key, parse_config
@@ -200,11 +199,12 @@ def pretrain(config: PretrainConfig) -> Path:
     train_texts = _first(corpus["train"], config.max_train_samples)
     eval_texts = _first(corpus["validation"], config.max_eval_samples)
 
-    # --- Tokenizer, then the corpus packed into fixed-length blocks of token ids.
+    # --- Tokenizer, then the corpus as examples of at most block_size tokens: packed into fixed-length blocks, or
+    # (next-sentence prediction) pairs of consecutive segments of each document.
     tokenizer = _tokenizer(config, family, train_texts, output_dir, accelerator, resuming=resume_from is not None)
     with accelerator.main_process_first():
-        train_blocks = pack(train_texts, tokenizer, config.block_size)
-        eval_blocks = pack(eval_texts, tokenizer, config.block_size)
+        train_blocks = objective.examples(train_texts, tokenizer, config.block_size)
+        eval_blocks = objective.examples(eval_texts, tokenizer, config.block_size)
     if len(train_blocks) < config.per_device_batch_size * accelerator.num_processes:
         raise ValueError(
             f"the training corpus packs into {len(train_blocks)} blocks of {config.block_size} tokens, "

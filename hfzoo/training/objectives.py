@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from transformers import (
@@ -22,6 +22,8 @@ from transformers import (
 )
 
 from ..data.collators import BiLMCollator, CausalLMCollator, DenoisingCollator, MaskedLMCollator, SpanCorruptionCollator
+from ..data.packing import pack
+from ..data.sentence_pairs import sentence_pairs
 from ..presets import list_presets, preset_family
 
 
@@ -37,9 +39,15 @@ class Objective:
     task_name: str  # human-readable, for the model card's model-index
     shifts_labels: bool  # causal LMs predict token t+1 from position t, so the first label is never a target
     scored_targets: str  # what a target token is: validation loss and perplexity are means over these
+    # How the corpus becomes training examples: `pack(texts, tokenizer, block_size)` streams it into blocks;
+    # next-sentence prediction keeps documents apart (`sentence_pairs`).
+    examples: Callable = pack
+    # Collator options the objective decides (the model head depends on them): a config may not set them otherwise.
+    fixed_collator_options: dict = field(default_factory=dict, hash=False)
 
     def check_collator_options(self, options: dict) -> None:
-        """Raise if `options` (config key `collator`) holds an argument the collator does not take."""
+        """Raise if `options` (config key `collator`) holds an argument the collator does not take, or changes one
+        the objective fixes (naming the objective that has it)."""
         parameters = [p for p in inspect.signature(self.collator).parameters if p not in ("tokenizer", "generator")]
         unknown = sorted(set(options) - set(parameters))
         if unknown:
@@ -47,11 +55,19 @@ class Objective:
                 f"config key 'collator': {self.collator.__name__} has no option {', '.join(map(repr, unknown))}. "
                 f"Valid options: {', '.join(parameters) or 'none'}."
             )
+        for name, fixed in self.fixed_collator_options.items():
+            if name in options and options[name] != fixed:
+                fitting = [o.name for o in OBJECTIVES.values() if o.fixed_collator_options.get(name) == options[name]]
+                raise ValueError(
+                    f"config key 'collator': objective {self.name!r} trains with {name}={fixed!r}; "
+                    f"for {name}={options[name]!r} use objective {' or '.join(map(repr, fitting)) or 'none'}."
+                )
 
     def make_collator(self, tokenizer: PreTrainedTokenizerBase, options: dict, generator: torch.Generator) -> Callable:
         """The objective's collator, drawing all its randomness from `generator` (so it can be checkpointed)."""
         self.check_collator_options(options)
         seeded = "generator" in inspect.signature(self.collator).parameters  # deterministic collators take none
+        options = {**options, **self.fixed_collator_options}
         return self.collator(tokenizer, **options, **({"generator": generator} if seeded else {}))
 
 
@@ -63,6 +79,13 @@ OBJECTIVES: dict[str, Objective] = {o.name: o for o in (
     Objective(
         "mlm", "encoder", AutoModelForMaskedLM, MaskedLMCollator, "fill-mask", "Masked language modeling",
         shifts_labels=False, scored_targets="the masked positions only",
+        fixed_collator_options={"next_sentence_prediction": False},
+    ),
+    Objective(
+        "mlm_nsp", "encoder", AutoModelForPreTraining, MaskedLMCollator, "fill-mask",
+        "Masked language modeling and next-sentence prediction (BERT)", shifts_labels=False,
+        scored_targets="the masked positions (the loss adds next-sentence prediction's cross-entropy per pair)",
+        examples=sentence_pairs, fixed_collator_options={"next_sentence_prediction": True},
     ),
     Objective(
         "span_corruption", "encoder_decoder", AutoModelForSeq2SeqLM, SpanCorruptionCollator, "text2text-generation",
