@@ -37,26 +37,8 @@ def split_document(token_ids: list[int], max_length: int) -> list[tuple[list[int
     return list(zip(segments[0::2], segments[1::2]))
 
 
-def _pairs(
-    batch: dict[str, list], indices: list[int], tokenizer: PreTrainedTokenizerBase, text_column: str, max_length: int
-) -> dict[str, list]:
-    documents = tokenizer(batch[text_column], add_special_tokens=False)["input_ids"]
-    rows = {"input_ids": [], "next_input_ids": [], "document_id": []}
-    for document_id, token_ids in zip(indices, documents):
-        for a, b in split_document(token_ids, max_length):
-            rows["input_ids"].append(a)
-            rows["next_input_ids"].append(b)
-            rows["document_id"].append(document_id)
-    return rows
-
-
 def sentence_pairs(
-    dataset: datasets.Dataset,
-    tokenizer: PreTrainedTokenizerBase,
-    block_size: int,
-    *,
-    text_column: str = "text",
-    batch_size: int = 1000,
+    dataset: datasets.Dataset, tokenizer: PreTrainedTokenizerBase, block_size: int, *, text_column: str = "text"
 ) -> datasets.Dataset:
     """Examples `{input_ids: A, next_input_ids: B, document_id}`, B following A in document `document_id` (the
     row index of the text); see the module docstring for how documents are cut."""
@@ -65,19 +47,16 @@ def sentence_pairs(
             f"next-sentence pairs are built from an in-memory datasets.Dataset, got {type(dataset).__name__} "
             "(a streamed corpus): load the corpus without streaming."
         )
-    return dataset.map(
-        _pairs,
-        batched=True,
-        batch_size=batch_size,
-        with_indices=True,
-        remove_columns=dataset.column_names,
-        fn_kwargs={"tokenizer": tokenizer, "text_column": text_column, "max_length": segment_length(block_size)},
-        features=datasets.Features(
-            {
-                "input_ids": datasets.List(datasets.Value("int32")),
-                "next_input_ids": datasets.List(datasets.Value("int32")),
-                "document_id": datasets.Value("int64"),
-            }
-        ),
-        desc="Pairing segments",
+    max_length = segment_length(block_size)
+    documents = tokenizer(list(dataset[text_column]), add_special_tokens=False)["input_ids"]
+    rows = {"input_ids": [], "next_input_ids": [], "document_id": []}
+    for document_id, token_ids in enumerate(documents):
+        for a, b in split_document(token_ids, max_length):
+            rows["input_ids"].append(a)
+            rows["next_input_ids"].append(b)
+            rows["document_id"].append(document_id)
+    segment = datasets.List(datasets.Value("int32"))
+    features = datasets.Features(
+        {"input_ids": segment, "next_input_ids": segment, "document_id": datasets.Value("int64")}
     )
+    return datasets.Dataset.from_dict(rows, features=features)
