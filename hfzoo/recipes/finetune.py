@@ -14,6 +14,8 @@ for the model's family and how outputs become predictions and metrics. It runs a
 With `--save_every N` it checkpoints (model, optimizer, schedule, RNG states, data position) and `--resume` continues
 a killed run to the weights an uninterrupted one has, bit for bit; `--save_best true` keeps the best evaluation's
 model in `best/`; `--do_train false` only evaluates a fine-tuned model (`--model`, or `--adapter` on its base).
+ULMFiT's options (`--discriminative_lr_decay 2.6 --lr_schedule slanted_triangular --gradual_unfreezing true`) work
+on any model, hfzoo's or transformers', fully fine-tuned or with an adapter (`hfzoo.training.ulmfit`).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from ..recipe_config import key, parse_config
 from ..training.checkpointing import exit_on_checkpoint_error
 from ..training.logging import start_recipe
 from ..training.methods import MethodOptions, apply_method, count_trainable_parameters, head_modules, peft_config_for
+from ..training.options import ULMFiTOptions
 from ..training.task_runs import (
     TaskRunOptions,
     evaluate_only,
@@ -45,7 +48,7 @@ from ..training.task_runs import (
 
 
 @dataclass
-class FinetuneConfig(MethodOptions, TaskRunOptions):
+class FinetuneConfig(MethodOptions, TaskRunOptions, ULMFiTOptions):
     """Every setting of a fine-tuning run: the task and its data, the method, optimisation, outputs. YAML keys and
     command-line flags have exactly these names; `learning_rate: null` means the method's default."""
 
@@ -58,6 +61,9 @@ class FinetuneConfig(MethodOptions, TaskRunOptions):
         if self.from_scratch and not self.do_train:
             raise ValueError("config key 'from_scratch': an evaluation-only run (do_train false) would score random "
                              "weights; drop from_scratch.")  # fmt: skip
+        if self.lr_schedule == "slanted_triangular" and self.warmup_ratio != 0.06:
+            raise ValueError("config key 'warmup_ratio': the slanted triangular schedule warms up for its own "
+                             "stlr_cut_frac of the steps; drop warmup_ratio.")  # fmt: skip
 
 
 def parse_args(argv: Sequence[str] | None = None) -> FinetuneConfig:
@@ -109,7 +115,7 @@ def finetune(config: FinetuneConfig) -> Path:
         learning_rate = config.learning_rate if config.learning_rate is not None else config.default_learning_rate()
         train_features = task.encode(train_examples, training=True)
         run = train_and_evaluate(config, task, model, train_features, eval_examples, eval_features, accelerator,
-                                 learning_rate, save_model, **fields)  # fmt: skip
+                                 learning_rate, save_model, config, **fields)  # fmt: skip
     else:
         run = evaluate_only(config, task, model, eval_examples, eval_features, accelerator, **fields)
 

@@ -11,15 +11,18 @@ The loaders therefore yield lists of examples (`collate_fn=list`) and the loop c
 
 from __future__ import annotations
 
+import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import torch
 from accelerate import Accelerator
 from torch import nn
+from torch.optim.lr_scheduler import LambdaLR
 from torch.utils.data import DataLoader
 from transformers import get_cosine_with_min_lr_schedule_with_warmup
 
@@ -28,15 +31,26 @@ from .logging import RunLogger
 
 
 def build_optimizer(
-    model: nn.Module, learning_rate: float, weight_decay: float, betas: tuple[float, float], eps: float
+    model: nn.Module,
+    learning_rate: float,
+    weight_decay: float,
+    betas: tuple[float, float],
+    eps: float,
+    layers: Sequence[tuple[Sequence[nn.Parameter], float]] | None = None,
 ) -> torch.optim.AdamW:
-    """AdamW with weight decay on matrices only: decaying biases and norm gains only hurts (GPT-2, nanoGPT)."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    groups = [
-        {"params": [p for p in params if p.ndim >= 2], "weight_decay": weight_decay},
-        {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0},
-    ]
-    return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, eps=eps)
+    """AdamW with weight decay on matrices only: decaying biases and norm gains only hurts (GPT-2, nanoGPT).
+
+    `layers`: (parameters, learning rate) pairs for learning rates per layer group (ULMFiT's discriminative
+    fine-tuning, `hfzoo.training.ulmfit`), in the order of the optimizer's groups; none = all at `learning_rate`.
+    Only parameters that require gradients are optimized."""
+    groups = []
+    for parameters, lr in layers if layers is not None else [(list(model.parameters()), learning_rate)]:
+        trainable = [p for p in parameters if p.requires_grad]
+        groups += [
+            {"params": [p for p in trainable if p.ndim >= 2], "weight_decay": weight_decay, "lr": lr},
+            {"params": [p for p in trainable if p.ndim < 2], "weight_decay": 0.0, "lr": lr},
+        ]
+    return torch.optim.AdamW([g for g in groups if g["params"]], lr=learning_rate, betas=betas, eps=eps)
 
 
 def build_scheduler(optimizer: torch.optim.Optimizer, warmup_steps: int, max_steps: int, min_lr_ratio: float):
@@ -44,6 +58,23 @@ def build_scheduler(optimizer: torch.optim.Optimizer, warmup_steps: int, max_ste
     return get_cosine_with_min_lr_schedule_with_warmup(
         optimizer, num_warmup_steps=warmup_steps, num_training_steps=max_steps, min_lr_rate=min_lr_ratio
     )
+
+
+def slanted_triangular(step: int, max_steps: int, cut_frac: float, ratio: float) -> float:
+    """ULMFiT's slanted triangular learning rate (eq. 3), as a fraction of the peak: a short linear increase from
+    1/ratio over the first `cut_frac` of the steps to 1 at step `cut`, then a long linear decay to 1/ratio at
+    `max_steps`. The decay spans `max_steps - cut` steps, which is the paper's cut * (1/cut_frac - 1) when
+    cut_frac * max_steps is a whole number and ends exactly at 1/ratio when it is not."""
+    cut = max(1, math.floor(max_steps * cut_frac))
+    fraction = step / cut if step < cut else 1 - (step - cut) / max(max_steps - cut, 1)
+    return (1 + max(fraction, 0.0) * (ratio - 1)) / ratio
+
+
+def build_slanted_triangular_scheduler(
+    optimizer: torch.optim.Optimizer, max_steps: int, cut_frac: float, ratio: float
+) -> LambdaLR:
+    """The slanted triangular schedule on every group's own peak (discriminative learning rates keep their ratios)."""
+    return LambdaLR(optimizer, partial(slanted_triangular, max_steps=max_steps, cut_frac=cut_frac, ratio=ratio))
 
 
 def to_device(batch: dict, device: torch.device) -> dict[str, torch.Tensor]:

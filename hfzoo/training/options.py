@@ -17,6 +17,8 @@ from accelerate.utils import DataLoaderConfiguration
 from ..recipe_config import MIXED_PRECISION, key
 from .compilation import CompilingAccelerator
 
+LR_SCHEDULES = ("cosine", "slanted_triangular")
+
 
 @dataclass
 class RunOptions:
@@ -89,3 +91,41 @@ class TaskSavingOptions:
     best_metric: str | None = key(None, "the validation metric save_best ranks by; none = the task's main one")
     do_train: bool = key(True, "false = only evaluate the trained model (fine-tuning: --model, or --adapter on it; "
                                "composition: --composition on --model) and write metrics.json")  # fmt: skip
+
+
+@dataclass
+class ULMFiTOptions:
+    """ULMFiT's fine-tuning techniques (Howard & Ruder, 2018), on any model (`hfzoo.training.ulmfit`): learning rates
+    per layer group, the slanted triangular schedule and gradual unfreezing; each can be used alone."""
+
+    lr_schedule: str = key("cosine", "cosine: linear warmup (warmup_ratio) then cosine decay to zero; "
+                           "slanted_triangular: ULMFiT's short linear increase then long linear decay",
+                           choices=LR_SCHEDULES)  # fmt: skip
+    stlr_cut_frac: float = key(0.1, "slanted_triangular: fraction of the steps spent increasing (ULMFiT: 0.1)")
+    stlr_ratio: float = key(32.0, "slanted_triangular: how much smaller the first and last learning rates are than "
+                            "the peak (ULMFiT: 32)")  # fmt: skip
+    discriminative_lr_decay: float | None = key(None, "learning_rate for the top layer group (the head), divided by "
+                                                "this for each group below: blocks from the top, then the "
+                                                "embeddings (ULMFiT: 2.6); none = one learning rate")  # fmt: skip
+    gradual_unfreezing: bool = key(False, "train the top layer group only, unfreezing one more group from the top "
+                                   "every unfreeze_every steps")  # fmt: skip
+    unfreeze_every: int | None = key(None, "gradual_unfreezing: optimizer steps between unfreezings; none = one "
+                                     "epoch (ULMFiT)", minimum=1)  # fmt: skip
+
+    def check(self) -> None:
+        if not 0.0 < self.stlr_cut_frac < 1.0:
+            raise ValueError(f"config key 'stlr_cut_frac' must be in (0, 1), got {self.stlr_cut_frac}.")
+        if self.stlr_ratio < 1.0:
+            raise ValueError(f"config key 'stlr_ratio' must be >= 1 (peak / smallest rate), got {self.stlr_ratio}.")
+        if self.lr_schedule != "slanted_triangular" and (self.stlr_cut_frac != 0.1 or self.stlr_ratio != 32.0):
+            raise ValueError("config keys 'stlr_cut_frac' and 'stlr_ratio' shape the slanted triangular schedule: "
+                             "add --lr_schedule slanted_triangular or drop them.")  # fmt: skip
+        if self.discriminative_lr_decay is not None and self.discriminative_lr_decay < 1.0:
+            raise ValueError("config key 'discriminative_lr_decay' divides the learning rate for each layer group "
+                             f"below the top one: it must be >= 1 (ULMFiT: 2.6), got {self.discriminative_lr_decay}.")
+        if self.unfreeze_every is not None and not self.gradual_unfreezing:
+            raise ValueError("config key 'unfreeze_every' paces gradual unfreezing: add --gradual_unfreezing true.")
+
+    @property
+    def uses_layer_groups(self) -> bool:
+        return self.discriminative_lr_decay is not None or self.gradual_unfreezing

@@ -28,8 +28,9 @@ from .best_model import BestModel, ranking_metric, resumable_keys
 from .checkpointing import Progress, check_resumed_config, checkpoint_to_resume, resume_state, save_checkpoint
 from .evaluation import predict_all
 from .logging import RunLogger, read_log
-from .loop import Intervals, build_optimizer, build_scheduler, train
-from .options import RunOptions, TaskSavingOptions, TaskTrainingOptions
+from .loop import Intervals, build_optimizer, build_scheduler, build_slanted_triangular_scheduler, train
+from .options import RunOptions, TaskSavingOptions, TaskTrainingOptions, ULMFiTOptions
+from .ulmfit import GradualUnfreezing, discriminative_learning_rates, layer_groups
 
 logger = logging.getLogger(__name__)
 
@@ -198,6 +199,7 @@ def train_and_evaluate(
     accelerator: Accelerator,
     peak_learning_rate: float,
     save_trained: Callable[[nn.Module, Path], None],
+    ulmfit: ULMFiTOptions | None = None,
     **start_fields: Any,
 ) -> TrainedRun | None:
     """Train `model`'s trainable parameters on `train_features`, evaluate every `eval_every` steps and at the end,
@@ -208,7 +210,8 @@ def train_and_evaluate(
     done, before the final evaluation (a failure there still leaves the trained weights), and into `best/` at each
     best evaluation (`save_best`). Every `save_every` steps the full state is checkpointed (model, optimizer,
     schedule, RNG, data position, best so far); `resume` continues from a checkpoint exactly. Returns None when the
-    checkpoint resumed from is already at the run's last step (nothing to do)."""
+    checkpoint resumed from is already at the run's last step (nothing to do). `ulmfit`: learning rates per layer
+    group, the slanted triangular schedule and gradual unfreezing (none: one rate, warmup and cosine decay)."""
     # An Accelerator reused for a second run (a composition after its baseline) must checkpoint this run's objects.
     accelerator.free_memory()
     accelerator._custom_objects.clear()
@@ -220,12 +223,21 @@ def train_and_evaluate(
         generator=torch.Generator().manual_seed(config.seed),
     )
 
-    # --- AdamW on the trainable parameters, linear warmup then cosine decay to zero.
-    optimizer = build_optimizer(model, peak_learning_rate, config.weight_decay, (0.9, 0.999), 1e-8)
+    # --- AdamW on the trainable parameters (per layer group with ULMFiT's options), and the learning-rate schedule:
+    # linear warmup then cosine decay to zero, or the slanted triangular one.
+    ulmfit = ulmfit or ULMFiTOptions()
+    groups = layer_groups(model) if ulmfit.uses_layer_groups else None
+    layers = None
+    if ulmfit.discriminative_lr_decay is not None:
+        layers = discriminative_learning_rates(groups, peak_learning_rate, ulmfit.discriminative_lr_decay)
+    optimizer = build_optimizer(model, peak_learning_rate, config.weight_decay, (0.9, 0.999), 1e-8, layers)
     model, optimizer, train_loader = accelerator.prepare(model, optimizer, train_loader)
     steps_per_epoch = math.ceil(len(train_loader) / config.gradient_accumulation_steps)
     max_steps = config.max_steps or math.ceil(config.num_epochs * steps_per_epoch)
-    scheduler = build_scheduler(optimizer, round(config.warmup_ratio * max_steps), max_steps, 0.0)
+    if ulmfit.lr_schedule == "slanted_triangular":
+        scheduler = build_slanted_triangular_scheduler(optimizer, max_steps, ulmfit.stlr_cut_frac, ulmfit.stlr_ratio)
+    else:
+        scheduler = build_scheduler(optimizer, round(config.warmup_ratio * max_steps), max_steps, 0.0)
     accelerator.register_for_checkpointing(scheduler)
     output_dir = Path(config.output_dir)
     best = None
@@ -245,6 +257,14 @@ def train_and_evaluate(
             "and optimizer, so a checkpoint could not resume it exactly; train AdaLoRA without checkpoints"
         )
     resume_from, progress = resume_state(accelerator, output_dir, config.resume, config.save_every is not None)
+    after_step = reallocate
+    if ulmfit.gradual_unfreezing:
+        # Frozen parameters would break DDP's gradient all-reduce, which expects every registered parameter.
+        if accelerator.num_processes > 1:
+            raise ValueError("config key 'gradual_unfreezing' works in one process only: launch without DDP/FSDP.")
+        unfreezing = GradualUnfreezing(groups, ulmfit.unfreeze_every or steps_per_epoch)
+        unfreezing.apply(progress.step)  # a resumed run is back at its checkpoint's stage
+        after_step = unfreezing.apply if reallocate is None else lambda step: (reallocate(step), unfreezing.apply(step))
     if resume_from is not None and progress.step >= max_steps:
         logger.warning("nothing to do: %s is at step %d and the run has %d steps; its outputs are left as they are "
                        "(raise max_steps to train further)", resume_from, progress.step, max_steps)  # fmt: skip
@@ -268,7 +288,7 @@ def train_and_evaluate(
         checkpoint=lambda progress: save_checkpoint(
             accelerator, output_dir, progress, None, config.keep_checkpoints, config.to_dict()
         ),
-        after_optimizer_step=reallocate,
+        after_optimizer_step=after_step,
         on_trained=lambda: save_trained(model, output_dir),
     )  # fmt: skip
     best_record = None if best is None else best.record()
