@@ -165,3 +165,12 @@ def test_the_recipe_trains_with_all_three_options_and_resumes_mid_unfreezing(bas
     after = {r["step"]: r["loss"] for r in records[restart:] if r["event"] == "train"}
     assert after == {step: loss for step, loss in train_losses(reference).items() if step > 5}
     assert_same_tensors(resumed / "model.safetensors", reference / "model.safetensors")
+
+
+def test_the_recipe_applies_the_options_to_a_lora_wrapped_model(base, tmp_path):  # noqa: F811
+    out = run(*recipe_args(base, tmp_path / "lora", 6, "--method", "lora"))
+    assert (out / "adapter_model.safetensors").is_file() and (out / "metrics.json").is_file()
+    logged = [r["lr"] for r in read_log(out) if r["event"] == "train"]  # the head's rate after each step
+    cut = math.floor(6 * 0.2)
+    expected = [3e-3 * (1 + (s / cut if s < cut else 1 - (s - cut) / (6 - cut)) * 31) / 32 for s in range(1, 7)]
+    assert logged == pytest.approx(expected, rel=1e-9)
