@@ -78,3 +78,16 @@ def test_compiled_decoding_with_a_static_cache_generates_what_eager_does(name: s
     compiled = _generate(model, batch, cache_implementation="static", compile_config=compile_config)
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] >= 1  # the decoding steps did run compiled
     _assert_same(dynamic, compiled)
+
+
+def test_compiled_decoding_recompiles_for_a_new_batch_size_without_a_graph_break():
+    """A second batch size makes dynamo retrace with symbolic shapes (automatic dynamic): every shape test in the
+    model's code must still hold for a symbol (found on a GPU, where the benchmark decodes at batch 1, then 8)."""
+    model, batch = _model_and_batch("gpt-tiny", {})
+    compile_config = CompileConfig(fullgraph=True, mode="default")
+    compile_config._compile_all_devices = True
+    torch._dynamo.reset()
+    _generate(model, batch, cache_implementation="static", compile_config=compile_config)
+    smaller = {key: value[1:] for key, value in batch.items()}
+    compiled = _generate(model, smaller, cache_implementation="static", compile_config=compile_config)
+    _assert_same(_generate(model, smaller), compiled)

@@ -22,9 +22,11 @@ def project_rows(head: nn.Linear, states: torch.Tensor) -> torch.Tensor:
     """
     rows = states.numel() // states.shape[-1]
     weight = head.weight
+    # Bounds compared, not `in`: under torch.compile with dynamic shapes `rows` is symbolic, and a range cannot
+    # test membership of a symbol (a graph break that fullgraph=True turns into an error).
     if (
-        rows not in FEW_ROWS
-        or states.device.type != "cpu"
+        states.device.type != "cpu"
+        or not FEW_ROWS.start <= rows < FEW_ROWS.stop
         or type(head) is not nn.Linear
         or head._forward_hooks
         or head._forward_pre_hooks
