@@ -140,7 +140,7 @@ def build_model(model_name: str, variant: str, seed: int) -> PreTrainedModel:
 def generation_workload(model: PreTrainedModel, args, batch_size: int) -> Callable[[], None]:
     """One greedy `generate` call producing exactly `--new-tokens` tokens per row."""
     generator = torch.Generator().manual_seed(args.seed)
-    prompt = torch.randint(model.config.vocab_size, (batch_size, args.prompt_len), generator=generator)
+    prompt = torch.randint(model.config.vocab_size, (batch_size, args.prompt_len), generator=generator).to(model.device)
     attention_mask = torch.ones_like(prompt)
 
     def run() -> None:

@@ -170,6 +170,7 @@ def seq2seq_batch(vocab_size: int, batch_size: int, source_len: int, target_len:
 def generation_workload(model: PreTrainedModel, args, batch_size: int) -> Callable[[], None]:
     """One greedy `generate` call producing exactly `--new-tokens` tokens per row after the start token."""
     batch = seq2seq_batch(model.config.vocab_size, batch_size, args.source_len, 1, args.seed)
+    batch = {key: value.to(model.device) for key, value in batch.items()}
 
     def run() -> None:
         model.eval()

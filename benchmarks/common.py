@@ -84,6 +84,7 @@ def environment() -> dict:
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "torch_threads": torch.get_num_threads(),
+        "gpu": torch.cuda.get_device_name() if torch.cuda.is_initialized() else None,
         "malloc": current_malloc_setting(),
         "git": _git_revision(),
         "load_average": os.getloadavg(),
@@ -148,6 +149,7 @@ def run_interleaved(groups: list[Group], rounds: int, warmup: int = 1) -> Timing
         for variant in group.variants:
             for _ in range(warmup):
                 variant.run()
+    _synchronize()
     timings = Timings(groups)
     for round_index in range(rounds):
         for group in groups:
@@ -155,9 +157,16 @@ def run_interleaved(groups: list[Group], rounds: int, warmup: int = 1) -> Timing
             for variant in group.variants[shift:] + group.variants[:shift]:
                 cpu_start, start = time.process_time(), time.perf_counter()
                 variant.run()
+                _synchronize()
                 timings[group.name][variant.name].append(time.perf_counter() - start)
                 timings.cpu_seconds[group.name][variant.name].append(time.process_time() - cpu_start)
     return timings
+
+
+def _synchronize() -> None:
+    """A GPU runs asynchronously: a call's time ends when its kernels have finished, not when they were queued."""
+    if torch.cuda.is_initialized():
+        torch.cuda.synchronize()
 
 
 def rate_summary(seconds: list[float], units: int) -> dict:
@@ -262,6 +271,7 @@ def parameter_count(model: torch.nn.Module) -> int:
 def training_workload(model: torch.nn.Module, batch: dict[str, torch.Tensor], steps: int) -> Callable[[], None]:
     """`steps` optimizer steps (forward, backward, AdamW) on one fixed batch that carries its `labels`."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    batch = {key: value.to(model.device) for key, value in batch.items()}
 
     def run() -> None:
         model.train()

@@ -12,6 +12,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 README = HERE / "README.md"
+COMPILE_VARIANTS = ("hfzoo_compiled", "hfzoo_eager", "native_eager", "native_compiled")
+# Issue 19's goals: compiled training >= 1.2x native eager; static-cache decoding >= 2x at batch 1, 1.5x at batch 8.
+COMPILE_TARGETS = {"train": 1.2, "generate_b1": 2.0, "generate_b8": 1.5}
 
 INTRO = """# Benchmarks
 
@@ -37,17 +40,26 @@ def _spread(summary: dict, digits: int = 1) -> str:
     return f"{summary['median']:.{digits}f} ({summary['min']:.{digits}f}–{summary['max']:.{digits}f})"
 
 
-def render_result_file(path: Path) -> str:
-    data = json.loads(path.read_text())
+def _provenance(path: Path, data: dict) -> str:
     env = data["environment"]
     load = ", ".join(f"{x:.1f}" for x in env.get("load_average", []))
+    gpu = f", GPU {env['gpu']}" if env.get("gpu") else ""
+    return (
+        f"`{data.get('command', f'python benchmarks/bench_{path.stem}.py')}` — {env['date'][:10]}, {env['cpu']} "
+        f"({env['cpu_count']} cores){gpu}, torch {env['torch']}, transformers {env['transformers']}, "
+        f"{env['torch_threads']} threads, malloc setting `{env['malloc']['name']}`, load average at start {load}, "
+        f"commit {env['git']['commit'][:10]}{' (modified)' if env['git'].get('hfzoo_dirty') else ''}."
+    )
+
+
+def render_result_file(path: Path) -> str:
+    data = json.loads(path.read_text())
+    if data["benchmark"] == "compile":
+        return render_compile_file(path, data)
     lines = [
         f"## {data['benchmark']}",
         "",
-        f"`{data.get('command', f'python benchmarks/bench_{path.stem}.py')}` — {env['date'][:10]}, {env['cpu']} "
-        f"({env['cpu_count']} cores), torch {env['torch']}, transformers {env['transformers']}, "
-        f"{env['torch_threads']} threads, malloc setting `{env['malloc']['name']}`, load average at start {load}, "
-        f"commit {env['git']['commit'][:10]}{' (modified)' if env['git'].get('hfzoo_dirty') else ''}.",
+        _provenance(path, data),
         "",
         "| model | figure | unit | hfzoo | reference | ratio (> 1 favours hfzoo) |",
         "|---|---|---|---|---|---|",
@@ -70,8 +82,71 @@ def render_result_file(path: Path) -> str:
 
 
 def render() -> str:
-    sections = [render_result_file(path) for path in sorted(RESULTS.glob("*.json"))]
-    return INTRO + "\n" + "\n".join(sections)
+    results = {path: json.loads(path.read_text()) for path in sorted(RESULTS.glob("*.json"))}
+    sections = [render_result_file(path) for path in results]
+    return INTRO + "\n" + headline(results) + "\n" + "\n".join(sections)
+
+
+def render_compile_file(path: Path, data: dict) -> str:
+    """bench_compile's four training variants (with MFU) and its static-cache generation, each against native eager."""
+    peak = data["matmul_peak_flops"]
+    lines = [f"## compile ({path.stem})", "", _provenance(path, data), "",
+             f"Measured fp32 matmul peak {peak / 1e9:,.0f} GFLOP/s; MFU = tokens/s x model FLOPs per token / peak.", "",
+             "| model | MFLOP/token | hfzoo compiled tok/s (MFU) | hfzoo eager | native eager | native compiled | "
+             "vs native eager | vs native compiled |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    training = [row for row in data["results"] if row["figure"] == "train"]
+    for row in training:
+        cells = [f"{row[v]['median']:,.0f} ({100 * row[v]['mfu']:.0f}%)" for v in COMPILE_VARIANTS]
+        lines.append(f"| {row['model']} | {row['flops_per_token'] / 1e6:,.1f} | {' | '.join(cells)} | "
+                     f"**{_spread(row['ratio_vs_native_eager'], 2)}** | {_spread(row['ratio_vs_native_compiled'], 2)} |")
+    lines += ["", "| model | figure | hfzoo static cache + compiled tok/s | native eager tok/s | ratio |", "|---|---|---|---|---|"]
+    for row in data["results"]:
+        if row["figure"] != "train":
+            lines.append(f"| {row['model']} | {row['figure']} | {_spread(row['hfzoo_static_compiled'], 0)} | "
+                         f"{_spread(row['native_eager'], 0)} | **{_spread(row['ratio_vs_native_eager'], 2)}** |")
+    lines += [f"\n{note}" for note in data.get("notes", [])]
+    return "\n".join(lines) + "\n"
+
+
+def headline(results: dict[Path, dict]) -> str:
+    """One line per model and figure with its target: the speed ratios, the adapter latency targets, Shakespeare."""
+    lines = ["## Headline", "", "| benchmark | model | figure | result | target | met |", "|---|---|---|---|---|---|"]
+    for path, data in results.items():
+        name = path.stem
+        if data["benchmark"] == "compile":
+            for row in data["results"]:
+                at_least = COMPILE_TARGETS[row["figure"]]
+                ratio = row["ratio_vs_native_eager"]["median"]
+                figure = f"{row['figure']}, {'compiled' if row['figure'] == 'train' else 'static cache + compiled'}"
+                lines.append(_headline_row(name, row["model"], figure + " vs native eager", ratio, at_least))
+        elif "targets" in data:
+            for (variant, kind, reference), targets in _grouped(data["targets"]).items():
+                worst = max(targets, key=lambda t: t["ratio"])
+                met = sum(t["met"] for t in targets)
+                lines.append(f"| {name} | {kind} | {variant} / {reference} latency, worst of {len(targets)} "
+                             f"(N, shape) | {worst['ratio']:.3f}x ({worst['shape']}, N={worst['n']}) | "
+                             f"<= {worst['at_most']}x | {met}/{len(targets)} |")
+        elif "target" in data:
+            loss = data["results"][0]["hfzoo"]["median"]
+            target = data["target"]["validation_loss"]
+            lines.append(f"| {name} | {data['results'][0]['model']} | validation loss | {loss:.4f} | <= {target} | "
+                         f"{'yes' if loss <= target else 'no'} |")
+        else:
+            for row in data["results"]:
+                if row["unit"] == "tokens/s":
+                    lines.append(_headline_row(name, row["model"], f"{row['figure']}, eager", row["ratio"]["median"], 1.0))
+    return "\n".join(lines) + "\n"
+
+
+def _headline_row(name: str, model: str, figure: str, ratio: float, at_least: float) -> str:
+    return f"| {name} | {model} | {figure} | {ratio:.2f}x | >= {at_least}x | {'yes' if ratio >= at_least else 'no'} |"
+
+
+def _grouped(targets: list[dict]) -> dict[tuple, list[dict]]:
+    groups: dict[tuple, list[dict]] = {}
+    for target in targets:
+        groups.setdefault((target["variant"], target["kind"], target["reference"]), []).append(target)
+    return groups
 
 
 def main(argv: list[str] | None = None) -> int:
