@@ -133,10 +133,13 @@ def _add_convert(commands) -> None:
     for parser in (into_zoo, to_native_parser):
         parser.add_argument("source", help="folder of the checkpoint to convert")
         parser.add_argument("out", help="folder to write (replaced atomically)")
-    for direction, help_text in (("adapter-to-native", "a PEFT adapter trained on an hfzoo model -> the native model"),
-                                 ("adapter-from-native", "a PEFT adapter trained on a native model -> hfzoo")):  # fmt: skip
+    adapter_directions = {
+        "adapter-to-native": "a PEFT adapter trained on an hfzoo model -> the native model",
+        "adapter-from-native": "a PEFT adapter trained on a native model -> hfzoo",
+    }
+    for direction, help_text in adapter_directions.items():
         parser = directions.add_parser(direction, help=help_text)
-        parser.add_argument("source", help="folder of the PEFT adapter (adapter_config.json, adapter_model.safetensors)")
+        parser.add_argument("source", help="the PEFT adapter folder (adapter_config.json, adapter_model.safetensors)")
         parser.add_argument("out", help="folder to write the mapped adapter to")
         parser.add_argument("--base", required=True, help="the native or hfzoo base model folder (either side)")
     convert.set_defaults(func=_convert)

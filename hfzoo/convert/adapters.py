@@ -131,9 +131,10 @@ def _task_head(family: NativeFamily, task_type: str | None) -> Head | None:
     suffix = TASK_HEADS.get(task_type)
     heads = [head for head in family.heads if suffix and head.zoo_class.__name__.endswith(suffix)]
     if not heads:
+        pairs = ", ".join(f"{head.zoo_class.__name__} <-> {head.native_class}" for head in family.heads)
         raise ValueError(
             f"the adapter's PEFT task_type {task_type!r} trains a head that hfzoo.convert has no {family.model_type} "
-            f"pair for; the pairs are {', '.join(f'{h.zoo_class.__name__} <-> {h.native_class}' for h in family.heads)}."
+            f"pair for; the pairs are {pairs}."
         )
     return heads[0]
 
@@ -163,7 +164,8 @@ def _map_adapter(adapter_dir: Path, out_dir: Path, base, to_native: bool) -> Pat
         tensors, targets = _bottleneck_to_other_side(factors, pair, to_native)
         new_config = {**config, "target_modules": targets}
     target_keys = set((pair.native if to_native else pair.zoo).state_dict())
-    rules = [r for r in pair.rules if (r.zoo if to_native else r.native) and set(r.zoo if to_native else r.native) <= set(saved)]
+    sources = [(rule, rule.zoo if to_native else rule.native) for rule in pair.rules]
+    rules = [rule for rule, keys in sources if keys and set(keys) <= set(saved)]
     copies = convert_state(saved, rules, to_zoo=not to_native, source_name=f"{adapter_dir} (modules_to_save)")
     outside = sorted(set(copies) - target_keys)
     if outside:
