@@ -125,7 +125,8 @@ def test_bottleneck_adapters_map_both_ways(family, tmp_path):
 def test_a_bottleneck_on_a_fused_projection_is_refused_naming_it(tmp_path):
     native = native_model("bert", "BertForSequenceClassification")
     zoo = get_peft_model(from_native(native), BottleneckConfig(target_modules=["qkv_proj"], task_type="SEQ_CLS"))
-    with pytest.raises(ValueError, match=r"bottleneck adapter on model\.layers\.0\.self_attn\.qkv_proj.*attention\.self\.query"):
+    refusal = r"bottleneck adapter on model\.layers\.0\.self_attn\.qkv_proj.*attention\.self\.query"
+    with pytest.raises(ValueError, match=refusal):
         adapter_to_native(saved(zoo, tmp_path / "zoo"), tmp_path / "native", native)
 
 
