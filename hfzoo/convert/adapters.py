@@ -32,6 +32,7 @@ from torch import nn
 from transformers import AutoConfig, PreTrainedModel
 from transformers.pytorch_utils import Conv1D
 
+from .. import models
 from ..adapters.task_adapter import ADAPTER_CONFIG, ADAPTER_WEIGHTS, KEY_PREFIX, load_safetensors
 from ..models.checkpoint_files import read_json_file
 from .api import FAMILIES, TOKENIZER_FILES, native_family
@@ -104,7 +105,10 @@ def pairing(base: PreTrainedModel | str | os.PathLike, task_type: str | None) ->
     class_name = type(base).__name__ if isinstance(base, PreTrainedModel) else (config.architectures or [""])[0]
     if any(family.zoo_config_class is type(config) for family in FAMILIES.values()):
         family = native_family(config)
-        head = _task_head(family, task_type) or _head_named(family, class_name, zoo=True)
+        zoo_class = type(base) if isinstance(base, PreTrainedModel) else getattr(models, class_name, None)
+        if zoo_class is None:
+            raise ValueError(f"{base}/config.json: `architectures` is {config.architectures}, no hfzoo model class.")
+        head = _task_head(family, task_type) or family.head_for_zoo(zoo_class)
         zoo_config, native_config = config, family.native_config(config)
     else:
         family = FAMILIES.get(config.model_type)
@@ -139,13 +143,6 @@ def _task_head(family: NativeFamily, task_type: str | None) -> Head | None:
     return heads[0]
 
 
-def _head_named(family: NativeFamily, class_name: str, zoo: bool) -> Head:
-    for head in family.heads:
-        if (head.zoo_class.__name__ if zoo else head.native_class) == class_name:
-            return head
-    return family.heads[0]
-
-
 def _map_adapter(adapter_dir: Path, out_dir: Path, base, to_native: bool) -> Path:
     config = read_json_file(adapter_dir / ADAPTER_CONFIG)
     peft_type = config.get("peft_type")
@@ -178,12 +175,15 @@ def _map_adapter(adapter_dir: Path, out_dir: Path, base, to_native: bool) -> Pat
 
 
 def _target_base_path(base, to_native: bool) -> str | None:
-    """Where the mapped adapter's base loads from (PEFT's `base_model_name_or_path`): `base`, when it is on the
-    target side; else unknown (None)."""
-    config = base.config if isinstance(base, PreTrainedModel) else AutoConfig.from_pretrained(base)
-    if (config.model_type in FAMILIES) != to_native:
+    """Where the mapped adapter's base loads from (PEFT's `base_model_name_or_path`): the folder of `base` when that
+    folder holds a model of the target side; else unknown (None). A model `from_native` made names the native
+    folder its weights came from, which is not where the hfzoo model loads from."""
+    path = str(base.name_or_path if isinstance(base, PreTrainedModel) else base)
+    try:
+        config = AutoConfig.from_pretrained(path) if path else None
+    except (OSError, ValueError):  # a model built in memory, a folder since moved, a Hub name offline
         return None
-    return str(base.name_or_path if isinstance(base, PreTrainedModel) else base) or None
+    return path if config is not None and (config.model_type in FAMILIES) == to_native else None
 
 
 def _split(tensors: dict[str, Tensor], prefix: str, parts: set[str]) -> tuple[dict[str, dict[str, Tensor]], dict]:
