@@ -82,13 +82,29 @@ CONVERT_HELP = """Convert between hfzoo checkpoints and transformers' own classe
                                          classes and no remote code; a component the native class cannot express
                                          (e.g. a mixture of experts in GPT-2) is refused, naming the switch
 
+  hfzoo convert adapter-to-native ADAPTER OUT --base BASE
+                                         a PEFT adapter (LoRA or bottleneck) trained on an hfzoo model -> the same
+                                         adapter on the native model's modules: PeftModel.from_pretrained(native, OUT)
+                                         gives the hfzoo model's outputs (a LoRA on the fused qkv_proj becomes LoRAs on
+                                         q, k and v with the same A and B's row blocks)
+  hfzoo convert adapter-from-native ADAPTER OUT --base BASE
+                                         a PEFT adapter trained on a native model -> the same adapter on the hfzoo model
+                                         from-native makes of it (LoRAs on q, k, v join into one on qkv_proj)
+
 Weights are mapped exactly (the round trip native -> hfzoo -> native is bit-identical) and SOURCE's tokenizer
-files are copied to OUT."""
+files are copied to OUT. For adapters, BASE is the native or the hfzoo base model (either side: a folder), and an
+adapted module without an exact counterpart (a bottleneck on a fused projection) is refused, naming it."""
 
 
 def _convert(args: argparse.Namespace) -> None:
+    from .convert.adapters import adapter_from_native, adapter_to_native
     from .convert.api import from_native, save_converted, to_native
 
+    if args.direction.startswith("adapter-"):
+        mapping = adapter_to_native if args.direction == "adapter-to-native" else adapter_from_native
+        mapping(args.source, args.out, args.base)
+        print(f"adapter {args.source} mapped to {args.out} ({args.direction.removeprefix('adapter-')})")
+        return
     if args.direction == "from-native":
         model = from_native(args.source, args.preset)
         save_converted(model, args.out, args.source)
@@ -104,7 +120,9 @@ def _add_convert(commands) -> None:
         description=CONVERT_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    directions = convert.add_subparsers(dest="direction", required=True, metavar="{from-native,to-native}")
+    directions = convert.add_subparsers(
+        dest="direction", required=True, metavar="{from-native,to-native,adapter-to-native,adapter-from-native}"
+    )
     into_zoo = directions.add_parser("from-native", help="a native transformers checkpoint folder -> hfzoo")
     into_zoo.add_argument("--preset", help="import into this preset's config (must fit the weights; default: inferred)")
     to_native_parser = directions.add_parser("to-native", help="an hfzoo checkpoint folder -> native transformers")
@@ -115,6 +133,15 @@ def _add_convert(commands) -> None:
     for parser in (into_zoo, to_native_parser):
         parser.add_argument("source", help="folder of the checkpoint to convert")
         parser.add_argument("out", help="folder to write (replaced atomically)")
+    adapter_directions = {
+        "adapter-to-native": "a PEFT adapter trained on an hfzoo model -> the native model",
+        "adapter-from-native": "a PEFT adapter trained on a native model -> hfzoo",
+    }
+    for direction, help_text in adapter_directions.items():
+        parser = directions.add_parser(direction, help=help_text)
+        parser.add_argument("source", help="the PEFT adapter folder (adapter_config.json, adapter_model.safetensors)")
+        parser.add_argument("out", help="folder to write the mapped adapter to")
+        parser.add_argument("--base", required=True, help="the native or hfzoo base model folder (either side)")
     convert.set_defaults(func=_convert)
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from ..adapters import STRATEGIES
-from .finetuning import PARAMETERS, RESULTS, TITLE, TRAINING, reported_metrics
+from .finetuning import PARAMETERS, RESULTS, TITLE, TRAINING, base_loading, reported_metrics
 from .render import CONFIGURATION, RunRecord, Section, markdown_table, shown_path
 
 BASELINE_NAMES = {"average": "uniform average of the same adapters, head trained", "majority_class": "majority class"}
@@ -68,15 +68,13 @@ def composition_sections(composition_dir: str) -> tuple[Section, ...]:
     the fine-tuning sections, the composition's own before the training settings, and its usage."""
 
     def usage(record: RunRecord) -> str:
-        summary = record.summary
-        kwargs = "".join(f", {key}={value!r}" for key, value in summary["model_kwargs"].items())
-        auto_class = summary["auto_class"]
+        imports, base = base_loading(record)
         return f"""```python
 import hfzoo  # registers hfzoo's architectures and its bottleneck adapters
-from transformers import {auto_class}, AutoTokenizer
+{imports}
 from hfzoo.adapters import load_composition
 
-base = {auto_class}.from_pretrained("{shown_path(summary["model"], record)}"{kwargs})
+{base}
 model = load_composition(base, "{record.name}/{composition_dir}")  # routers or fusion, the head, a copy of each adapter
 tokenizer = AutoTokenizer.from_pretrained("{record.name}")
 ```"""

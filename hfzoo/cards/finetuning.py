@@ -57,10 +57,24 @@ def finetune_metadata(record: RunRecord) -> ModelCardData:
 
 def _intro(record: RunRecord) -> str:
     s = record.summary
+    imported = " (a native transformers checkpoint, imported into hfzoo)" if "imported_from" in s else ""
     return (
-        f"`{shown_path(s['model'], record)}` fine-tuned for {s['task']} with hfzoo's fine-tuning recipe "
+        f"`{shown_path(s['model'], record)}`{imported} fine-tuned for {s['task']} with hfzoo's fine-tuning recipe "
         f"(method: {s['method']}; {100 * s['trainable_fraction']:.3f}% of the parameters trained)."
     )
+
+
+def base_loading(record: RunRecord) -> tuple[str, str]:
+    """(the imports, the statement) that load the run's base model with its task head, as the run did: a native
+    checkpoint imported into hfzoo (`--import_native`) is imported again with `from_native`."""
+    s = record.summary
+    kwargs = "".join(f", {key}={value!r}" for key, value in s["model_kwargs"].items())
+    auto_class, path = s["auto_class"], shown_path(s["model"], record)
+    imports = f"from transformers import {auto_class}, AutoTokenizer"
+    if "imported_from" not in s:
+        return imports, f'base = {auto_class}.from_pretrained("{path}"{kwargs})'
+    load = f'base = from_native({auto_class}.from_pretrained("{path}"{kwargs}))  # imported, as in training'
+    return f"{imports}\nfrom hfzoo.convert import from_native", load
 
 
 def _results(record: RunRecord) -> str:
@@ -85,6 +99,8 @@ def _training(record: RunRecord) -> str:
     s, train = record.summary, record.events("train")
     rows = [
         ("base model", f"`{shown_path(s['model'], record)}` ({s['family']})"),
+        *([("imported from", f"`{shown_path(s['imported_from'], record)}`, a native transformers checkpoint, with "
+            "`hfzoo.convert.from_native` (`--import_native true`)")] if "imported_from" in s else []),
         ("data", f"{task_data(record)}: {s['train_examples']} training, {s['eval_examples']} validation "
                  "examples"),
         ("optimizer steps", f"{s['steps']} ({s['epochs']} epochs)"),
@@ -100,12 +116,9 @@ def _usage(record: RunRecord) -> str:
         load = f'model = {auto_class}.from_pretrained("{name}")'
         imports = f"from transformers import {auto_class}, AutoTokenizer"
     else:  # the base with the same head shape, then the adapter (which restores the trained head)
-        kwargs = "".join(f", {key}={value!r}" for key, value in s["model_kwargs"].items())
-        load = (
-            f'base = {auto_class}.from_pretrained("{shown_path(s["model"], record)}"{kwargs})\n'
-            f'model = PeftModel.from_pretrained(base, "{name}")'
-        )
-        imports = f"from peft import PeftModel\nfrom transformers import {auto_class}, AutoTokenizer"
+        imports, base = base_loading(record)
+        load = f'{base}\nmodel = PeftModel.from_pretrained(base, "{name}")'
+        imports = f"from peft import PeftModel\n{imports}"
     return f"""```python
 import hfzoo  # registers hfzoo's architectures and its bottleneck adapters with transformers and PEFT
 {imports}

@@ -4,9 +4,15 @@
 checkpoint trains with hfzoo's speed and adapters; `to_native` saves an hfzoo model as the native class, so tools
 that refuse remote code (serving engines, exporters) read it. Each family is one module describing its weights
 as rules (`mapping`), from which both directions run; the round trip native -> hfzoo -> native is bit-identical.
+`adapter_to_native` and `adapter_from_native` map PEFT adapters (LoRA, bottleneck) by the same rules, so an adapter
+trained on an imported model attaches to the native one, and back.
 """
 
-from .api import FAMILIES, from_native, native_family, to_native
+from .adapters import adapter_from_native, adapter_to_native
+from .api import FAMILIES, from_native, import_checkpoint, native_family, to_native
 from .pretrained import minilm_model_path
 
-__all__ = ["FAMILIES", "from_native", "minilm_model_path", "native_family", "to_native"]
+__all__ = [
+    "FAMILIES", "adapter_from_native", "adapter_to_native", "from_native", "import_checkpoint", "minilm_model_path",
+    "native_family", "to_native",
+]

@@ -93,6 +93,32 @@ def to_native(
     return native.eval()
 
 
+def import_checkpoint(source: str | os.PathLike, out_dir: str | os.PathLike) -> PreTrainedModel:
+    """Import the native checkpoint `source` (a folder or a Hub name) and save it as an hfzoo checkpoint in `out_dir`:
+    what the recipes' `import_native` key trains. Returns the hfzoo model.
+
+    The model type is checked before any weight is read: one without an hfzoo family is refused, naming it and the
+    supported ones. The checkpoint loads with the class its config names when hfzoo has that head, else as its
+    bare model (a pre-training head such as `BertForPreTraining` has no hfzoo pair; a task adds its own head).
+    """
+    config = AutoConfig.from_pretrained(source)
+    if config.model_type.startswith("hfzoo"):
+        raise ValueError(f"{source} is already an hfzoo checkpoint ({config.model_type}): train it without "
+                         "import_native.")  # fmt: skip
+    family = FAMILIES.get(config.model_type)
+    if family is None:
+        raise ValueError(
+            f"{source} is a {config.model_type!r} model, which hfzoo.convert cannot import: it converts "
+            f"{', '.join(FAMILIES)}. Train it as a native model (without import_native)."
+        )
+    names = {head.native_class for head in family.heads}
+    class_name = next((name for name in config.architectures or [] if name in names), family.heads[0].native_class)
+    native = getattr(transformers, class_name).from_pretrained(source, config=config, use_safetensors=True)
+    zoo = from_native(native)
+    zoo.save_pretrained(out_dir)
+    return zoo
+
+
 def native_family(config: PreTrainedConfig, native_type: str | None = None) -> NativeFamily:
     """The native family an hfzoo config exports to: `native_type`; else the family the model was imported from
     (`config.native_model_type`, set by `from_native`); else the first family whose positions the config has."""

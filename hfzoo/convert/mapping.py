@@ -22,7 +22,9 @@ class Rule:
 
     `to_zoo` maps the native tensors (in `native` order) to the hfzoo ones (in `zoo` order); `to_native` the
     reverse. An `optional` rule is skipped when none of its source tensors exist (BERT's pooler is in some heads
-    only); a rule whose sources exist only in part is an error.
+    only); a rule whose sources exist only in part is an error. `layout` names the re-arrangement ("same",
+    "transposed", "rows": row blocks, "scaled", "rolled", "zeros"), which decides how what acts on a weight (an
+    adapter's factors, `hfzoo.convert.adapters`) follows it.
     """
 
     zoo: tuple[str, ...]
@@ -30,6 +32,7 @@ class Rule:
     to_zoo: Callable[[Sequence[Tensor]], Sequence[Tensor]]
     to_native: Callable[[Sequence[Tensor]], Sequence[Tensor]]
     optional: bool = False
+    layout: str = "same"
 
     def prefixed(self, zoo_prefix: str, native_prefix: str) -> "Rule":
         return Rule(
@@ -38,6 +41,7 @@ class Rule:
             self.to_zoo,
             self.to_native,
             self.optional,
+            self.layout,
         )
 
 
@@ -61,7 +65,8 @@ def _transpose(tensors: Sequence[Tensor]) -> Sequence[Tensor]:
 
 def conv1d(zoo: str, native: str) -> list[Rule]:
     """GPT-2's `Conv1D` stores its weight `[in, out]`, `nn.Linear` `[out, in]`: transposed; the bias is unchanged."""
-    return [Rule((f"{zoo}.weight",), (f"{native}.weight",), _transpose, _transpose), *same(zoo, native, ("bias",))]
+    weight = Rule((f"{zoo}.weight",), (f"{native}.weight",), _transpose, _transpose, layout="transposed")
+    return [weight, *same(zoo, native, ("bias",))]
 
 
 def joined(zoo: str, natives: Sequence[str], sizes: Sequence[int], bias: bool, factors: Sequence[float] | None = None):
@@ -80,7 +85,7 @@ def joined(zoo: str, natives: Sequence[str], sizes: Sequence[int], bias: bool, f
         return [(p / f if f != 1.0 else p).contiguous() for p, f in zip(parts, factors)]
 
     return [
-        Rule((f"{zoo}.{p}",), tuple(f"{n}.{p}" for n in natives), to_zoo, to_native)
+        Rule((f"{zoo}.{p}",), tuple(f"{n}.{p}" for n in natives), to_zoo, to_native, layout="rows")
         for p in (("weight", "bias") if bias else ("weight",))
     ]
 
@@ -92,6 +97,7 @@ def scaled(zoo: str, native: str, factor: float) -> Rule:
         (native,),
         lambda tensors: [tensors[0] * factor],
         lambda tensors: [tensors[0] / factor],
+        layout="scaled",
     )
 
 
@@ -106,6 +112,7 @@ def rolled_rows(zoo: str, native: str, offset: int) -> Rule:
         (native,),
         lambda tensors: [torch.roll(tensors[0], -offset, dims=0)],
         lambda tensors: [torch.roll(tensors[0], offset, dims=0)],
+        layout="rolled",
     )
 
 
@@ -120,7 +127,7 @@ def native_zeros(native: str, shape: Sequence[int], why: str) -> Rule:
             raise ValueError(f"{native} is not all zeros, and hfzoo has nothing to hold it: {why}.")
         return []
 
-    return Rule((), (native,), to_zoo, lambda tensors: [torch.zeros(shape)])
+    return Rule((), (native,), to_zoo, lambda tensors: [torch.zeros(shape)], layout="zeros")
 
 
 def _storage_key(tensor: Tensor) -> tuple:

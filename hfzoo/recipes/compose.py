@@ -222,7 +222,8 @@ def train_composition(config: ComposeConfig, accelerator: Accelerator, baseline:
     # --- Rebuild the saved composition on a fresh base, then metrics, predictions and the card.
     reload = check_reload(config, task, trained, eval_examples, eval_features, run.records, accelerator)
     method = f"{config.strategy}-composition"
-    summary = run_summary(task, base_model, method, parameters, run, len(train_examples), len(eval_examples))
+    summary = run_summary(task, base_model, method, parameters, run, len(train_examples), len(eval_examples),
+                          config.import_native)  # fmt: skip
     summary["composition"] = describe(trained, config.strategy)
     summary["baselines"] = baselines(baseline, majority_class_accuracy(train_examples, eval_examples))
     summary["reload_check"] = reload
@@ -247,7 +248,8 @@ def evaluate_composition(config: ComposeConfig, accelerator: Accelerator) -> dic
         strategy=composed.strategy, composition=config.composition, train_examples=len(train_examples), **parameters,
     )  # fmt: skip
     method = f"{composed.strategy}-composition"
-    summary = run_summary(task, base_model, method, parameters, run, len(train_examples), len(eval_examples))
+    summary = run_summary(task, base_model, method, parameters, run, len(train_examples), len(eval_examples),
+                          config.import_native)  # fmt: skip
     summary["composition"] = describe(composed, composed.strategy)
     if accelerator.is_main_process:
         write_results(Path(config.output_dir), task.tokenizer, config, summary, run.records, None)

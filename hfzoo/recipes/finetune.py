@@ -102,7 +102,11 @@ def finetune(config: FinetuneConfig) -> Path:
         unwrapped = accelerator.unwrap_model(trained)
         accelerator.wait_for_everyone()
         main_process = accelerator.is_main_process
-        unwrapped.save_pretrained(folder, is_main_process=main_process, save_function=accelerator.save)
+        # The recipe never resizes the vocabulary (a tokenizer larger than the model is refused), so an adapter never
+        # needs the base's embedding matrices. Saying so also skips PEFT's check for a resize, which re-reads the
+        # base's config.json with the model's config class: a native one, for an imported base (import_native).
+        embeddings = {"save_embedding_layers": False} if isinstance(unwrapped, PeftModel) else {}
+        unwrapped.save_pretrained(folder, is_main_process=main_process, save_function=accelerator.save, **embeddings)
         if main_process:
             tokenizer.save_pretrained(folder)
             if isinstance(unwrapped, PeftModel):
@@ -122,7 +126,8 @@ def finetune(config: FinetuneConfig) -> Path:
     # --- Save: metrics, predictions, tokenizer, card (none when only evaluating: this folder holds no model).
     accelerator.wait_for_everyone()
     if run is not None:  # None: resumed from a checkpoint at the last step, nothing done
-        summary = run_summary(task, base_model, method, parameters, run, len(train_examples), len(eval_examples))
+        summary = run_summary(task, base_model, method, parameters, run, len(train_examples), len(eval_examples),
+                              config.import_native)  # fmt: skip
         if accelerator.is_main_process:
             sections = FINETUNE_SECTIONS if config.do_train else None
             write_results(output_dir, tokenizer, config, summary, run.records, sections)

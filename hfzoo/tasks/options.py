@@ -22,6 +22,9 @@ class TaskOptions:
     tokenizer: str | None = key(None, "tokenizer path or name; none = the model's")
     task: str = key("", "the task", required=True, choices=lambda: tuple(TASK_CLASSES), choice_noun="tasks")
     trust_remote_code: bool = key(False, "let transformers run modeling code saved with a checkpoint")
+    import_native: bool = key(False, "true = --model is a native transformers checkpoint (GPT-2, Llama, BERT, "
+                              "RoBERTa, T5, BART): import it into hfzoo's family on the fly (hfzoo.convert."
+                              "from_native), keep its tokenizer, train and save the hfzoo model")  # fmt: skip
     # Data.
     dataset: str | None = key(None, "a local folder with train/validation (dev, valid, val) files, or a Hub name")
     dataset_config: str | None = key(None, "the Hub dataset's configuration name, e.g. sst2 for glue")
@@ -45,6 +48,9 @@ class TaskOptions:
     num_beams: int = key(1, "beams when generating (seq2seq and text-to-text evaluation)", minimum=1)
 
     def check(self) -> None:
+        if self.import_native and self.trust_remote_code:
+            raise ValueError("config key 'import_native' imports transformers' own classes, which run no remote code: "
+                             "drop trust_remote_code.")  # fmt: skip
         if self.dataset is None and self.train_file is None:
             raise ValueError("give a data source: --dataset (a folder or a Hub name) or --train_file.")
         if self.dataset is not None and self.train_file is not None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,7 @@ from torch.utils.data import DataLoader
 from transformers import AutoConfig, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from ..cards import RunRecord, Section, finetune_metadata, write_card
+from ..convert import import_checkpoint
 from ..models.checkpoint_files import check_checkpoint_folder
 from ..recipe_config import CONFIG_FILE
 from ..tasks import TASK_CLASSES, Task, TaskOptions, load_examples, model_family
@@ -76,12 +78,26 @@ def load_model(
     config: TaskOptions, task: Task, tokenizer: PreTrainedTokenizerBase, from_scratch: bool = False
 ) -> tuple[PreTrainedModel, str, list[str]]:
     """(model with the task's head, its family, the parameters the checkpoint did not provide). `from_scratch`: the
-    checkpoint's architecture and tokenizer, none of its weights."""
+    checkpoint's architecture and tokenizer, none of its weights. `import_native`: the native checkpoint is imported
+    into hfzoo first (`hfzoo.convert.import_checkpoint`, into a temporary folder) and loads from there."""
     # A local folder by its absolute path, which the adapter records as its base: it then reloads from anywhere.
     source = str(Path(config.model).resolve()) if Path(config.model).exists() else config.model
     if Path(source).is_dir():
         # A missing, truncated or invalid file is named here, not by a bare SafetensorError or JSONDecodeError.
         check_checkpoint_folder(source, weights=not from_scratch)
+    if config.import_native:
+        with tempfile.TemporaryDirectory(prefix="hfzoo-import-") as imported:
+            import_checkpoint(source, imported)
+            model, family, missing = _load_checkpoint(imported, config, task, tokenizer, from_scratch)
+        # The native checkpoint is the base: what an adapter records, what the card names, what reloading imports.
+        model.name_or_path = model.config._name_or_path = source
+        return model, family, missing
+    return _load_checkpoint(source, config, task, tokenizer, from_scratch)
+
+
+def _load_checkpoint(
+    source: str, config: TaskOptions, task: Task, tokenizer: PreTrainedTokenizerBase, from_scratch: bool
+) -> tuple[PreTrainedModel, str, list[str]]:
     model_config = AutoConfig.from_pretrained(source, trust_remote_code=config.trust_remote_code)
     family = model_family(model_config)
     auto_class = task.auto_class(family)
@@ -312,14 +328,17 @@ def evaluate_only(config: TaskRunOptions, task: Task, model: nn.Module, eval_exa
 
 
 def run_summary(
-    task: Task, base_model: str, method: str, parameters: dict, run: TrainedRun, train_examples: int, eval_examples: int
-) -> dict[str, Any]:
-    """The content of `metrics.json` (and what the card is made from): task, base model, method, final validation
-    metrics, parameter counts, data sizes, steps, and the head's `from_pretrained` arguments for reloading."""
+    task: Task, base_model: str, method: str, parameters: dict, run: TrainedRun, train_examples: int,
+    eval_examples: int, imported: bool = False,
+) -> dict[str, Any]:  # fmt: skip
+    """The content of `metrics.json` (and what the card is made from): task, base model (`imported`: a native
+    checkpoint imported into hfzoo), method, final validation metrics, parameter counts, data sizes, steps, and the
+    head's `from_pretrained` arguments for reloading."""
     return {
         "task": task.name,
         "pipeline_tag": task.pipeline_tag,
         "model": base_model,
+        **({"imported_from": base_model} if imported else {}),
         "family": task.family,
         "method": method,
         "auto_class": task.auto_class(task.family).__name__,
