@@ -163,7 +163,7 @@ class ElectraPreTraining(nn.Module):
         """`labels` are the generator's masked-LM targets (-100 where nothing was masked), as `electra_collator`
         makes them; the discriminator's input and labels are built here from the generator's samples."""
         if labels is None:
-            raise ValueError("ElectraPreTraining needs labels: the masked positions' original tokens (electra_collator).")
+            raise ValueError("ElectraPreTraining needs labels: the masked positions' tokens (from electra_collator).")
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         masked = labels != IGNORE_INDEX

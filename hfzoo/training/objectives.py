@@ -81,8 +81,8 @@ class Objective:
         unknown = sorted(set(options) - set(parameters))
         if unknown:
             raise ValueError(
-                f"config key 'objective_options': objective {self.name!r} has no option {', '.join(map(repr, unknown))}. "
-                f"Valid options: {', '.join(parameters) or 'none'}."
+                f"config key 'objective_options': objective {self.name!r} has no option "
+                f"{', '.join(map(repr, unknown))}. Valid options: {', '.join(parameters) or 'none'}."
             )
         if self.training_model is not None:
             self.training_model.check_options(model_config, **options)
