@@ -174,16 +174,20 @@ def render(results: dict[str, Any], card_command: str) -> str:
     return render_card(RunRecord("electra-vs-mlm", {}, summary=results), sections, metadata)
 
 
+def card_command(runs_dir: str, card_dir: Path) -> str:
+    """The command that regenerates the card in `card_dir` from the run folders in `runs_dir`."""
+    return shlex.join(["python", "model_cards/generate_electra_results.py", "card", runs_dir, shown(str(card_dir))])
+
+
 def card(runs_dir: Path, card_dir: Path) -> Path:
     """Write README.md and results.json for the finished runs in `runs_dir` into `card_dir`."""
-    card_command = shlex.join(["python", "model_cards/generate_electra_results.py", "card", shown(str(runs_dir)),
-                               shown(str(card_dir))])  # fmt: skip
-    results = collect(runs_dir, card_command)
+    command = card_command(shown(str(runs_dir)), card_dir)
+    results = collect(runs_dir, command)
     started = runs_dir / "command.json"  # written by `run`
     results["command"] = json.loads(started.read_text()) if started.is_file() else None
     card_dir.mkdir(parents=True, exist_ok=True)
     write_text_atomic(card_dir / RESULTS, json.dumps(results, indent=1) + "\n")
-    return write_text_atomic(card_dir / CARD, render(results, card_command))
+    return write_text_atomic(card_dir / CARD, render(results, command))
 
 
 def main(argv: list[str] | None = None) -> None:
