@@ -49,6 +49,14 @@ AUTO_CLASSES = {
     },
 }
 
+# Heads no Auto class can map, with the Auto class their checkpoints name. transformers maps one class per model type
+# and Auto class; the one that fits ELECTRA's discriminator (AutoModelForPreTraining, as for transformers'
+# ElectraForPreTraining) holds BERT's MLM + NSP head for the encoder's model type. The discriminator's checkpoints
+# still name it there in their auto_map, with the modeling code beside them, so they load as remote code where hfzoo
+# is absent; with hfzoo, load one with `ZooEncoderForReplacedTokenDetection.from_pretrained`, or its encoder with
+# AutoModel or any task head's Auto class.
+AUTO_MAP_ONLY = {models.ZooEncoderForReplacedTokenDetection: AutoModelForPreTraining}
+
 # The LoRA-like methods whose PEFT mappings are separate copies of LoRA's, made when PEFT is imported (so hfzoo's
 # LoRA entry does not reach them): they get the same default targets.
 _LORA_LIKE = ("ADALORA", "LOHA", "LOKR", "VERA", "OFT")
@@ -78,6 +86,8 @@ WITHOUT_PEFT_DEFAULTS = {models.ZooBiLMConfig.model_type}
 
 
 def register() -> None:
+    for model_cls, auto_cls in AUTO_MAP_ONLY.items():
+        model_cls.register_for_auto_class(auto_cls.__name__)
     for config_cls, heads in AUTO_CLASSES.items():
         AutoConfig.register(config_cls.model_type, config_cls, exist_ok=True)
         config_cls.register_for_auto_class()

@@ -106,13 +106,17 @@ def run_compositions(runs_dir: Path, base: Path, sources: list[str], targets: li
     )  # fmt: skip
 
 
-def run_once(run_dir: Path, recipe: str, task: str, model: Path, extra_args: list[str]) -> int:
-    """One recorded run of `recipe` on `task` (its config file and run length); 1 if it failed, else 0."""
+def run_once(
+    run_dir: Path, recipe: str, task: str, model: Path, extra_args: list[str], length: list[str] | None = None
+) -> int:
+    """One recorded run of `recipe` on `task` (its config file, and its run length unless `length` gives another);
+    1 if it failed, else 0."""
     if (run_dir / "metrics.json").is_file():
         print(f"{run_dir}: done already, kept")
         return 0
     run_dir.mkdir(parents=True, exist_ok=True)
-    config_file, length = TASKS[task]
+    config_file, task_length = TASKS[task]
+    length = task_length if length is None else length
     args = ["--config", config_file, "--model", shown(str(model)), *extra_args, *length,
             "--output_dir", shown(str(run_dir))]  # fmt: skip
     print(f"{run_dir}: {recipe} {shlex.join(args)}", flush=True)

@@ -150,20 +150,12 @@ torch.save(results, sys.argv[2])
 """
 
 
-def test_remote_code_loads_where_hfzoo_is_not_importable(tiny_model, tmp_path):
+def load_as_remote_code(jobs: dict[str, tuple[str, str, dict]], tmp_path) -> dict[str, torch.Tensor]:
+    """Run `REMOTE_LOAD_SCRIPT` in a process where hfzoo cannot be imported: for each name, the logits of the
+    checkpoint folder loaded with the named Auto class and `trust_remote_code=True`, on the given inputs."""
     blocker = tmp_path / "blocker" / "hfzoo"
     blocker.mkdir(parents=True)
     (blocker / "__init__.py").write_text("raise ImportError('hfzoo is blocked for this test')\n")
-    jobs, expected = {}, {}
-    for preset in ENCODER_PRESETS:
-        for auto_class in (AutoModelForMaskedLM, AutoModelForSequenceClassification):
-            name = f"{preset}-{auto_class.__name__}"
-            model = tiny_model(preset, auto_class)
-            model.save_pretrained(tmp_path / name)
-            inputs = right_padded_batch()
-            with torch.no_grad():
-                expected[name] = model(**inputs).logits
-            jobs[name] = (auto_class.__name__, str(tmp_path / name), inputs)
     torch.save(jobs, tmp_path / "jobs.pt")
     (tmp_path / "load.py").write_text(textwrap.dedent(REMOTE_LOAD_SCRIPT))
     env = {
@@ -176,7 +168,21 @@ def test_remote_code_loads_where_hfzoo_is_not_importable(tiny_model, tmp_path):
         [sys.executable, "load.py", "jobs.pt", "results.pt"], cwd=tmp_path, env=env, capture_output=True, text=True
     )
     assert process.returncode == 0, process.stderr[-3000:]
-    results = torch.load(tmp_path / "results.pt")
+    return torch.load(tmp_path / "results.pt")
+
+
+def test_remote_code_loads_where_hfzoo_is_not_importable(tiny_model, tmp_path):
+    jobs, expected = {}, {}
+    for preset in ENCODER_PRESETS:
+        for auto_class in (AutoModelForMaskedLM, AutoModelForSequenceClassification):
+            name = f"{preset}-{auto_class.__name__}"
+            model = tiny_model(preset, auto_class)
+            model.save_pretrained(tmp_path / name)
+            inputs = right_padded_batch()
+            with torch.no_grad():
+                expected[name] = model(**inputs).logits
+            jobs[name] = (auto_class.__name__, str(tmp_path / name), inputs)
+    results = load_as_remote_code(jobs, tmp_path)
     for name, logits in expected.items():
         torch.testing.assert_close(results[name], logits, **SAME, msg=name)
 

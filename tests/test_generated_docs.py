@@ -31,6 +31,7 @@ def test_result_card_is_current(card_dir, monkeypatch):
     """A result card is rendered from its results.json alone (the run folders are not kept), so rendering it again
     must give the committed README.md: the card code and the card cannot drift apart."""
     monkeypatch.syspath_prepend(str(ROOT / "model_cards"))
+    import generate_electra_results
     import generate_finetune_results
     import generate_results
 
@@ -38,6 +39,9 @@ def test_result_card_is_current(card_dir, monkeypatch):
     if "tasks" in results:  # a fine-tuning grid
         command = generate_finetune_results.card_command(results["runs_dir"], card_dir)
         text = generate_finetune_results.render(results, command)
+    elif "objectives" in results:  # ELECTRA against the masked LM
+        command = generate_electra_results.card_command(results["runs_dir"], card_dir)
+        text = generate_electra_results.render(results, command)
     else:
         text = generate_results.render(results)
     assert text == (card_dir / "README.md").read_text(encoding="utf-8")

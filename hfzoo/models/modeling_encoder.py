@@ -61,6 +61,21 @@ class ZooPreTrainingOutput(ModelOutput):
     router_logits: tuple[torch.FloatTensor, ...] | None = None
 
 
+@dataclass
+class ZooReplacedTokenDetectionOutput(ModelOutput):
+    """transformers' `ElectraForPreTrainingOutput` plus a mixture of experts' load-balancing loss (already in `loss`).
+
+    `logits` are `[batch, seq]`: one score per token, > 0 for "replaced", < 0 for "original".
+    """
+
+    loss: torch.FloatTensor | None = None
+    logits: torch.FloatTensor | None = None
+    hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    attentions: tuple[torch.FloatTensor, ...] | None = None
+    aux_loss: torch.FloatTensor | None = None
+    router_logits: tuple[torch.FloatTensor, ...] | None = None
+
+
 class ZooEncoderPreTrainedModel(ZooPreTrainedModel):
     config: ZooEncoderConfig
 
@@ -105,6 +120,11 @@ class ZooEncoderModel(TransformerStack, ZooEncoderPreTrainedModel):
                 f"{self.config.type_vocab_size}; pass segment ids below type_vocab_size or raise it in the config."
             )
         return self.token_type_embeddings(token_type_ids)
+
+    def embed(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """The hidden states entering the first block: token, position and token-type embeddings, normed and
+        dropped out as in `forward`. ELECTRA's generator reads the discriminator's embeddings through this."""
+        return self.embed_inputs(input_ids, None, None, extra_embeds=self._token_type_embeds(token_type_ids))[0]
 
     @capture_outputs
     def forward(
@@ -293,6 +313,32 @@ class ZooEncoderForPreTraining(ZooEncoderForMaskedLM):
         )
 
 
+class ZooEncoderForReplacedTokenDetection(ZooEncoderTaskModel):
+    """ELECTRA's discriminator (Clark et al., 2020; transformers' `ElectraForPreTraining`): for every token, was it
+    replaced by the generator's sample (1) or is it the original (0)?
+
+    The head is dense + activation, then one score per token. The loss is the binary cross-entropy of the scores
+    against `labels` (1 replaced, 0 original, -100 ignored: padding), averaged over the labelled tokens. The generator
+    and the combined loss are a training-time module (`hfzoo.training.electra`); this model is what pretraining keeps,
+    and its encoder loads into every task head for fine-tuning.
+    """
+
+    def __init__(self, config: ZooEncoderConfig):
+        super().__init__(config, add_pooling_layer=False)
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.act_fn = ACT2FN[GATED_ACTIVATIONS.get(config.activation, config.activation)]
+        self.dense_prediction = nn.Linear(config.hidden_size, 1)
+        self.post_init()
+
+    def head(self, outputs: ZooEncoderModelOutput, labels, inputs: dict, **kwargs) -> ZooReplacedTokenDetectionOutput:
+        logits = self.dense_prediction(self.act_fn(self.dense(outputs.last_hidden_state))).squeeze(-1)
+        loss = None
+        if labels is not None:
+            labelled = labels.to(logits.device) != -100
+            loss = F.binary_cross_entropy_with_logits(logits[labelled], labels.to(logits.device)[labelled].float())
+        return self.task_output(ZooReplacedTokenDetectionOutput, loss, outputs, logits=logits)
+
+
 class ZooEncoderClassifier(ZooEncoderTaskModel):
     """BERT's classification heads: dropout, then one linear layer (`classifier`) with `num_outputs` outputs."""
 
@@ -393,6 +439,7 @@ __all__ = [
     "ZooEncoderModel",
     "ZooEncoderForMaskedLM",
     "ZooEncoderForPreTraining",
+    "ZooEncoderForReplacedTokenDetection",
     "ZooEncoderForSequenceClassification",
     "ZooEncoderForTokenClassification",
     "ZooEncoderForQuestionAnswering",

@@ -77,6 +77,8 @@ class PretrainConfig(RunOptions):
     vocab_size: int | None = key(None, "vocabulary of the trained tokenizer; none = the preset's", minimum=1)
     # Objective.
     collator: dict = key({}, "options of the objective's collator, e.g. {mlm_probability: 0.15}")
+    objective_options: dict = key({}, "options of the objective's training model; electra: {generator_size: 0.25 "
+                                  "(generator width / discriminator's), discriminator_weight: 50 (lambda)}")  # fmt: skip
     # Optimisation.
     per_device_batch_size: int = key(8, "blocks per micro-batch on each process", minimum=1)
     learning_rate: float = key(3e-4, "peak learning rate of AdamW")
@@ -101,7 +103,9 @@ class PretrainConfig(RunOptions):
             model_config = preset_config(self.preset, **self.model)
         except (ValueError, TypeError) as error:  # an unknown field or a bad value; the message says which
             raise ValueError(f"config key 'model': {error}") from None
-        get_objective(self.objective, self.preset).check_collator_options(self.collator)
+        objective = get_objective(self.objective, self.preset)
+        objective.check_collator_options(self.collator)
+        objective.check_options(self.objective_options, model_config)
         if not 0.0 <= self.min_lr_ratio <= 1.0:
             raise ValueError(f"config key 'min_lr_ratio' must be in [0, 1], got {self.min_lr_ratio}.")
         if self.learning_rate <= 0:
@@ -161,8 +165,9 @@ def _validate(model, loader, objective: Objective, tokenizer, config: PretrainCo
         return {}
     collator = objective.make_collator(tokenizer, config.collator, torch.Generator().manual_seed(config.seed))
     return evaluate(
-        model, loader, collator, accelerator, shifts_labels=objective.shifts_labels, max_batches=config.eval_batches
-    )
+        model, loader, collator, accelerator, shifts_labels=objective.shifts_labels, max_batches=config.eval_batches,
+        perplexity_of=objective.perplexity_of,
+    )  # fmt: skip
 
 
 def pretrain(config: PretrainConfig) -> Path:
@@ -215,7 +220,7 @@ def pretrain(config: PretrainConfig) -> Path:
     model_config = preset_config(
         config.preset, vocab_size=len(tokenizer), **_special_token_ids(tokenizer, family), **config.model
     )
-    model = objective.auto_class.from_config(model_config)
+    model = objective.build_model(model_config, config.objective_options)
 
     # --- Collators: all randomness (masks, spans) from a generator per process, saved in checkpoints.
     collator_generator = torch.Generator().manual_seed(config.seed + accelerator.process_index)
@@ -295,11 +300,11 @@ def pretrain(config: PretrainConfig) -> Path:
     # Replicated weights must agree bit for bit; sharded ones (FSDP, DeepSpeed) have nothing to compare.
     sharded = accelerator.distributed_type in (DistributedType.FSDP, DistributedType.DEEPSPEED)
     checksums = None if sharded else gather_object([parameter_checksum(unwrapped)])
-    unwrapped.save_pretrained(
-        output_dir,
-        is_main_process=accelerator.is_main_process,
-        save_function=accelerator.save,
-        state_dict=accelerator.get_state_dict(model),
+    kept, state_dict = unwrapped, accelerator.get_state_dict(model)
+    if objective.training_model is not None:  # a training-time module (ELECTRA's pair): save the model it keeps
+        kept, state_dict = unwrapped.kept_model(state_dict)
+    kept.save_pretrained(
+        output_dir, is_main_process=accelerator.is_main_process, save_function=accelerator.save, state_dict=state_dict
     )
     log.write(
         "end",
@@ -314,7 +319,7 @@ def pretrain(config: PretrainConfig) -> Path:
         tokenizer.save_pretrained(output_dir)
         record = RunRecord(
             output_dir.name, config.to_dict(), read_log(output_dir), describe_objective(objective),
-            unwrapped.config.to_dict(),
+            kept.config.to_dict(),
         )  # fmt: skip
         write_card(output_dir, record, PRETRAINING_SECTIONS, pretraining_metadata(record))
     accelerator.wait_for_everyone()

@@ -58,17 +58,21 @@ def evaluate(
     *,
     shifts_labels: bool,
     max_batches: int | None = None,
+    perplexity_of: str = "loss",
 ) -> dict[str, float]:
-    """Validation loss (mean over target tokens, all processes) and its perplexity.
+    """Validation loss (mean over target tokens, all processes), its parts and a perplexity.
 
     `dataloader` yields lists of (example, real) from an `EvalShard`. Each batch's mean loss is
     weighted by its number of targets (labels != -100; a causal LM has no target at the first
-    position), so batches with more masked tokens count more, as they should.
+    position), so batches with more masked tokens count more, as they should. The parts of a loss that the outputs
+    report beside it (fields named `*_loss`, e.g. ELECTRA's `generator_loss` and `discriminator_loss`) are averaged
+    alike as `eval_<field>`; the perplexity is the exponential of the mean `perplexity_of` (`loss`, or a part that
+    is a language model's cross-entropy where `loss` adds other terms).
     """
     was_training = model.training
     model.eval()
     unwrapped = accelerator.unwrap_model(model)
-    sums = torch.zeros(2, dtype=torch.float64, device=accelerator.device)  # loss x targets, targets
+    parts, sums = [], None  # sums: loss x targets, each part x targets, targets
     for index, items in enumerate(dataloader):
         if max_batches is not None and index >= max_batches:
             break
@@ -76,14 +80,20 @@ def evaluate(
         batch = to_device(collator(list(features)), accelerator.device)
         batch["labels"][~torch.tensor(real, device=accelerator.device)] = -100  # padding entries: no targets
         outputs = model(**batch)
+        if sums is None:
+            parts = [name for name in outputs.keys() if name.endswith("_loss") and name != "aux_loss"]
+            sums = torch.zeros(len(parts) + 2, dtype=torch.float64, device=accelerator.device)
         labels = batch["labels"][..., 1:] if shifts_labels else batch["labels"]
         targets = (labels != -100).sum()
         if targets > 0:  # a batch of padding entries only has a NaN loss (0 / 0)
-            sums += torch.stack([task_loss(unwrapped, outputs).double() * targets, targets.double()])
+            losses = torch.stack([task_loss(unwrapped, outputs), *(outputs[name] for name in parts)]).double()
+            sums += torch.cat([losses * targets, targets.double()[None]])
     model.train(was_training)
-    loss_sum, targets = accelerator.reduce(sums, reduction="sum").tolist()
-    loss = loss_sum / max(targets, 1)
-    return {"eval_loss": loss, "perplexity": math.exp(min(loss, 700.0)), "eval_targets": int(targets)}
+    *loss_sums, targets = accelerator.reduce(sums, reduction="sum").tolist()
+    loss, *part_losses = (loss_sum / max(targets, 1) for loss_sum in loss_sums)
+    metrics = {"eval_loss": loss, **{f"eval_{name}": value for name, value in zip(parts, part_losses)}}
+    perplexity = math.exp(min(metrics["eval_loss" if perplexity_of == "loss" else f"eval_{perplexity_of}"], 700.0))
+    return {**metrics, "perplexity": perplexity, "eval_targets": int(targets)}
 
 
 def parameter_checksum(model: nn.Module) -> str:

@@ -13,7 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
+from torch import nn
 from transformers import (
+    AutoModel,
     AutoModelForCausalLM,
     AutoModelForMaskedLM,
     AutoModelForPreTraining,
@@ -22,9 +24,11 @@ from transformers import (
 )
 
 from ..data.collators import BiLMCollator, CausalLMCollator, DenoisingCollator, MaskedLMCollator, SpanCorruptionCollator
+from ..data.collators.electra import ELECTRA_MASKING
 from ..data.packing import pack
 from ..data.sentence_pairs import sentence_pairs
 from ..presets import list_presets, preset_family
+from .electra import ElectraPreTraining
 
 
 @dataclass(frozen=True)
@@ -33,7 +37,7 @@ class Objective:
 
     name: str
     family: str  # the preset family whose models can be trained with it
-    auto_class: type  # the Auto class that builds and reloads the model
+    auto_class: type  # the Auto class that builds and reloads the (kept) model
     collator: type  # its collator class, from hfzoo.data.collators
     pipeline_tag: str  # for the model card metadata
     task_name: str  # human-readable, for the model card's model-index
@@ -44,6 +48,12 @@ class Objective:
     examples: Callable = pack
     # Collator options the objective decides (the model head depends on them): a config may not set them otherwise.
     fixed_collator_options: dict = field(default_factory=dict, hash=False)
+    # The module the loop trains when it is not the Auto class's model: built as `training_model(model_config,
+    # **objective_options)`, checked by its `check_options(model_config, **objective_options)`, and saved as its
+    # `kept_model(state_dict)` (ELECTRA trains a generator beside the discriminator it keeps).
+    training_model: type | None = None
+    # The output loss whose exponential is the validation perplexity (`loss`, or the language-model part of it).
+    perplexity_of: str = "loss"
 
     def check_collator_options(self, options: dict) -> None:
         """Raise if `options` (config key `collator`) holds an argument the collator does not take, or changes one
@@ -62,6 +72,27 @@ class Objective:
                     f"config key 'collator': objective {self.name!r} trains with {name}={fixed!r}; "
                     f"for {name}={options[name]!r} use objective {' or '.join(map(repr, fitting)) or 'none'}."
                 )
+
+    def check_options(self, options: dict, model_config) -> None:
+        """Raise if `options` (config key `objective_options`) are not the training model's, naming the key."""
+        parameters = []
+        if self.training_model is not None:
+            parameters = list(inspect.signature(self.training_model).parameters)[1:]  # after the model config
+        unknown = sorted(set(options) - set(parameters))
+        if unknown:
+            raise ValueError(
+                f"config key 'objective_options': objective {self.name!r} has no option "
+                f"{', '.join(map(repr, unknown))}. Valid options: {', '.join(parameters) or 'none'}."
+            )
+        if self.training_model is not None:
+            self.training_model.check_options(model_config, **options)
+
+    def build_model(self, model_config, options: dict) -> nn.Module:
+        """The module the loop trains, randomly initialised: the Auto class's model, or the training model."""
+        self.check_options(options, model_config)
+        if self.training_model is None:
+            return self.auto_class.from_config(model_config)
+        return self.training_model(model_config, **options)
 
     def make_collator(self, tokenizer: PreTrainedTokenizerBase, options: dict, generator: torch.Generator) -> Callable:
         """The objective's collator, drawing all its randomness from `generator` (so it can be checkpointed)."""
@@ -86,6 +117,14 @@ OBJECTIVES: dict[str, Objective] = {o.name: o for o in (
         "Masked language modeling and next-sentence prediction (BERT)", shifts_labels=False,
         scored_targets="the masked positions (the loss adds next-sentence prediction's cross-entropy per pair)",
         examples=sentence_pairs, fixed_collator_options={"next_sentence_prediction": True},
+    ),
+    Objective(
+        "electra", "encoder", AutoModel, MaskedLMCollator, "feature-extraction",
+        "Replaced token detection (ELECTRA)", shifts_labels=False,
+        scored_targets="the generator's masked positions: its masked-LM loss (the perplexity's) plus "
+        "discriminator_weight x the discriminator's binary cross-entropy over every token",
+        fixed_collator_options={"next_sentence_prediction": False, **ELECTRA_MASKING},
+        training_model=ElectraPreTraining, perplexity_of="generator_loss",
     ),
     Objective(
         "span_corruption", "encoder_decoder", AutoModelForSeq2SeqLM, SpanCorruptionCollator, "text2text-generation",

@@ -14,6 +14,9 @@ from transformers import PreTrainedTokenizerBase
 from .common import IGNORE_INDEX
 from .mlm import MaskedLMCollator
 
+# ELECTRA's ``pretrain_helpers.mask``: no random replacement (the generator's samples play that role).
+ELECTRA_MASKING = {"mask_replace_prob": 0.85, "random_replace_prob": 0.0}
+
 
 def electra_collator(
     tokenizer: PreTrainedTokenizerBase,
@@ -27,10 +30,7 @@ def electra_collator(
     that role); ``mlm_probability`` was 0.15 for Small/Base and 0.25 for Large. Other
     :class:`MaskedLMCollator` arguments (``masking``, ``pad_to_multiple_of`` ...) pass through.
     """
-    return MaskedLMCollator(
-        tokenizer, mlm_probability=mlm_probability, mask_replace_prob=0.85, random_replace_prob=0.0,
-        generator=generator, **kwargs,
-    )  # fmt: skip
+    return MaskedLMCollator(tokenizer, mlm_probability=mlm_probability, generator=generator, **ELECTRA_MASKING, **kwargs)
 
 
 def replaced_token_detection_batch(
