@@ -23,7 +23,8 @@ the base; `card --compare` then sets it against another card's results on the sa
 
     python model_cards/generate_finetune_results.py run runs/results/transformer-small-multi30k \
         --base transformer-small --methods scratch --tasks multi30k \
-        --config recipes/configs/finetune/multi30k-transformer.yaml --length='--max_steps 500 --warmup_steps 100'
+        --config recipes/configs/finetune/multi30k-transformer.yaml --length='--max_steps 500 --warmup_steps 100' \
+        --threads 1
     python model_cards/generate_finetune_results.py card runs/results/transformer-small-multi30k \
         model_cards/results/transformer-small-multi30k --compare model_cards/results/finetune-t5-small
 
@@ -96,15 +97,22 @@ def native_checkpoint(base: Path, folder: Path) -> Path:
     return folder
 
 
-def run_grid(runs_dir: Path, base: Path, tasks: list[str], methods: list[str], native: bool,
-             settings: dict[str, tuple[str, list[str]]] | None = None) -> int:  # fmt: skip
+def run_grid(
+    runs_dir: Path,
+    base: Path,
+    tasks: list[str],
+    methods: list[str],
+    native: bool,
+    settings: dict[str, tuple[str, list[str]]] | None = None,
+    env: dict[str, str] | None = None,
+) -> int:
     """Every task x method into `runs_dir/<task>-<method>`; returns the number of failed runs. `settings`: (config
-    file, run length) per task instead of `TASKS`'."""
+    file, run length) per task instead of `TASKS`'; `env`: environment variables of every run (in its command)."""
     jobs = [(task, method, METHODS[method], base) for task in tasks for method in methods]
     if native:
         jobs.append((tasks[0], NATIVE, METHODS["full"], native_checkpoint(base, runs_dir / "native-bert-checkpoint")))
     settings = {**TASKS, **(settings or {})}
-    return sum(run_once(runs_dir / f"{task}-{method}", RECIPE, task, model, method_args, settings[task])
+    return sum(run_once(runs_dir / f"{task}-{method}", RECIPE, task, model, method_args, settings[task], env)
                for task, method, method_args, model in jobs)  # fmt: skip
 
 
@@ -121,7 +129,7 @@ def run_compositions(runs_dir: Path, base: Path, sources: list[str], targets: li
 
 
 def run_once(run_dir: Path, recipe: str, task: str, model: Path, extra_args: list[str],
-             setting: tuple[str, list[str]] | None = None) -> int:  # fmt: skip
+             setting: tuple[str, list[str]] | None = None, env: dict[str, str] | None = None) -> int:  # fmt: skip
     """One recorded run of `recipe` on `task` (its config file and run length, or `setting`'s); 1 if it failed,
     else 0."""
     if (run_dir / "metrics.json").is_file():
@@ -132,7 +140,7 @@ def run_once(run_dir: Path, recipe: str, task: str, model: Path, extra_args: lis
     args = ["--config", config_file, "--model", shown(str(model)), *extra_args, *length,
             "--output_dir", shown(str(run_dir))]  # fmt: skip
     print(f"{run_dir}: {recipe} {shlex.join(args)}", flush=True)
-    code = run_recorded(run_dir, recipe, args)
+    code = run_recorded(run_dir, recipe, args, env)
     print(f"{run_dir}: exit code {code}", flush=True)
     return int(code != 0)
 
@@ -356,6 +364,8 @@ def main(argv: list[str] | None = None) -> None:
     run.add_argument("--config", help="one task only: the recipe's config file instead of the task's")
     run.add_argument("--length", help="one task only: the run length's flags instead of the task's, in one string "
                      "(--length='--max_steps 500')")
+    run.add_argument("--threads", type=int, help="OMP_NUM_THREADS of each run (in its command): on a shared CPU, 1 "
+                     "thread can be faster than 2 that wait for each other")
     combine = commands.add_parser("compose", help="compose the sources' LoRA adapters for each target task")
     combine.add_argument("runs_dir", type=Path)
     combine.add_argument("--base", type=Path, required=True, help="the pretrained checkpoint folder")
@@ -377,7 +387,8 @@ def main(argv: list[str] | None = None) -> None:
             config_file, length = TASKS[args.tasks[0]]
             length = shlex.split(args.length) if args.length else length
             settings = {args.tasks[0]: (args.config or config_file, length)}
-        sys.exit(run_grid(runs_dir, args.base.resolve(), args.tasks, args.methods, args.native, settings))
+        env = {"OMP_NUM_THREADS": str(args.threads)} if args.threads else None
+        sys.exit(run_grid(runs_dir, args.base.resolve(), args.tasks, args.methods, args.native, settings, env))
     if args.command == "compose":
         sys.exit(run_compositions(runs_dir, args.base.resolve(), args.sources, args.targets, args.kind))
     print(card(runs_dir, args.card_dir.resolve(), args.compare.resolve() if args.compare else None))
