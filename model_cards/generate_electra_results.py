@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from generate_finetune_results import RECIPE, baselines, run_once
+from generate_finetune_results import RECIPE, TASKS, baselines, run_once
 from generate_results import record, summarize
 from recording import REPO_ROOT, RUN_RECORD, shown
 
@@ -49,7 +49,8 @@ def run(runs_dir: Path, recipe_args: list[str], finetune_length: list[str]) -> i
                 failed += 1
                 continue
         failed += run_once(
-            runs_dir / f"sst2-{objective}", RECIPE, "sst2", pretrained, ["--method", "full"], finetune_length
+            runs_dir / f"sst2-{objective}", RECIPE, "sst2", pretrained, ["--method", "full"],
+            (TASKS["sst2"][0], finetune_length),
         )
     return failed
 

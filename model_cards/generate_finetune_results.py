@@ -14,9 +14,19 @@ number in a card is typed by hand.
     python model_cards/generate_finetune_results.py compose runs/results/finetune-bert-small \
         --base runs/results/bert-small-mlm-default-corpus --sources sst2 rte conll2003 --targets rte sst2
 
-    # 3. The card: README.md + results.json.
+    # 3. The card: README.md + results.json (+ each run's training loss curve).
     python model_cards/generate_finetune_results.py card runs/results/finetune-bert-small \
         model_cards/results/finetune-bert-small
+
+One task can also run with its own config file and run length, e.g. the Transformer from random weights, a preset as
+the base; `card --compare` then sets it against another card's results on the same task:
+
+    python model_cards/generate_finetune_results.py run runs/results/transformer-small-multi30k \
+        --base transformer-small --methods scratch --tasks multi30k \
+        --config recipes/configs/finetune/multi30k-transformer.yaml --length='--max_steps 500 --warmup_steps 100' \
+        --threads 1
+    python model_cards/generate_finetune_results.py card runs/results/transformer-small-multi30k \
+        model_cards/results/transformer-small-multi30k --compare model_cards/results/finetune-t5-small
 
 `--native` adds one run of a native transformers model (`BertForSequenceClassification` of the base's shape, random
 weights, the base's tokenizer) on the first task, through the same recipe, to show the recipe is not zoo-only.
@@ -28,6 +38,7 @@ import argparse
 import json
 import os
 import shlex
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -35,7 +46,8 @@ from typing import Any
 from recording import REPO_ROOT, RUN_RECORD, run_recorded, shown
 
 from hfzoo.cards import (
-    CARD, FINETUNE_METRICS, RunRecord, Section, markdown_table, model_card_data, render_card, write_text_atomic,
+    CARD, FINETUNE_METRICS, LOSS_CURVE, RunRecord, Section, markdown_table, model_card_data, render_card,
+    write_text_atomic,
 )  # fmt: skip
 
 RECIPE = "recipes/finetune.py"
@@ -85,12 +97,22 @@ def native_checkpoint(base: Path, folder: Path) -> Path:
     return folder
 
 
-def run_grid(runs_dir: Path, base: Path, tasks: list[str], methods: list[str], native: bool) -> int:
-    """Every task x method into `runs_dir/<task>-<method>`; returns the number of failed runs."""
+def run_grid(
+    runs_dir: Path,
+    base: Path,
+    tasks: list[str],
+    methods: list[str],
+    native: bool,
+    settings: dict[str, tuple[str, list[str]]] | None = None,
+    env: dict[str, str] | None = None,
+) -> int:
+    """Every task x method into `runs_dir/<task>-<method>`; returns the number of failed runs. `settings`: (config
+    file, run length) per task instead of `TASKS`'; `env`: environment variables of every run (in its command)."""
     jobs = [(task, method, METHODS[method], base) for task in tasks for method in methods]
     if native:
         jobs.append((tasks[0], NATIVE, METHODS["full"], native_checkpoint(base, runs_dir / "native-bert-checkpoint")))
-    return sum(run_once(runs_dir / f"{task}-{method}", RECIPE, task, model, method_args)
+    settings = {**TASKS, **(settings or {})}
+    return sum(run_once(runs_dir / f"{task}-{method}", RECIPE, task, model, method_args, settings[task], env)
                for task, method, method_args, model in jobs)  # fmt: skip
 
 
@@ -106,21 +128,19 @@ def run_compositions(runs_dir: Path, base: Path, sources: list[str], targets: li
     )  # fmt: skip
 
 
-def run_once(
-    run_dir: Path, recipe: str, task: str, model: Path, extra_args: list[str], length: list[str] | None = None
-) -> int:
-    """One recorded run of `recipe` on `task` (its config file, and its run length unless `length` gives another);
-    1 if it failed, else 0."""
+def run_once(run_dir: Path, recipe: str, task: str, model: Path, extra_args: list[str],
+             setting: tuple[str, list[str]] | None = None, env: dict[str, str] | None = None) -> int:  # fmt: skip
+    """One recorded run of `recipe` on `task` (its config file and run length, or `setting`'s); 1 if it failed,
+    else 0."""
     if (run_dir / "metrics.json").is_file():
         print(f"{run_dir}: done already, kept")
         return 0
     run_dir.mkdir(parents=True, exist_ok=True)
-    config_file, task_length = TASKS[task]
-    length = task_length if length is None else length
+    config_file, length = setting or TASKS[task]
     args = ["--config", config_file, "--model", shown(str(model)), *extra_args, *length,
             "--output_dir", shown(str(run_dir))]  # fmt: skip
     print(f"{run_dir}: {recipe} {shlex.join(args)}", flush=True)
-    code = run_recorded(run_dir, recipe, args)
+    code = run_recorded(run_dir, recipe, args, env)
     print(f"{run_dir}: exit code {code}", flush=True)
     return int(code != 0)
 
@@ -146,8 +166,9 @@ def baselines(run_dir: Path) -> dict[str, float | None]:
     return {"copy_source_bleu": copied["score"]}
 
 
-def collect(runs_dir: Path) -> dict[str, Any]:
-    """results.json: per task, each method's metrics, parameters, steps and wall time, and the baselines."""
+def collect(runs_dir: Path, compare: Path | None = None) -> dict[str, Any]:
+    """results.json: per task, each method's metrics, parameters, steps and wall time (and training loss curve), the
+    baselines; with `compare` (another card's folder), that card's results on the same tasks."""
     tasks: dict[str, Any] = {}
     for metrics_file in sorted(runs_dir.glob("*/metrics.json")):
         run_dir = metrics_file.parent
@@ -163,11 +184,21 @@ def collect(runs_dir: Path) -> dict[str, Any]:
             "load_average_1min_mean": sum(loads) / len(loads),
             "command": record["command"],
             "commit": record["git"]["commit"],
+            **({"loss_plot": f"{run_dir.name}-loss.png"} if (run_dir / LOSS_CURVE).is_file() else {}),
         }
         if "baselines" not in entry and not method.startswith("compose-"):  # a fine-tuning config
             entry["baselines"] = baselines(run_dir)
     machine = json.loads(next(runs_dir.glob(f"*/{RUN_RECORD}")).read_text())["machine"]
-    return {"runs_dir": shown(str(runs_dir)), "machine": machine, "tasks": tasks}
+    results = {"runs_dir": shown(str(runs_dir)), "machine": machine, "tasks": tasks}
+    if compare is not None:
+        other = json.loads((compare / RESULTS).read_text())["tasks"]
+        results["compare"] = {
+            "card": shown(str(compare)),
+            "tasks": {task: {method: {k: v for k, v in found.items() if k in (other[task]["primary"], "steps", "model")}
+                             for method, found in other[task]["methods"].items()}
+                      for task in tasks if task in other},
+        }  # fmt: skip
+    return results
 
 
 def verdicts(entry: dict[str, Any]) -> list[str]:
@@ -184,6 +215,19 @@ def verdicts(entry: dict[str, Any]) -> list[str]:
             a, f = methods[adapter], methods["full"]
             lines.append(f"{adapter} reaches {a[key]:.4f} {key} ({a[key] - f[key]:+.4f} vs full fine-tuning) training "
                          f"{100 * a['trainable_fraction']:.2f}% of the parameters")  # fmt: skip
+    return lines
+
+
+def comparisons(name: str, entry: dict[str, Any], compare: dict[str, Any] | None) -> list[str]:
+    """Each run of this card against each result of the compared card on the same task."""
+    if compare is None or name not in compare["tasks"]:
+        return []
+    key, lines = entry["primary"], []
+    for method, run in entry["methods"].items():
+        for other, found in compare["tasks"][name].items():
+            gain = run[key] - found[key]
+            lines.append(f"{method} {run[key]:.4f} {key} vs {other} of card `{Path(compare['card']).name}` "
+                         f"(`{Path(found['model']).name}`, {found['steps']} steps) {found[key]:.4f}: {gain:+.4f}")
     return lines
 
 
@@ -226,6 +270,14 @@ RESULTS = "results.json"
 FINETUNED = ["full", "lora", "bottleneck", "scratch", NATIVE]
 COMPOSED = ["lora", "bottleneck", *(f"compose-{c}" for c in COMPOSITIONS), "full"]
 HEADERS = ["trainable parameters", "steps", "epochs", "wall time", "load"]
+SCRATCH_INTRO = Section(
+    "Results from random weights",
+    "A model trained from random weights by `recipes/finetune.py` (the architecture of a preset or checkpoint; the "
+    "tokenizer trained on the task's training data where the command says `--train_tokenizer true`), against the "
+    "task's floor and, where given, the results of another card on the same task and validation examples. Generated "
+    "by `model_cards/generate_finetune_results.py` from the run folders.",
+    level=1,
+)
 INTRO = Section(
     "Fine-tuning and composition results",
     "One pretrained base fine-tuned on real tasks by `recipes/finetune.py`, each with the same data, steps and seed "
@@ -237,15 +289,19 @@ INTRO = Section(
 )
 
 
-def task_section(name: str, entry: dict[str, Any]) -> Section:
-    """One task: the fine-tuning methods against the floors, the verdicts, the compositions if run, the commands."""
+def task_section(name: str, entry: dict[str, Any], compare: dict[str, Any] | None = None) -> Section:
+    """One task: the fine-tuning methods against the floors, the verdicts, the comparison with another card, the
+    training loss curves, the compositions if run, the commands."""
     methods, key = entry["methods"], entry["primary"]
     metric_keys = [k for k in FINETUNE_METRICS if k in next(iter(methods.values()))]
     first = next(iter(methods.values()))
-    text = (f"Base: `{first['model']}`; {first['train_examples']:,} training examples, {first['eval_examples']:,} "
+    base = "Architecture (random weights)" if set(methods) == {"scratch"} else "Base"
+    text = (f"{base}: `{first['model']}`; {first['train_examples']:,} training examples, {first['eval_examples']:,} "
             "validation examples.\n\n")
     text += markdown_table(["method", *metric_keys, *HEADERS], _rows(entry, FINETUNED, metric_keys))
-    text += "\n\n" + "\n".join(f"- {line}." for line in verdicts(entry))
+    text += "\n\n" + "\n".join(f"- {line}." for line in verdicts(entry) + comparisons(name, entry, compare))
+    text += "".join(f"\n\n![training loss of {m}]({run['loss_plot']})" for m, run in methods.items()
+                    if "loss_plot" in run)  # fmt: skip
     if any(m.startswith("compose-") for m in methods):
         adapters = methods["compose-average"]["composition"]["adapters"]
         sources = ", ".join(a["name"] for a in adapters)
@@ -265,23 +321,34 @@ def render(results: dict[str, Any], card_command: str) -> str:
         f"{machine['torch']}. `load` is the mean 1-minute load average during each run (2 cores: above 2, the run "
         f"shared the CPU and its wall time is a ceiling).\n\nThis card:\n\n```bash\n{card_command}\n```"
     )
-    sections = [INTRO, *(task_section(name, entry) for name, entry in results["tasks"].items()),
+    scratch_only = all(set(entry["methods"]) == {"scratch"} for entry in results["tasks"].values())
+    sections = [SCRATCH_INTRO if scratch_only else INTRO,
+                *(task_section(name, entry, results.get("compare")) for name, entry in results["tasks"].items()),
                 Section("Machine", machine_text)]  # fmt: skip
     metadata = model_card_data(None, ["hfzoo", "fine-tuning", "adapters", "results"])
     return render_card(RunRecord("finetune-results", {}, summary=results), sections, metadata)
 
 
-def card_command(runs_dir: str, card_dir: Path) -> str:
-    """The command that regenerates the card in `card_dir` from the run folders in `runs_dir`."""
-    return shlex.join(["python", "model_cards/generate_finetune_results.py", "card", runs_dir, shown(str(card_dir))])
+def card_command(runs_dir: str, card_dir: Path, compare: str | None = None) -> str:
+    """The command that regenerates the card in `card_dir` from the run folders in `runs_dir` (and the card it is
+    compared with)."""
+    command = ["python", "model_cards/generate_finetune_results.py", "card", runs_dir, shown(str(card_dir))]
+    return shlex.join(command + (["--compare", compare] if compare else []))
 
 
-def card(runs_dir: Path, card_dir: Path) -> Path:
-    """Write README.md and results.json for the finished run folders in `runs_dir` into `card_dir`."""
-    results = collect(runs_dir)
+def card(runs_dir: Path, card_dir: Path, compare: Path | None = None) -> Path:
+    """Write README.md and results.json (and each run's training loss curve) for the finished run folders in
+    `runs_dir` into `card_dir`; `compare`: another card's folder whose results on the same tasks the card quotes."""
+    results = collect(runs_dir, compare)
     card_dir.mkdir(parents=True, exist_ok=True)
+    for entry in results["tasks"].values():
+        for run in entry["methods"].values():
+            if "loss_plot" in run:
+                shutil.copyfile(runs_dir / run["loss_plot"].removesuffix("-loss.png") / LOSS_CURVE,
+                                card_dir / run["loss_plot"])  # fmt: skip
     write_text_atomic(card_dir / RESULTS, json.dumps(results, indent=1) + "\n")
-    return write_text_atomic(card_dir / CARD, render(results, card_command(results["runs_dir"], card_dir)))
+    command = card_command(results["runs_dir"], card_dir, results.get("compare", {}).get("card"))
+    return write_text_atomic(card_dir / CARD, render(results, command))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -289,10 +356,16 @@ def main(argv: list[str] | None = None) -> None:
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="fine-tune the base on each task with each method, recording each run")
     run.add_argument("runs_dir", type=Path)
-    run.add_argument("--base", type=Path, required=True, help="the pretrained checkpoint folder")
+    run.add_argument("--base", type=Path, required=True,
+                     help="the pretrained checkpoint folder (with --methods scratch only: a preset's name)")
     run.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
     run.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
     run.add_argument("--native", action="store_true", help="also a native BERT of the base's shape on the first task")
+    run.add_argument("--config", help="one task only: the recipe's config file instead of the task's")
+    run.add_argument("--length", help="one task only: the run length's flags instead of the task's, in one string "
+                     "(--length='--max_steps 500')")
+    run.add_argument("--threads", type=int, help="OMP_NUM_THREADS of each run (in its command): on a shared CPU, 1 "
+                     "thread can be faster than 2 that wait for each other")
     combine = commands.add_parser("compose", help="compose the sources' LoRA adapters for each target task")
     combine.add_argument("runs_dir", type=Path)
     combine.add_argument("--base", type=Path, required=True, help="the pretrained checkpoint folder")
@@ -302,14 +375,23 @@ def main(argv: list[str] | None = None) -> None:
     make = commands.add_parser("card", help="README.md and results.json from the finished run folders")
     make.add_argument("runs_dir", type=Path)
     make.add_argument("card_dir", type=Path)
+    make.add_argument("--compare", type=Path, help="another results card's folder to set this one against")
     args = parser.parse_args(argv)
     runs_dir = args.runs_dir.resolve()
     os.chdir(REPO_ROOT)  # the recipe's config files and data paths are relative to the repository root
     if args.command == "run":
-        sys.exit(run_grid(runs_dir, args.base.resolve(), args.tasks, args.methods, args.native))
+        settings = None
+        if args.config or args.length:
+            if len(args.tasks) != 1:
+                parser.error("--config and --length set one task's run: give one --tasks")
+            config_file, length = TASKS[args.tasks[0]]
+            length = shlex.split(args.length) if args.length else length
+            settings = {args.tasks[0]: (args.config or config_file, length)}
+        env = {"OMP_NUM_THREADS": str(args.threads)} if args.threads else None
+        sys.exit(run_grid(runs_dir, args.base.resolve(), args.tasks, args.methods, args.native, settings, env))
     if args.command == "compose":
         sys.exit(run_compositions(runs_dir, args.base.resolve(), args.sources, args.targets, args.kind))
-    print(card(runs_dir, args.card_dir.resolve()))
+    print(card(runs_dir, args.card_dir.resolve(), args.compare.resolve() if args.compare else None))
 
 
 if __name__ == "__main__":

@@ -24,6 +24,8 @@ RECIPE_PREFIXES = ("python recipes/", "torchrun", "accelerate launch")
 SHRINK = ["--max_steps", "2", "--max_train_samples", "16", "--max_eval_samples", "8", "--block_size", "32",
           "--per_device_batch_size", "2", "--gradient_accumulation_steps", "1", "--vocab_size", "512",
           "--eval_every", "2", "--save_every", "2"]  # fmt: skip
+# Fine-tuning reads examples, not blocks: its inputs are cut by max_length.
+SHRINK_FINETUNE = [value if value != "--block_size" else "--max_length" for value in SHRINK]
 
 
 def _commands(block: str) -> list[str]:
@@ -50,7 +52,8 @@ def _execute(kind: str, body: str, workdir: Path) -> None:
         elif command.startswith(RECIPE_PREFIXES):
             args[0] = sys.executable if args[0] == "python" else str(BIN / args[0])
             output_dir = workdir / "recipe-launch"
-            result = _run([*args, *SHRINK, "--output_dir", str(output_dir)], ROOT)
+            shrink = SHRINK_FINETUNE if any(arg.endswith("finetune.py") for arg in args) else SHRINK
+            result = _run([*args, *shrink, "--output_dir", str(output_dir)], ROOT)
             assert (output_dir / "model.safetensors").is_file(), result.stderr[-3000:]
         else:
             raise AssertionError(f"README command that no test knows how to run: {command}")

@@ -64,3 +64,27 @@ def test_translation_card_has_the_copy_the_source_floor(checkpoints, tmp_path, t
     floor = multi30k["baselines"]["copy_source_bleu"]
     assert 0 < floor < 10
     assert f"| copy the source | {floor:.4f} |" in card.read_text()
+
+
+def test_a_run_from_a_preset_with_its_own_config_is_compared_with_another_card(tmp_path, monkeypatch):
+    """The Transformer's card: a preset trained from random weights with its own config file and run length, its
+    loss curve copied beside the card, and its BLEU set against the t5-small card's on the same task."""
+    monkeypatch.chdir(REPO)
+    runs = tmp_path / "runs"
+    length = ["--model", "transformer-tiny", "--vocab_size", "600", "--warmup_steps", "2", *TINY]
+    setting = {"multi30k": ("recipes/configs/finetune/multi30k-transformer.yaml", length)}
+    assert results.run_grid(runs, REPO / "transformer-tiny", ["multi30k"], ["scratch"], False, setting) == 0
+    command = json.loads((runs / "multi30k-scratch" / results.RUN_RECORD).read_text())["command"]
+    assert "multi30k-transformer.yaml --model transformer-tiny --method full --from_scratch true" in command
+    compared = REPO / "model_cards" / "results" / "finetune-t5-small"
+    card = results.card(runs, tmp_path / "card", compared)
+    multi30k = json.loads((tmp_path / "card" / "results.json").read_text())["tasks"]["multi30k"]
+    scratch = multi30k["methods"]["scratch"]
+    assert (tmp_path / "card" / scratch["loss_plot"]).read_bytes()[:4] == b"\x89PNG"
+    text = card.read_text()
+    assert text.startswith("---") and "# Results from random weights" in text
+    assert f"![training loss of scratch]({scratch['loss_plot']})" in text
+    t5 = json.loads((compared / "results.json").read_text())["tasks"]["multi30k"]["methods"]
+    for method in ("full", "scratch"):
+        assert f"vs {method} of card `finetune-t5-small`" in text and f"{t5[method]['bleu']:.4f}" in text
+    assert text.rstrip().endswith(f"--compare {results.shown(str(compared))}\n```")

@@ -45,11 +45,11 @@ def stlr(step: int, steps: int, cut_frac: float, ratio: float) -> float:
     return PEAK * (1 + p * (ratio - 1)) / ratio
 
 
-def test_the_applied_learning_rate_follows_the_slanted_triangular_formula():
-    steps, cut_frac, ratio = 40, 0.1, 32.0
+def applied_learning_rates(build_scheduler, steps: int) -> list[float]:
+    """The learning rate of each of `steps` optimizer steps of AdamW at PEAK under `build_scheduler(optimizer)`."""
     layer = torch.nn.Linear(4, 4)
     optimizer = build_optimizer(layer, PEAK, 0.0, (0.9, 0.999), 1e-8)
-    scheduler = build_slanted_triangular_scheduler(optimizer, steps, cut_frac, ratio)
+    scheduler = build_scheduler(optimizer)
     applied = []
     for _ in range(steps):
         applied.append(optimizer.param_groups[0]["lr"])  # what the coming optimizer step uses
@@ -57,11 +57,19 @@ def test_the_applied_learning_rate_follows_the_slanted_triangular_formula():
         optimizer.step()
         optimizer.zero_grad()
         scheduler.step()
+    return applied
+
+
+def test_the_applied_learning_rate_follows_the_slanted_triangular_formula():
+    steps, cut_frac, ratio = 40, 0.1, 32.0
+    *applied, after = applied_learning_rates(
+        lambda optimizer: build_slanted_triangular_scheduler(optimizer, steps, cut_frac, ratio), steps + 1
+    )
     assert applied == pytest.approx([stlr(t, steps, cut_frac, ratio) for t in range(steps)], rel=1e-12)
     assert applied[0] == pytest.approx(PEAK / ratio) and max(applied) == applied[4] == pytest.approx(PEAK)
     assert all(a < b for a, b in zip(applied[:4], applied[1:5]))  # short linear increase
     assert all(a > b for a, b in zip(applied[4:], applied[5:]))  # long linear decay
-    assert optimizer.param_groups[0]["lr"] == pytest.approx(PEAK / ratio)  # after the last step: back to 1/ratio
+    assert after == pytest.approx(PEAK / ratio)  # after the last step: back to 1/ratio
 
 
 @pytest.mark.parametrize("make_model, blocks", [(hfzoo_bert, 4), (native_bert, 3)], ids=["hfzoo", "native"])

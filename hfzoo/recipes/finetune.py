@@ -15,7 +15,9 @@ With `--save_every N` it checkpoints (model, optimizer, schedule, RNG states, da
 a killed run to the weights an uninterrupted one has, bit for bit; `--save_best true` keeps the best evaluation's
 model in `best/`; `--do_train false` only evaluates a fine-tuned model (`--model`, or `--adapter` on its base).
 ULMFiT's options (`--discriminative_lr_decay 2.6 --lr_schedule slanted_triangular --gradual_unfreezing true`) work
-on any model, hfzoo's or transformers', fully fine-tuned or with an adapter (`hfzoo.training.ulmfit`).
+on any model, hfzoo's or transformers', fully fine-tuned or with an adapter (`hfzoo.training.ulmfit`). The original
+Transformer's training, from a preset with a tokenizer trained on the task (`--model transformer-small --from_scratch
+true --train_tokenizer true --label_smoothing 0.1 --lr_schedule inverse_sqrt --warmup_steps 400 --num_beams 4`).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from transformers import PreTrainedModel
 from ..adapters.task_adapter import BASE_RECORD, base_differences, base_identity, describe_base, save_base_identity
 from ..cards import FINETUNE_SECTIONS
 from ..models.checkpoint_files import read_json_file
+from ..presets import list_presets
 from ..recipe_config import key, parse_config
 from ..training.checkpointing import exit_on_checkpoint_error
 from ..training.logging import start_recipe
@@ -61,9 +64,19 @@ class FinetuneConfig(MethodOptions, TaskRunOptions, ULMFiTOptions):
         if self.from_scratch and not self.do_train:
             raise ValueError("config key 'from_scratch': an evaluation-only run (do_train false) would score random "
                              "weights; drop from_scratch.")  # fmt: skip
-        if self.lr_schedule == "slanted_triangular" and self.warmup_ratio != 0.06:
-            raise ValueError("config key 'warmup_ratio': the slanted triangular schedule warms up for its own "
-                             "stlr_cut_frac of the steps; drop warmup_ratio.")  # fmt: skip
+        if self.lr_schedule == "slanted_triangular" and (self.warmup_ratio != 0.06 or self.warmup_steps is not None):
+            raise ValueError("config keys 'warmup_ratio'/'warmup_steps': the slanted triangular schedule warms up for "
+                             "its own stlr_cut_frac of the steps; drop them.")  # fmt: skip
+        if self.model in list_presets() and not Path(self.model).exists():
+            if not self.from_scratch:
+                raise ValueError(f"config key 'model': {self.model} is a preset, an architecture without weights: "
+                                 "add --from_scratch true, or give a trained checkpoint.")  # fmt: skip
+            if not self.train_tokenizer and self.tokenizer is None:
+                raise ValueError(f"config key 'model': the preset {self.model} has no tokenizer: add --train_tokenizer "
+                                 "true or --tokenizer <path>.")  # fmt: skip
+        if self.train_tokenizer and self.tokenizer is not None:
+            raise ValueError("config keys 'train_tokenizer' and 'tokenizer': a run trains a tokenizer or uses one, "
+                             "not both.")  # fmt: skip
 
 
 def parse_args(argv: Sequence[str] | None = None) -> FinetuneConfig:
@@ -78,7 +91,7 @@ def finetune(config: FinetuneConfig) -> Path:
     accelerator = config.accelerator(seedable_data=True)
 
     # --- Examples, tokenizer and model with the task's head (hfzoo.training.task_runs.prepare_run).
-    task, train_examples, eval_examples, model, missing = prepare_run(config, accelerator, config.from_scratch)
+    task, train_examples, eval_examples, model, missing = prepare_run(config, accelerator, config.from_scratch, config)
     tokenizer, family = task.tokenizer, task.family
     base_model = model.name_or_path  # a local folder's absolute path: what an adapter reloads onto
 

@@ -17,8 +17,8 @@ class TaskOptions:
     """What to train, on which data, formatted how. YAML keys and command-line flags have exactly these names."""
 
     # What to train, on what.
-    model: str = key("", "an hfzoo checkpoint folder, any local transformers folder, or a Hub model name",
-                     required=True)  # fmt: skip
+    model: str = key("", "an hfzoo checkpoint folder, any local transformers folder, a Hub model name, or (from_scratch "
+                     "only) a preset's name", required=True)  # fmt: skip
     tokenizer: str | None = key(None, "tokenizer path or name; none = the model's")
     task: str = key("", "the task", required=True, choices=lambda: tuple(TASK_CLASSES), choice_noun="tasks")
     trust_remote_code: bool = key(False, "let transformers run modeling code saved with a checkpoint")

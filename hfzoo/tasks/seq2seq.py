@@ -8,7 +8,7 @@ greedily (or with `num_beams`) up to `max_target_length` new tokens.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,6 +83,13 @@ class Seq2Seq(Task):
 
     def source_text(self, example: TextPair) -> str:
         return f"{self.config.task_prefix} {example.source}" if self.config.task_prefix else example.source
+
+    def training_texts(self, examples: list[TextPair]) -> Iterator[str]:
+        """Source and target sentences alike: one joint vocabulary for both languages, so the Transformer's shared
+        embeddings (and tied softmax) mean the same piece on both sides (Vaswani et al., 2017, section 5.1)."""
+        for example in examples:
+            yield self.source_text(example)
+            yield example.target
 
     def encode(self, examples: list[TextPair], training: bool) -> list[dict]:
         tokenizer, config = self.tokenizer, self.config

@@ -12,7 +12,7 @@ into predictions and metrics. How the input is laid out depends on the model's f
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -140,6 +140,10 @@ class Task:
     def group(self, example: Any) -> Any:
         """Examples that must stay in the same split when `validation_split` holds some out (default: none)."""
         return example.where
+
+    def training_texts(self, examples: list) -> Iterator[str]:
+        """Every text of `examples` the model reads or writes, to train a tokenizer on (`train_tokenizer`)."""
+        raise ValueError(f"config key 'train_tokenizer': task {self.name!r} cannot train a tokenizer on its examples")
 
     def fit_labels(self, train: list, validation: list) -> None:
         """Learn the label set from `train`; a validation label not seen in training is an error."""

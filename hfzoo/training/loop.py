@@ -77,6 +77,33 @@ def build_slanted_triangular_scheduler(
     return LambdaLR(optimizer, partial(slanted_triangular, max_steps=max_steps, cut_frac=cut_frac, ratio=ratio))
 
 
+def inverse_sqrt(step: int, warmup_steps: int) -> float:
+    """The Transformer's learning rate (Vaswani et al., 2017, eq. 3), as a fraction of its peak: a linear increase
+    over the first `warmup_steps` updates, then a decay proportional to the inverse square root of the update's
+    number, min(n / warmup, sqrt(warmup / n)) for the n-th update (n = `step` + 1: LambdaLR passes the completed
+    steps). The peak, 1, is the `warmup_steps`-th update; the paper's d_model^-0.5 * warmup^-0.5 is the peak
+    learning rate this multiplies."""
+    update = step + 1
+    return min(update / warmup_steps, math.sqrt(warmup_steps / update))
+
+
+def build_inverse_sqrt_scheduler(optimizer: torch.optim.Optimizer, warmup_steps: int) -> LambdaLR:
+    """The inverse square root schedule on every group's own peak; it needs no run length (it never reaches 0)."""
+    return LambdaLR(optimizer, partial(inverse_sqrt, warmup_steps=warmup_steps))
+
+
+def label_smoothed_loss(logits: torch.Tensor, labels: torch.Tensor, smoothing: float, shift: bool) -> torch.Tensor:
+    """Cross-entropy against targets mixed with `smoothing` x the uniform distribution (Szegedy et al., 2016; the
+    Transformer uses 0.1), as `torch.nn.CrossEntropyLoss(label_smoothing=)`: the mean over the positions whose
+    label is not -100, which with `smoothing` 0 is the loss transformers' heads compute. `shift`: a causal
+    language model's logits at position t predict the label at t + 1."""
+    if shift:
+        logits, labels = logits[..., :-1, :], labels[..., 1:]
+    return nn.functional.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1), ignore_index=-100, label_smoothing=smoothing
+    )
+
+
 def to_device(batch: dict, device: torch.device) -> dict[str, torch.Tensor]:
     return {key: value.to(device) for key, value in batch.items()}
 
@@ -167,6 +194,7 @@ def train(
     checkpoint: Callable[[Progress], Path] | None = None,
     after_optimizer_step: Callable[[int], None] | None = None,
     on_trained: Callable[[], None] | None = None,
+    loss_function: Callable[[nn.Module, dict[str, torch.Tensor]], torch.Tensor] | None = None,
 ) -> dict[str, float]:
     """Train until `intervals.max_steps`, continuing from `progress` (updated in place); returns the last metrics.
 
@@ -174,7 +202,8 @@ def train(
     `evaluate` returns validation metrics (logged when not empty); `checkpoint` saves the run's state and returns
     where; `after_optimizer_step(step)` runs after each optimizer update, before gradients are zeroed (AdaLoRA
     reallocates its ranks from them); `on_trained()` runs once the last step is done, before the final evaluation,
-    so that what it saves survives a failure there. Evaluation and checkpoints are left out of tokens/s.
+    so that what it saves survives a failure there. `loss_function(model, batch)` replaces the model's own loss
+    (`label_smoothed_loss`). Evaluation and checkpoints are left out of tokens/s.
     """
     meter, metrics = TrainMeter(accelerator), {}
     meter.load_state(progress.meter)
@@ -189,7 +218,7 @@ def train(
             progress.batches_in_epoch += 1
             batch = to_device(collate(features), accelerator.device)
             with accelerator.accumulate(model):
-                loss = model(**batch).loss
+                loss = model(**batch).loss if loss_function is None else loss_function(model, batch)
                 accelerator.backward(loss)
                 grad_norm = None
                 if accelerator.sync_gradients and max_grad_norm is not None:

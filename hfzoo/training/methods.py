@@ -22,6 +22,7 @@ from peft.utils.peft_types import PeftType
 from torch import nn
 
 from ..adapters import BottleneckConfig
+from ..data.tokenizer_training import KINDS
 from ..recipe_config import key
 
 METHOD_CONFIGS: dict[str, type[PeftConfig]] = {
@@ -41,12 +42,19 @@ DEFAULT_LEARNING_RATES = {"full": 5e-5, "lora": 5e-4, "ia3": 3e-3, "prefix": 1e-
 
 @dataclass
 class MethodOptions:
-    """The config keys of a fine-tuning method: which weights train, and from which starting point."""
+    """The config keys of a fine-tuning method: which weights train, and from which starting point (pretrained
+    weights, or random ones with the checkpoint's or a preset's architecture, and the model's tokenizer or one trained
+    for the run)."""
 
     from_scratch: bool = key(
         False, "full fine-tuning of the same architecture from random weights: the baseline that shows what "
         "pretraining is worth"
     )
+    train_tokenizer: bool = key(False, "from_scratch: a new tokenizer trained on the task's training texts (seq2seq: "
+                                "source and target, one joint vocabulary) instead of the model's; saved with it")
+    vocab_size: int = key(8000, "train_tokenizer: its vocabulary, special tokens included", minimum=16)
+    tokenizer_kind: str = key("bpe", "train_tokenizer: bpe (byte-level, lossless), wordpiece, unigram or char",
+                              choices=KINDS)  # fmt: skip
     method: str = key("full", "all weights, or a PEFT adapter on a frozen base", choices=METHODS,
                       choice_noun="methods")  # fmt: skip
     peft_config: str | None = key(None, "a PEFT config file (JSON/YAML, any method, e.g. AdaLoRA); overrides method")
@@ -56,6 +64,12 @@ class MethodOptions:
         if self.from_scratch and (self.method != "full" or self.peft_config):
             raise ValueError("config key 'from_scratch': an adapter on a randomly initialised body is not a baseline; "
                              "use it with --method full.")
+        if self.train_tokenizer and not self.from_scratch:
+            raise ValueError("config key 'train_tokenizer': a new vocabulary does not fit the pretrained embeddings; "
+                             "use it with --from_scratch true.")  # fmt: skip
+        if not self.train_tokenizer and (self.vocab_size != 8000 or self.tokenizer_kind != "bpe"):
+            raise ValueError("config keys 'vocab_size' and 'tokenizer_kind' shape the tokenizer a run trains: add "
+                             "--train_tokenizer true or drop them.")  # fmt: skip
 
     def default_learning_rate(self) -> float:
         """The method's learning rate when none is configured (a `--peft_config` file counts as an adapter)."""

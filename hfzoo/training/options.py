@@ -17,7 +17,7 @@ from accelerate.utils import DataLoaderConfiguration
 from ..recipe_config import MIXED_PRECISION, key
 from .compilation import CompilingAccelerator
 
-LR_SCHEDULES = ("cosine", "slanted_triangular")
+LR_SCHEDULES = ("cosine", "slanted_triangular", "inverse_sqrt")
 
 
 @dataclass
@@ -64,6 +64,10 @@ class TaskTrainingOptions:
                                       "per method, full 5e-5 to prefix 1e-2; composition: 1e-3)")  # fmt: skip
     weight_decay: float = key(0.01, "AdamW weight decay (not applied to biases and norms)")
     warmup_ratio: float = key(0.06, "fraction of the steps spent in linear warmup (RoBERTa: 6%)")
+    warmup_steps: int | None = key(None, "optimizer steps of linear warmup (the Transformer: 4000); overrides "
+                                   "warmup_ratio", minimum=1)  # fmt: skip
+    label_smoothing: float = key(0.0, "weight of the uniform distribution mixed into each target (the Transformer: "
+                                 "0.1); 0 = the model's own loss")  # fmt: skip
     num_epochs: float = key(3.0, "passes over the training set (when max_steps is not given)")
     max_steps: int | None = key(None, "optimizer steps; overrides num_epochs", minimum=1)
     eval_every: int | None = key(None, "optimizer steps between evaluations; none = only at the end", minimum=1)
@@ -72,6 +76,10 @@ class TaskTrainingOptions:
     def check(self) -> None:
         if not 0.0 <= self.warmup_ratio < 1.0:
             raise ValueError(f"config key 'warmup_ratio' must be in [0, 1), got {self.warmup_ratio}.")
+        if self.warmup_steps is not None and self.warmup_ratio != 0.06:
+            raise ValueError("config keys 'warmup_steps' and 'warmup_ratio' both set the warmup: give one.")
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise ValueError(f"config key 'label_smoothing' must be in [0, 1), got {self.label_smoothing}.")
         if self.num_epochs <= 0:
             raise ValueError(f"config key 'num_epochs' must be > 0, got {self.num_epochs}.")
         if self.learning_rate is not None and self.learning_rate <= 0:
@@ -99,7 +107,8 @@ class ULMFiTOptions:
     per layer group, the slanted triangular schedule and gradual unfreezing; each can be used alone."""
 
     lr_schedule: str = key("cosine", "cosine: linear warmup (warmup_ratio) then cosine decay to zero; "
-                           "slanted_triangular: ULMFiT's short linear increase then long linear decay",
+                           "slanted_triangular: ULMFiT's short linear increase then long linear decay; "
+                           "inverse_sqrt: the Transformer's linear warmup then decay as 1/sqrt(step)",
                            choices=LR_SCHEDULES)  # fmt: skip
     stlr_cut_frac: float = key(0.1, "slanted_triangular: fraction of the steps spent increasing (ULMFiT: 0.1)")
     stlr_ratio: float = key(32.0, "slanted_triangular: how much smaller the first and last learning rates are than "

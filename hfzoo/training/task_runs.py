@@ -19,18 +19,27 @@ from accelerate import Accelerator
 from accelerate.utils import set_seed
 from torch import nn
 from torch.utils.data import DataLoader
-from transformers import AutoConfig, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import (
+    AutoConfig, AutoModelForCausalLM, AutoTokenizer, PretrainedConfig, PreTrainedModel, PreTrainedTokenizerBase,
+    PreTrainedTokenizerFast,
+)  # fmt: skip
 
 from ..cards import RunRecord, Section, finetune_metadata, write_card
 from ..convert import import_checkpoint
+from ..data.tokenizer_training import train_tokenizer
 from ..models.checkpoint_files import check_checkpoint_folder
+from ..presets import list_presets, preset_config
 from ..recipe_config import CONFIG_FILE
 from ..tasks import TASK_CLASSES, Task, TaskOptions, load_examples, model_family
 from .best_model import BestModel, ranking_metric, resumable_keys
 from .checkpointing import Progress, check_resumed_config, checkpoint_to_resume, resume_state, save_checkpoint
-from .evaluation import predict_all
+from .evaluation import predict_all, task_loss
 from .logging import RunLogger, read_log
-from .loop import Intervals, build_optimizer, build_scheduler, build_slanted_triangular_scheduler, train
+from .loop import (
+    Intervals, build_inverse_sqrt_scheduler, build_optimizer, build_scheduler, build_slanted_triangular_scheduler,
+    label_smoothed_loss, train,
+)  # fmt: skip
+from .methods import MethodOptions
 from .options import RunOptions, TaskSavingOptions, TaskTrainingOptions, ULMFiTOptions
 from .ulmfit import GradualUnfreezing, discriminative_learning_rates, layer_groups
 
@@ -54,6 +63,9 @@ class TaskRunOptions(RunOptions, TaskTrainingOptions, TaskSavingOptions, TaskOpt
             ranking_metric(self.task, self.best_metric)
         elif self.best_metric is not None:
             raise ValueError("config key 'best_metric' ranks the evaluations for save_best: add --save_best true.")
+        if self.label_smoothing and self.task == "question-answering":
+            raise ValueError("config key 'label_smoothing' smooths token or class labels; question answering predicts "
+                             "span positions: drop it.")  # fmt: skip
         if not self.do_train and (self.resume or self.save_best or self.save_every is not None):
             raise ValueError(
                 "config key 'do_train' is false: an evaluation-only run has nothing to checkpoint, resume or keep the "
@@ -74,31 +86,56 @@ def load_tokenizer(config: TaskOptions) -> PreTrainedTokenizerBase:
     return tokenizer
 
 
-def load_model(
-    config: TaskOptions, task: Task, tokenizer: PreTrainedTokenizerBase, from_scratch: bool = False
-) -> tuple[PreTrainedModel, str, list[str]]:
-    """(model with the task's head, its family, the parameters the checkpoint did not provide). `from_scratch`: the
-    checkpoint's architecture and tokenizer, none of its weights. `import_native`: the native checkpoint is imported
-    into hfzoo first (`hfzoo.convert.import_checkpoint`, into a temporary folder) and loads from there."""
-    # A local folder by its absolute path, which the adapter records as its base: it then reloads from anywhere.
+def model_source(config: TaskOptions, from_scratch: bool = False) -> tuple[str, PretrainedConfig]:
+    """(where the model comes from, its config): a local folder (by its absolute path, which an adapter records as
+    its base: it then reloads from anywhere) or a Hub name; or, from scratch, a preset's name (a preset has no
+    weights, only an architecture)."""
+    if from_scratch and config.model in list_presets() and not Path(config.model).exists():
+        model_config = preset_config(config.model)
+        model_config.name_or_path = config.model
+        return config.model, model_config
     source = str(Path(config.model).resolve()) if Path(config.model).exists() else config.model
     if Path(source).is_dir():
         # A missing, truncated or invalid file is named here, not by a bare SafetensorError or JSONDecodeError.
         check_checkpoint_folder(source, weights=not from_scratch)
+    return source, AutoConfig.from_pretrained(source, trust_remote_code=config.trust_remote_code)
+
+
+def load_model(
+    config: TaskOptions,
+    task: Task,
+    tokenizer: PreTrainedTokenizerBase,
+    from_scratch: bool = False,
+    vocab_size: int | None = None,
+) -> tuple[PreTrainedModel, str, list[str]]:
+    """(model with the task's head, its family, the parameters the checkpoint did not provide). `from_scratch`: the
+    checkpoint's (or preset's) architecture and tokenizer, none of its weights; `vocab_size`: from scratch, the
+    embeddings' size instead of the architecture's (a tokenizer trained for the run). `import_native`: the native
+    checkpoint is imported into hfzoo first (`hfzoo.convert.import_checkpoint`, into a temporary folder) and loads
+    from there."""
+    source, model_config = model_source(config, from_scratch)
     if config.import_native:
         with tempfile.TemporaryDirectory(prefix="hfzoo-import-") as imported:
             import_checkpoint(source, imported)
-            model, family, missing = _load_checkpoint(imported, config, task, tokenizer, from_scratch)
+            imported_config = AutoConfig.from_pretrained(imported)
+            model, family, missing = _load_checkpoint(
+                imported, imported_config, config, task, tokenizer, from_scratch, vocab_size
+            )
         # The native checkpoint is the base: what an adapter records, what the card names, what reloading imports.
         model.name_or_path = model.config._name_or_path = source
         return model, family, missing
-    return _load_checkpoint(source, config, task, tokenizer, from_scratch)
+    return _load_checkpoint(source, model_config, config, task, tokenizer, from_scratch, vocab_size)
 
 
 def _load_checkpoint(
-    source: str, config: TaskOptions, task: Task, tokenizer: PreTrainedTokenizerBase, from_scratch: bool
+    source: str,
+    model_config: PretrainedConfig,
+    config: TaskOptions,
+    task: Task,
+    tokenizer: PreTrainedTokenizerBase,
+    from_scratch: bool,
+    vocab_size: int | None,
 ) -> tuple[PreTrainedModel, str, list[str]]:
-    model_config = AutoConfig.from_pretrained(source, trust_remote_code=config.trust_remote_code)
     family = model_family(model_config)
     auto_class = task.auto_class(family)
     if type(model_config) not in auto_class._model_mapping:
@@ -106,6 +143,8 @@ def _load_checkpoint(
             f"{config.model} is a {model_config.model_type!r} model, for which neither transformers nor hfzoo has an "
             f"{auto_class.__name__} head; task {task.name!r} needs one"
         )
+    if from_scratch and vocab_size is not None:
+        model_config.vocab_size = vocab_size
     if len(tokenizer) > getattr(model_config, "vocab_size", math.inf):
         raise ValueError(f"the tokenizer has {len(tokenizer)} tokens, the model only {model_config.vocab_size}")
     for name, value in {**task.model_kwargs(family), "pad_token_id": tokenizer.pad_token_id}.items():
@@ -125,14 +164,28 @@ def _load_checkpoint(
     return model, family, sorted(k for k in loading["missing_keys"] if k in parameters)
 
 
+def train_task_tokenizer(
+    config: TaskOptions, task: Task, examples: list, kind: str, vocab_size: int
+) -> PreTrainedTokenizerFast:
+    """A `kind` tokenizer of `vocab_size` pieces trained on `examples`' texts (`Task.training_texts`), with the special
+    tokens of the model's family (no T5 sentinels: nothing here corrupts spans)."""
+    family = model_family(model_source(config, from_scratch=True)[1])
+    logger.info("training a %s tokenizer of %d pieces on %d examples", kind, vocab_size, len(examples))
+    return train_tokenizer(task.training_texts(examples), kind, vocab_size, family, num_sentinels=0)
+
+
 def prepare_run(
-    config: TaskRunOptions, accelerator: Accelerator, from_scratch: bool = False
+    config: TaskRunOptions,
+    accelerator: Accelerator,
+    from_scratch: bool = False,
+    tokenizing: MethodOptions | None = None,
 ) -> tuple[Task, list, list, PreTrainedModel, list[str]]:
     """The start of a run: the output folder with the resolved config; the examples, read and checked (a malformed
     row fails here, naming its file and line), labels from train; the tokenizer; the pretrained body with the task's
-    head, the task bound to them (`task.tokenizer`, `task.family`). A resumed run's config is checked against its
-    checkpoint's first, so a refused change writes nothing. Returns (task, training examples, validation
-    examples, model, the parameters the checkpoint did not provide)."""
+    head, the task bound to them (`task.tokenizer`, `task.family`); with `tokenizing.train_tokenizer`, a tokenizer
+    trained on the training examples (deterministic: a resumed run trains the same one again). A resumed run's
+    config is checked against its checkpoint's first, so a refused change writes nothing. Returns (task, training
+    examples, validation examples, model, the parameters the checkpoint did not provide)."""
     task = TASK_CLASSES[config.task](config)
     if config.do_train:  # before anything is written: a fresh run over checkpoints, or a changed config, is refused
         resume_from = checkpoint_to_resume(config.output_dir, config.resume)
@@ -144,8 +197,16 @@ def prepare_run(
         (Path(config.output_dir) / CONFIG_FILE).write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
     train_examples, eval_examples = load_examples(task, config)
     task.fit_labels(train_examples, eval_examples)
-    tokenizer = load_tokenizer(config)
-    model, family, missing = load_model(config, task, tokenizer, from_scratch)
+    vocab_size = None
+    if tokenizing is not None and tokenizing.train_tokenizer:
+        tokenizer = train_task_tokenizer(config, task, train_examples, tokenizing.tokenizer_kind,
+                                         tokenizing.vocab_size)  # fmt: skip
+        vocab_size = len(tokenizer)
+    else:
+        tokenizer = load_tokenizer(config)
+        if from_scratch and config.model in list_presets():  # a preset's vocab_size is a placeholder: fit the tokenizer
+            vocab_size = len(tokenizer)
+    model, family, missing = load_model(config, task, tokenizer, from_scratch, vocab_size)
     check_max_length(config, model.config)
     task.bind(tokenizer, family)
     return task, train_examples, eval_examples, model, missing
@@ -240,7 +301,7 @@ def train_and_evaluate(
     )
 
     # --- AdamW on the trainable parameters (per layer group with ULMFiT's options), and the learning-rate schedule:
-    # linear warmup then cosine decay to zero, or the slanted triangular one.
+    # linear warmup then cosine decay to zero, the slanted triangular one, or the Transformer's inverse square root.
     ulmfit = ulmfit or ULMFiTOptions()
     groups = layer_groups(model) if ulmfit.uses_layer_groups else None
     layers = None
@@ -250,10 +311,13 @@ def train_and_evaluate(
     model, optimizer, train_loader = accelerator.prepare(model, optimizer, train_loader)
     steps_per_epoch = math.ceil(len(train_loader) / config.gradient_accumulation_steps)
     max_steps = config.max_steps or math.ceil(config.num_epochs * steps_per_epoch)
+    warmup_steps = config.warmup_steps or round(config.warmup_ratio * max_steps)
     if ulmfit.lr_schedule == "slanted_triangular":
         scheduler = build_slanted_triangular_scheduler(optimizer, max_steps, ulmfit.stlr_cut_frac, ulmfit.stlr_ratio)
+    elif ulmfit.lr_schedule == "inverse_sqrt":
+        scheduler = build_inverse_sqrt_scheduler(optimizer, max(warmup_steps, 1))
     else:
-        scheduler = build_scheduler(optimizer, round(config.warmup_ratio * max_steps), max_steps, 0.0)
+        scheduler = build_scheduler(optimizer, warmup_steps, max_steps, 0.0)
     accelerator.register_for_checkpointing(scheduler)
     output_dir = Path(config.output_dir)
     best = None
@@ -306,6 +370,7 @@ def train_and_evaluate(
         ),
         after_optimizer_step=after_step,
         on_trained=lambda: save_trained(model, output_dir),
+        loss_function=smoothed_loss_function(task, accelerator, config.label_smoothing),
     )  # fmt: skip
     best_record = None if best is None else best.record()
     log.write("end", step=progress.step, elapsed=round(log.elapsed, 3), **metrics,
@@ -313,6 +378,23 @@ def train_and_evaluate(
     log.close()
     epochs = round(progress.step / steps_per_epoch, 2)
     return TrainedRun(model, metrics, last["records"], progress.step, epochs, best_record)
+
+
+def smoothed_loss_function(
+    task: Task, accelerator: Accelerator, smoothing: float
+) -> Callable[[nn.Module, dict[str, torch.Tensor]], torch.Tensor] | None:
+    """The training loss with `smoothing` label smoothing, for the loop's `loss_function` (none when 0: the model's
+    own loss). A mixture of experts' load-balancing term is kept; causal LMs' labels are shifted, as their heads do."""
+    if not smoothing:
+        return None
+    shift = task.auto_class(task.family) is AutoModelForCausalLM
+
+    def loss(model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        outputs = model(**batch)
+        router_loss = outputs.loss - task_loss(accelerator.unwrap_model(model), outputs)
+        return label_smoothed_loss(outputs.logits, batch["labels"], smoothing, shift) + router_loss
+
+    return loss
 
 
 def evaluate_only(config: TaskRunOptions, task: Task, model: nn.Module, eval_examples: list, eval_features: list[dict],
