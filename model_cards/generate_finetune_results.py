@@ -338,15 +338,19 @@ def task_section(name: str, entry: dict[str, Any], compare: dict[str, Any] | Non
     return Section(f"{name} ({entry['task']}, primary metric: {key})", text)
 
 
+# Tasks whose primary metric is reported in percent already (SQuAD's F1, BLEU); the others' are fractions.
+PERCENT_METRICS = ("question-answering", "seq2seq")
+
+
 def _points(run: dict[str, Any], key: str) -> float:
-    return 100 * run[key]
+    return run[key] if run["task"] in PERCENT_METRICS else 100 * run[key]
 
 
 def targets_section(tasks: dict[str, Any]) -> Section:
     """Issue 16's targets for a real pretrained base, each a measured verdict: pretraining worth >= 5 points on every
     task; the best adapter within 1 point of full fine-tuning at <= 5% of the parameters on every task; fusion at
     least as good as the best single adapter and the uniform average on at least two tasks. Points: the task's
-    primary metric x 100; a task without the runs a target needs says so."""
+    primary metric in percent; a task without the runs a target needs says so."""
     pretrained, adapters, fusion = [], [], []
     for name, entry in tasks.items():
         methods, key = entry["methods"], entry["primary"]
@@ -357,6 +361,10 @@ def targets_section(tasks: dict[str, Any]) -> Section:
                                           f"{_points(scratch, key):.2f} ({gain:+.2f} points)"))  # fmt: skip
         else:
             pretrained.append((False, f"{name}: not run"))
+        floor = entry.get("baselines", {}).get("majority_class_accuracy")
+        if full and floor is not None and full[key] <= floor:  # the run length did not lift the model off the floor
+            pretrained[-1] = (pretrained[-1][0], f"{pretrained[-1][1]}, full fine-tuning no better than the majority "
+                                                 f"class {100 * floor:.2f}: this task's verdicts are at chance level")
         single = {m: methods[m] for m in ADAPTERS if m in methods}
         if full and single:
             best = max(single, key=lambda m: single[m][key])
