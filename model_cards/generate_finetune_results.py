@@ -68,9 +68,14 @@ METHODS = {
     "full": ["--method", "full"],
     "lora": ["--method", "lora"],
     "bottleneck": ["--method", "bottleneck"],
+    # The two placements of Houlsby et al. (2019: after attention and feed-forward) and Pfeiffer et al. (2021: after
+    # feed-forward only), as separate methods; "bottleneck" is the recipe's default placement (Pfeiffer's).
+    "bottleneck-houlsby": ["--method", "bottleneck", "--method_options.variant", "houlsby"],
+    "bottleneck-pfeiffer": ["--method", "bottleneck", "--method_options.variant", "pfeiffer"],
     "scratch": ["--method", "full", "--from_scratch", "true"],
 }
 NATIVE = "native-bert-scratch"
+IMPORT_NATIVE = ["--import_native", "true"]  # a native transformers base, imported into hfzoo's model by the recipe
 COMPOSITIONS = ("average", "soft", "hard", "fusion")  # run folders <target>-compose-<composition>
 PRIMARY = {"sequence-classification": "accuracy", "token-classification": "f1", "question-answering": "f1",
            "seq2seq": "bleu"}  # fmt: skip
@@ -105,10 +110,13 @@ def run_grid(
     native: bool,
     settings: dict[str, tuple[str, list[str]]] | None = None,
     env: dict[str, str] | None = None,
+    import_native: bool = False,
 ) -> int:
     """Every task x method into `runs_dir/<task>-<method>`; returns the number of failed runs. `settings`: (config
-    file, run length) per task instead of `TASKS`'; `env`: environment variables of every run (in its command)."""
-    jobs = [(task, method, METHODS[method], base) for task in tasks for method in methods]
+    file, run length) per task instead of `TASKS`'; `env`: environment variables of every run (in its command);
+    `import_native`: `base` is a native transformers checkpoint that each run imports into hfzoo's model."""
+    imported = IMPORT_NATIVE if import_native else []
+    jobs = [(task, method, METHODS[method] + imported, base) for task in tasks for method in methods]
     if native:
         jobs.append((tasks[0], NATIVE, METHODS["full"], native_checkpoint(base, runs_dir / "native-bert-checkpoint")))
     settings = {**TASKS, **(settings or {})}
@@ -116,15 +124,28 @@ def run_grid(
                for task, method, method_args, model in jobs)  # fmt: skip
 
 
-def run_compositions(runs_dir: Path, base: Path, sources: list[str], targets: list[str], kind: str) -> int:
-    """For each target task, the `kind` adapters of `sources` (from `run`) composed each way, with a fresh head trained
-    on the target with the task's data and run length; returns the number of failed runs. The uniform average is
-    its own run, the baseline every learned composition is compared with."""
+def run_compositions(
+    runs_dir: Path,
+    base: Path,
+    sources: list[str],
+    targets: list[str],
+    kind: str,
+    import_native: bool = False,
+    settings: dict[str, tuple[str, list[str]]] | None = None,
+    env: dict[str, str] | None = None,
+    compositions: tuple[str, ...] = COMPOSITIONS,
+) -> int:
+    """For each target task, the `kind` adapters of `sources` (from `run`) composed each of `compositions`' ways, with
+    a fresh head trained on the target with the task's data and run length (or `settings`', as in `run_grid`);
+    returns the number of failed runs. The uniform average is its own run, the baseline every learned composition
+    is compared with."""
     adapters = ",".join(f"{task}={shown(str(runs_dir / f'{task}-{kind}'))}" for task in sources)
+    settings = {**TASKS, **(settings or {})}
     return sum(
         run_once(runs_dir / f"{target}-compose-{composition}", COMPOSE_RECIPE, target, base,
-                 ["--adapters", adapters, "--strategy", composition, "--baseline", "false"])
-        for target in targets for composition in COMPOSITIONS
+                 ["--adapters", adapters, "--strategy", composition, "--baseline", "false",
+                  *(IMPORT_NATIVE if import_native else [])], settings[target], env)
+        for target in targets for composition in compositions
     )  # fmt: skip
 
 
@@ -210,7 +231,7 @@ def verdicts(entry: dict[str, Any]) -> list[str]:
         lines.append(f"pretraining {'helps' if gain > 0 else 'does not help'}: full fine-tuning of the pretrained "
                      f"base {methods['full'][key]:.4f} vs the same architecture from random weights "
                      f"{methods['scratch'][key]:.4f} {key} ({gain:+.4f}{_in_examples(gain, key, methods['full'])})")
-    for adapter in ("lora", "bottleneck"):
+    for adapter in ADAPTERS:
         if adapter in methods and "full" in methods:
             a, f = methods[adapter], methods["full"]
             lines.append(f"{adapter} reaches {a[key]:.4f} {key} ({a[key] - f[key]:+.4f} vs full fine-tuning) training "
@@ -267,8 +288,9 @@ def _rows(entry: dict[str, Any], names: list[str], metric_keys: list[str]) -> li
 
 
 RESULTS = "results.json"
-FINETUNED = ["full", "lora", "bottleneck", "scratch", NATIVE]
-COMPOSED = ["lora", "bottleneck", *(f"compose-{c}" for c in COMPOSITIONS), "full"]
+ADAPTERS = ["lora", "bottleneck", "bottleneck-houlsby", "bottleneck-pfeiffer"]
+FINETUNED = ["full", *ADAPTERS, "scratch", NATIVE]
+COMPOSED = [*ADAPTERS, *(f"compose-{c}" for c in COMPOSITIONS), "full"]
 HEADERS = ["trainable parameters", "steps", "epochs", "wall time", "load"]
 SCRATCH_INTRO = Section(
     "Results from random weights",
@@ -296,8 +318,11 @@ def task_section(name: str, entry: dict[str, Any], compare: dict[str, Any] | Non
     metric_keys = [k for k in FINETUNE_METRICS if k in next(iter(methods.values()))]
     first = next(iter(methods.values()))
     base = "Architecture (random weights)" if set(methods) == {"scratch"} else "Base"
-    text = (f"{base}: `{first['model']}`; {first['train_examples']:,} training examples, {first['eval_examples']:,} "
-            "validation examples.\n\n")
+    imported = first.get("imported_from")
+    source = (f"imported from `{imported}` (a native transformers checkpoint, imported into hfzoo's model by each run: "
+              "`--import_native true`)" if imported else f"`{first['model']}`")  # fmt: skip
+    text = (f"{base}: {source}; {first['train_examples']:,} training examples, {first['eval_examples']:,} validation "
+            "examples.\n\n")
     text += markdown_table(["method", *metric_keys, *HEADERS], _rows(entry, FINETUNED, metric_keys))
     text += "\n\n" + "\n".join(f"- {line}." for line in verdicts(entry) + comparisons(name, entry, compare))
     text += "".join(f"\n\n![training loss of {m}]({run['loss_plot']})" for m, run in methods.items()
@@ -313,6 +338,62 @@ def task_section(name: str, entry: dict[str, Any], compare: dict[str, Any] | Non
     return Section(f"{name} ({entry['task']}, primary metric: {key})", text)
 
 
+# Tasks whose primary metric is reported in percent already (SQuAD's F1, BLEU); the others' are fractions.
+PERCENT_METRICS = ("question-answering", "seq2seq")
+
+
+def _points(run: dict[str, Any], key: str) -> float:
+    return run[key] if run["task"] in PERCENT_METRICS else 100 * run[key]
+
+
+def targets_section(tasks: dict[str, Any]) -> Section:
+    """Issue 16's targets for a real pretrained base, each a measured verdict: pretraining worth >= 5 points on every
+    task; the best adapter within 1 point of full fine-tuning at <= 5% of the parameters on every task; fusion at
+    least as good as the best single adapter and the uniform average on at least two tasks. Points: the task's
+    primary metric in percent; a task without the runs a target needs says so."""
+    pretrained, adapters, fusion = [], [], []
+    for name, entry in tasks.items():
+        methods, key = entry["methods"], entry["primary"]
+        full, scratch = methods.get("full"), methods.get("scratch")
+        if full and scratch:
+            gain = _points(full, key) - _points(scratch, key)
+            pretrained.append((gain >= 5, f"{name}: full {_points(full, key):.2f} vs scratch "
+                                          f"{_points(scratch, key):.2f} ({gain:+.2f} points)"))  # fmt: skip
+        else:
+            pretrained.append((False, f"{name}: not run"))
+        floor = entry.get("baselines", {}).get("majority_class_accuracy")
+        if full and floor is not None and full[key] <= floor:  # the run length did not lift the model off the floor
+            pretrained[-1] = (pretrained[-1][0], f"{pretrained[-1][1]}, full fine-tuning no better than the majority "
+                                                 f"class {100 * floor:.2f}: this task's verdicts are at chance level")
+        single = {m: methods[m] for m in ADAPTERS if m in methods}
+        if full and single:
+            best = max(single, key=lambda m: single[m][key])
+            gap = _points(full, key) - _points(single[best], key)
+            fraction = 100 * single[best]["trainable_fraction"]
+            adapters.append((gap <= 1 and fraction <= 5, f"{name}: best adapter {best} {_points(single[best], key):.2f}"
+                             f" vs full {_points(full, key):.2f} ({-gap:+.2f} points) at {fraction:.2f}% trainable"))
+        else:
+            adapters.append((False, f"{name}: not run"))
+        fused, average = methods.get("compose-fusion"), methods.get("compose-average")
+        if fused and average and single:
+            best = max(single, key=lambda m: single[m][key])
+            met = fused[key] >= single[best][key] and fused[key] >= average[key]
+            fusion.append((met, f"{name}: fusion {_points(fused, key):.2f} vs best single adapter ({best}) "
+                                f"{_points(single[best], key):.2f} and uniform average {_points(average, key):.2f}"))
+        else:
+            fusion.append((False, f"{name}: not run"))
+    claims = [("Pretrained beats scratch by >= 5 points on every task", pretrained, len(tasks)),
+              ("The best adapter is within 1 point of full fine-tuning at <= 5% trainable parameters on every task",
+               adapters, len(tasks)),
+              ("Fusion >= the best single adapter and >= the uniform average on at least two tasks", fusion, 2)]
+    lines = []
+    for claim, found, needed in claims:
+        met = sum(ok for ok, _ in found)
+        verdict = "**met**" if met >= needed else "**not met**"
+        lines.append(f"- {claim}: {verdict} ({met} of {len(found)} tasks). " + "; ".join(t for _, t in found) + ".")
+    return Section("Targets (issue 16), measured", "\n".join(lines))
+
+
 def render(results: dict[str, Any], card_command: str) -> str:
     """The card's Markdown: one section per task, then the machine the runs shared."""
     machine = results["machine"]
@@ -323,23 +404,27 @@ def render(results: dict[str, Any], card_command: str) -> str:
     )
     scratch_only = all(set(entry["methods"]) == {"scratch"} for entry in results["tasks"].values())
     sections = [SCRATCH_INTRO if scratch_only else INTRO,
+                *([targets_section(results["tasks"])] if results.get("targets") else []),
                 *(task_section(name, entry, results.get("compare")) for name, entry in results["tasks"].items()),
                 Section("Machine", machine_text)]  # fmt: skip
     metadata = model_card_data(None, ["hfzoo", "fine-tuning", "adapters", "results"])
     return render_card(RunRecord("finetune-results", {}, summary=results), sections, metadata)
 
 
-def card_command(runs_dir: str, card_dir: Path, compare: str | None = None) -> str:
+def card_command(runs_dir: str, card_dir: Path, compare: str | None = None, targets: bool = False) -> str:
     """The command that regenerates the card in `card_dir` from the run folders in `runs_dir` (and the card it is
-    compared with)."""
+    compared with, and whether it states issue 16's targets)."""
     command = ["python", "model_cards/generate_finetune_results.py", "card", runs_dir, shown(str(card_dir))]
-    return shlex.join(command + (["--compare", compare] if compare else []))
+    return shlex.join(command + (["--compare", compare] if compare else []) + (["--targets"] if targets else []))
 
 
-def card(runs_dir: Path, card_dir: Path, compare: Path | None = None) -> Path:
+def card(runs_dir: Path, card_dir: Path, compare: Path | None = None, targets: bool = False) -> Path:
     """Write README.md and results.json (and each run's training loss curve) for the finished run folders in
-    `runs_dir` into `card_dir`; `compare`: another card's folder whose results on the same tasks the card quotes."""
+    `runs_dir` into `card_dir`; `compare`: another card's folder whose results on the same tasks the card quotes;
+    `targets`: the card opens with issue 16's targets as measured verdicts."""
     results = collect(runs_dir, compare)
+    if targets:
+        results["targets"] = True
     card_dir.mkdir(parents=True, exist_ok=True)
     for entry in results["tasks"].values():
         for run in entry["methods"].values():
@@ -347,7 +432,7 @@ def card(runs_dir: Path, card_dir: Path, compare: Path | None = None) -> Path:
                 shutil.copyfile(runs_dir / run["loss_plot"].removesuffix("-loss.png") / LOSS_CURVE,
                                 card_dir / run["loss_plot"])  # fmt: skip
     write_text_atomic(card_dir / RESULTS, json.dumps(results, indent=1) + "\n")
-    command = card_command(results["runs_dir"], card_dir, results.get("compare", {}).get("card"))
+    command = card_command(results["runs_dir"], card_dir, results.get("compare", {}).get("card"), targets)
     return write_text_atomic(card_dir / CARD, render(results, command))
 
 
@@ -364,6 +449,8 @@ def main(argv: list[str] | None = None) -> None:
     run.add_argument("--config", help="one task only: the recipe's config file instead of the task's")
     run.add_argument("--length", help="one task only: the run length's flags instead of the task's, in one string "
                      "(--length='--max_steps 500')")
+    run.add_argument("--import_native", action="store_true", help="--base is a native transformers checkpoint "
+                     "(e.g. hfzoo.convert.minilm_model_path()): each run imports it into hfzoo's model")
     run.add_argument("--threads", type=int, help="OMP_NUM_THREADS of each run (in its command): on a shared CPU, 1 "
                      "thread can be faster than 2 that wait for each other")
     combine = commands.add_parser("compose", help="compose the sources' LoRA adapters for each target task")
@@ -371,27 +458,36 @@ def main(argv: list[str] | None = None) -> None:
     combine.add_argument("--base", type=Path, required=True, help="the pretrained checkpoint folder")
     combine.add_argument("--sources", nargs="+", required=True, choices=list(TASKS))
     combine.add_argument("--targets", nargs="+", required=True, choices=list(TASKS))
-    combine.add_argument("--kind", default="bottleneck", choices=["bottleneck", "lora"], help="which adapters")
+    combine.add_argument("--kind", default="bottleneck", choices=ADAPTERS, help="which adapters")
+    combine.add_argument("--import_native", action="store_true", help="--base is a native transformers checkpoint")
+    combine.add_argument("--compositions", nargs="+", default=list(COMPOSITIONS), choices=COMPOSITIONS)
+    combine.add_argument("--length", help="one target only: the run length's flags instead of the task's")
+    combine.add_argument("--threads", type=int, help="OMP_NUM_THREADS of each run (in its command)")
     make = commands.add_parser("card", help="README.md and results.json from the finished run folders")
     make.add_argument("runs_dir", type=Path)
     make.add_argument("card_dir", type=Path)
     make.add_argument("--compare", type=Path, help="another results card's folder to set this one against")
+    make.add_argument("--targets", action="store_true", help="state issue 16's targets (pretraining, adapters, "
+                      "fusion) as measured verdicts")
     args = parser.parse_args(argv)
     runs_dir = args.runs_dir.resolve()
     os.chdir(REPO_ROOT)  # the recipe's config files and data paths are relative to the repository root
-    if args.command == "run":
+    if args.command in ("run", "compose"):
+        tasks, config = (args.tasks, args.config) if args.command == "run" else (args.targets, None)
         settings = None
-        if args.config or args.length:
-            if len(args.tasks) != 1:
-                parser.error("--config and --length set one task's run: give one --tasks")
-            config_file, length = TASKS[args.tasks[0]]
+        if config or args.length:
+            if len(tasks) != 1:
+                parser.error("--config and --length set one task's run: give one --tasks (compose: --targets)")
+            config_file, length = TASKS[tasks[0]]
             length = shlex.split(args.length) if args.length else length
-            settings = {args.tasks[0]: (args.config or config_file, length)}
+            settings = {tasks[0]: (config or config_file, length)}
         env = {"OMP_NUM_THREADS": str(args.threads)} if args.threads else None
-        sys.exit(run_grid(runs_dir, args.base.resolve(), args.tasks, args.methods, args.native, settings, env))
-    if args.command == "compose":
-        sys.exit(run_compositions(runs_dir, args.base.resolve(), args.sources, args.targets, args.kind))
-    print(card(runs_dir, args.card_dir.resolve(), args.compare.resolve() if args.compare else None))
+        if args.command == "run":
+            sys.exit(run_grid(runs_dir, args.base.resolve(), args.tasks, args.methods, args.native, settings, env,
+                              args.import_native))  # fmt: skip
+        sys.exit(run_compositions(runs_dir, args.base.resolve(), args.sources, args.targets, args.kind,
+                                  args.import_native, settings, env, tuple(args.compositions)))  # fmt: skip
+    print(card(runs_dir, args.card_dir.resolve(), args.compare.resolve() if args.compare else None, args.targets))
 
 
 if __name__ == "__main__":

@@ -38,7 +38,8 @@ def test_result_card_is_current(card_dir, monkeypatch):
     results = json.loads((card_dir / "results.json").read_text(encoding="utf-8"))
     if "tasks" in results:  # a fine-tuning grid
         compared = results.get("compare", {}).get("card")
-        command = generate_finetune_results.card_command(results["runs_dir"], card_dir, compared)
+        command = generate_finetune_results.card_command(results["runs_dir"], card_dir, compared,
+                                                         results.get("targets", False))
         text = generate_finetune_results.render(results, command)
     elif "objectives" in results:  # ELECTRA against the masked LM
         command = generate_electra_results.card_command(results["runs_dir"], card_dir)

@@ -8,6 +8,7 @@ import sys
 
 import pytest
 from test_finetune_formatting import REPO, checkpoints  # noqa: F401 (the session's tiny checkpoints)
+from test_import_native_recipe import native_folders  # noqa: F401 (tiny random native BERT and Llama folders)
 
 sys.path.insert(0, str(REPO / "model_cards"))
 import generate_finetune_results as results  # noqa: E402
@@ -53,6 +54,39 @@ def test_grid_compositions_and_card(checkpoints, tmp_path, tiny_run_lengths, mon
     assert text.count("the uniform average of the same adapters:") == len(results.COMPOSITIONS) - 1
 
 
+@pytest.mark.slow  # nine tiny recorded runs: 55 s on 2 cores (194 s under load 5)
+def test_a_native_base_is_imported_by_every_run_and_both_bottleneck_placements_run(
+    native_folders, tmp_path, tiny_run_lengths, monkeypatch  # noqa: F811
+):
+    """The MiniLM card's grid: a native transformers BERT as the base (`--import_native true` in every run, scratch
+    included), Houlsby and Pfeiffer bottlenecks as two methods, their compositions, and issue 16's targets stated
+    from the numbers, "not run" where a target's runs are missing."""
+    monkeypatch.chdir(REPO)
+    runs, base = tmp_path / "runs", native_folders["bert"]
+    short = {task: (config, [*length, "--max_length", "48"]) for task, (config, length) in results.TASKS.items()}
+    monkeypatch.setattr(results, "TASKS", short)  # the tiny native BERT has 64 positions
+    methods = ["full", "bottleneck-houlsby", "bottleneck-pfeiffer", "scratch"]
+    assert results.run_grid(runs, base, ["sst2"], methods, native=False, import_native=True) == 0
+    assert results.run_grid(runs, base, ["rte"], ["bottleneck-pfeiffer"], native=False, import_native=True) == 0
+    assert results.run_compositions(runs, base, ["sst2", "rte"], ["sst2"], "bottleneck-pfeiffer", True) == 0
+    command = json.loads((runs / "sst2-scratch" / results.RUN_RECORD).read_text())["command"]
+    assert "--from_scratch true --import_native true" in command
+    fusion = json.loads((runs / "sst2-compose-fusion" / results.RUN_RECORD).read_text())
+    assert "--import_native true" in fusion["command"]
+
+    card = results.card(runs, tmp_path / "card", targets=True)
+    sst2 = json.loads((tmp_path / "card" / "results.json").read_text())["tasks"]["sst2"]["methods"]
+    houlsby, pfeiffer = sst2["bottleneck-houlsby"], sst2["bottleneck-pfeiffer"]
+    # Houlsby adds a bottleneck after attention too: more trainable parameters than Pfeiffer's one per layer.
+    assert houlsby["trainable_parameters"] > pfeiffer["trainable_parameters"]
+    text = card.read_text()
+    assert f"imported from `{sst2['full']['imported_from']}`" in text
+    assert "| bottleneck-houlsby |" in text and "| bottleneck-pfeiffer |" in text
+    assert "## Targets (issue 16), measured" in text
+    assert "rte: not run" in text  # rte has no full fine-tuning and no scratch run here
+    assert "sst2: fusion " in text and text.rstrip().endswith("--targets\n```")
+
+
 def test_translation_card_has_the_copy_the_source_floor(checkpoints, tmp_path, tiny_run_lengths, monkeypatch):  # noqa: F811
     monkeypatch.chdir(REPO)
     runs = tmp_path / "runs"
@@ -88,3 +122,25 @@ def test_a_run_from_a_preset_with_its_own_config_is_compared_with_another_card(t
     for method in ("full", "scratch"):
         assert f"vs {method} of card `finetune-t5-small`" in text and f"{t5[method]['bleu']:.4f}" in text
     assert text.rstrip().endswith(f"--compare {results.shown(str(compared))}\n```")
+
+
+def test_the_targets_are_verdicts_of_the_recorded_numbers():
+    """The MiniLM card's issue-16 targets, from its committed results.json: each verdict quotes the numbers it follows
+    from, and a target whose runs are missing reads "not run" and is not met (fast: no run, the recorded numbers)."""
+    recorded = json.loads((REPO / "model_cards" / "results" / "finetune-minilm-l6" / "results.json").read_text())
+    tasks = recorded["tasks"]
+    text = results.targets_section(tasks).body
+    for name, entry in tasks.items():
+        full, scratch, key = entry["methods"]["full"], entry["methods"]["scratch"], entry["primary"]
+        gain = 100 * (full[key] - scratch[key])
+        assert f"{name}: full {100 * full[key]:.2f} vs scratch {100 * scratch[key]:.2f} ({gain:+.2f} points)" in text
+    every_task = all(100 * (e["methods"]["full"][e["primary"]] - e["methods"]["scratch"][e["primary"]]) >= 5
+                     for e in tasks.values())  # fmt: skip
+    assert ("on every task: **met**" if every_task else "on every task: **not met**") in text.splitlines()[0]
+    without_compositions = {name: {**entry, "methods": {m: run for m, run in entry["methods"].items()
+                                                         if not m.startswith("compose-")}}
+                            for name, entry in tasks.items()}  # fmt: skip
+    fusion = results.targets_section(without_compositions).body.splitlines()[2]
+    assert fusion.startswith("- Fusion >= the best single adapter and >= the uniform average on at least two tasks: "
+                             f"**not met** (0 of {len(tasks)} tasks).")  # fmt: skip
+    assert all(f"{name}: not run" in fusion for name in tasks)
