@@ -72,10 +72,20 @@ def test_readme_has_examples_of_every_kind():
     assert any(c.startswith(RECIPE_PREFIXES) for c in commands)
 
 
+def _needs_shared_data(body: str) -> bool:
+    """Whether a block reads `../shared` (a real data set beside the repository), directly or through a --config."""
+    configs = re.findall(r"--config (\S+)", body)
+    return "../shared" in body or any("../shared" in (ROOT / config).read_text(encoding="utf-8") for config in configs)
+
+
 @pytest.mark.parametrize("index", range(len(BLOCKS)))
 def test_block_runs_in_order(index: int, workdir: Path):
+    shared_absent = not (ROOT.parent / "shared").is_dir()
+    if shared_absent and _needs_shared_data(BLOCKS[index][1]):
+        pytest.skip(f"this README block trains on a real data set in {ROOT.parent / 'shared'}, which is absent")
     for earlier in range(index + 1):
         marker = workdir / f".block{earlier}.done"
         if not marker.exists():
-            _execute(*BLOCKS[earlier], workdir)
+            if not (shared_absent and _needs_shared_data(BLOCKS[earlier][1])):  # its outputs feed no later block
+                _execute(*BLOCKS[earlier], workdir)
             marker.touch()

@@ -100,7 +100,7 @@ def test_translation_card_has_the_copy_the_source_floor(checkpoints, tmp_path, t
     assert f"| copy the source | {floor:.4f} |" in card.read_text()
 
 
-def test_a_run_from_a_preset_with_its_own_config_is_compared_with_another_card(tmp_path, monkeypatch):
+def test_a_run_from_a_preset_with_its_own_config_is_compared_with_another_card(tmp_path, monkeypatch, shared_data):
     """The Transformer's card: a preset trained from random weights with its own config file and run length, its
     loss curve copied beside the card, and its BLEU set against the t5-small card's on the same task."""
     monkeypatch.chdir(REPO)
