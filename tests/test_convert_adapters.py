@@ -7,6 +7,7 @@ refused, naming the module. Small random native models from test_convert.py; the
 """
 
 import importlib.util
+import json
 
 import pytest
 import torch
@@ -84,6 +85,23 @@ def test_lora_trained_on_hfzoo_gives_the_same_outputs_on_the_native_model(family
     original, returned = (load_file(f"{folder}/adapter_model.safetensors") for folder in (tmp_path / "zoo", back))
     assert original.keys() == returned.keys()
     assert all(torch.equal(original[key], returned[key]) for key in original)
+
+
+@pytest.mark.parametrize("family", list(CASES))
+def test_an_adapter_on_a_model_imported_from_a_folder_saves_with_plain_peft(family, tmp_path):
+    """`from_native(<folder>)`, `get_peft_model`, `save_pretrained` with PEFT's defaults: PEFT re-reads the base's
+    `config.json` with the model's config class to look for a resized vocabulary, which a native folder named as the
+    hfzoo model's own path broke (Llama's `head_dim`). The mapped adapter names that native folder as its base."""
+    head, task_type, targets, classifier = CASES[family]
+    native_model(family, head).save_pretrained(tmp_path / "native-base")
+    zoo = from_native(tmp_path / "native-base")
+    assert zoo.imported_from == str(tmp_path / "native-base")
+    adapted = get_peft_model(zoo, lora(targets, task_type, classifier)).eval()
+    adapted.save_pretrained(tmp_path / "zoo")  # PEFT's defaults, save_embedding_layers="auto" included
+    mapped = adapter_to_native(tmp_path / "zoo", tmp_path / "native", zoo)
+    assert json.loads((mapped / "adapter_config.json").read_text())["base_model_name_or_path"] == str(
+        tmp_path / "native-base"
+    )
 
 
 @pytest.mark.parametrize("targets", [None, "all-linear"], ids=["peft-default", "all-linear"])

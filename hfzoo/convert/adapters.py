@@ -35,7 +35,7 @@ from transformers.pytorch_utils import Conv1D
 from .. import models
 from ..adapters.task_adapter import ADAPTER_CONFIG, ADAPTER_WEIGHTS, KEY_PREFIX, load_safetensors
 from ..models.checkpoint_files import read_json_file
-from .api import FAMILIES, TOKENIZER_FILES, native_family
+from .api import FAMILIES, TOKENIZER_FILES, native_family, zoo_source
 from .family import Head, NativeFamily
 from .mapping import Rule, convert_state
 
@@ -176,9 +176,9 @@ def _map_adapter(adapter_dir: Path, out_dir: Path, base, to_native: bool) -> Pat
 
 def _target_base_path(base, to_native: bool) -> str | None:
     """Where the mapped adapter's base loads from (PEFT's `base_model_name_or_path`): the folder of `base` when that
-    folder holds a model of the target side; else unknown (None). A model `from_native` made names the native
-    folder its weights came from, which is not where the hfzoo model loads from."""
-    path = str(base.name_or_path if isinstance(base, PreTrainedModel) else base)
+    folder holds a model of the target side (for a model `from_native` made, the native folder it was imported from);
+    else unknown (None)."""
+    path = str(zoo_source(base) if isinstance(base, PreTrainedModel) else base)
     try:
         config = AutoConfig.from_pretrained(path) if path else None
     except (OSError, ValueError):  # a model built in memory, a folder since moved, a Hub name offline

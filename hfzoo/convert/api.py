@@ -62,8 +62,10 @@ def from_native(
     rules = family.rules(head, config, native.config)
     tensors = convert_state(native.state_dict(), rules, to_zoo=True, source_name=type(native).__name__)
     load_converted(zoo, tensors, type(zoo).__name__)
-    # Where the weights came from: `to_native` copies that folder's tokenizer, cards name it as the base.
-    zoo.name_or_path = zoo.config._name_or_path = native.name_or_path
+    # Where the weights came from: `to_native` copies that folder's tokenizer, `adapter_to_native` names it as the
+    # mapped adapter's base. Not `name_or_path`: that is where a model loads from with its own classes, and PEFT
+    # re-reads `<name_or_path>/config.json` with the model's config class when it saves an adapter.
+    zoo.imported_from = native.name_or_path or None
     return zoo.eval()
 
 
@@ -76,8 +78,8 @@ def to_native(
     encoder: BERT, or RoBERTa without token types; encoder-decoder: relative bias -> T5, learned -> BART) unless
     `native_type` names one ("gpt2", "llama", "bert", "roberta", "t5", "bart"). A component the native class cannot
     express is refused, naming the switch. `out_dir` loads with the plain Auto classes (no remote code) and gets
-    the tokenizer files of the folder the model came from (`model_or_path`, or the model's `name_or_path`, which
-    `from_native` sets to the native folder) when it has them.
+    the tokenizer files of the folder the model came from (`model_or_path`, or the native folder a `from_native` model
+    was imported from, else the model's `name_or_path`) when it has them.
     """
     zoo = load_zoo(model_or_path)
     family = native_family(zoo.config, native_type)
@@ -89,8 +91,15 @@ def to_native(
     rules = family.rules(head, zoo.config, native_config)
     tensors = convert_state(zoo.state_dict(), rules, to_zoo=False, source_name=type(zoo).__name__)
     load_converted(native, tensors, head.native_class)
-    save_converted(native, out_dir, model_or_path if isinstance(model_or_path, (str, os.PathLike)) else zoo.name_or_path)
+    source = model_or_path if isinstance(model_or_path, (str, os.PathLike)) else zoo_source(zoo)
+    save_converted(native, out_dir, source)
     return native.eval()
+
+
+def zoo_source(zoo: PreTrainedModel) -> str:
+    """The folder (or Hub name) a model's weights came from: the native checkpoint `from_native` imported, else the
+    folder it was loaded from."""
+    return getattr(zoo, "imported_from", None) or zoo.name_or_path
 
 
 def import_checkpoint(source: str | os.PathLike, out_dir: str | os.PathLike) -> PreTrainedModel:
