@@ -18,11 +18,18 @@ different machines and says little.
 
     python benchmarks/bench_shakespeare.py            # the full run: 2,000 steps
     python benchmarks/bench_shakespeare.py --tiny     # a few steps on a slice of the text (the smoke test)
+
+`--model_option KEY=VALUE` changes one of gpt-tiny's components (any model config key), with everything else as
+above, e.g. rotary positions instead of GPT-2's learned ones:
+
+    python benchmarks/bench_shakespeare.py --model_option position_embedding=rotary \
+        --output benchmarks/results/shakespeare_rotary.json
 """
 
 import argparse
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -80,14 +87,16 @@ def read_run(output_dir: Path) -> dict:
     }  # fmt: skip
 
 
-def results(run: dict, wall_s: float) -> tuple[list[dict], list[str]]:
-    """The report's rows (against nanoGPT's published figures) and notes: the loss curve and what the time means."""
+def results(run: dict, wall_s: float, changed: str = "") -> tuple[list[dict], list[str]]:
+    """The report's rows (against nanoGPT's published figures) and notes: the loss curve and what the time means.
+    `changed`: the model options that differ from gpt-tiny's, named in the model column."""
     loss = run["validation_loss"]
+    model = f"gpt-tiny ({changed}), char" if changed else "gpt-tiny, char"
     rows = [
-        {"model": "gpt-tiny, char", "figure": "validation loss (lower is better)", "unit": "nats/char", "digits": 4,
+        {"model": model, "figure": "validation loss (lower is better)", "unit": "nats/char", "digits": 4,
          "hfzoo": {"median": loss}, "nanoGPT (published)": {"median": NANOGPT["validation_loss"]},
          "ratio": {"median": NANOGPT["validation_loss"] / loss}},
-        {"model": "gpt-tiny, char", "figure": "wall time (other machine)", "unit": "s",
+        {"model": model, "figure": "wall time (other machine)", "unit": "s",
          "hfzoo": {"median": wall_s}, "nanoGPT (published)": {"median": NANOGPT["wall_s"]},
          "ratio": {"median": NANOGPT["wall_s"] / wall_s}},
     ]  # fmt: skip
@@ -110,14 +119,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tiny", action="store_true", help=f"{TINY['max_steps']} steps on a slice: a smoke test")
     parser.add_argument("--malloc", choices=MALLOC_SETTINGS, default="tuned",
                         help="glibc malloc thresholds to run under (the script re-executes itself to apply them)")
+    parser.add_argument("--model_option", action="append", default=[], metavar="KEY=VALUE",
+                        help="a model config key of gpt-tiny to change (repeatable), e.g. position_embedding=rotary")
     parser.add_argument("--output", type=Path, default=RESULTS_DIR / "shakespeare.json")
     args = parser.parse_args(argv)
+    options = dict(option.partition("=")[::2] for option in args.model_option)
+    if any(not key or not value for key, value in options.items()):
+        parser.error(f"--model_option takes KEY=VALUE, got {args.model_option}")
     if not args.data.is_file():
         parser.error(f"{args.data} not found: Tiny Shakespeare's input.txt (karpathy/char-rnn), see ../shared/data")
     ensure_malloc_setting(args.malloc)  # the recipe process inherits it
     started = environment()
     text = args.data.read_text(encoding="utf-8")
-    settings = {**SETTINGS, **TINY} if args.tiny else SETTINGS
+    settings = {**SETTINGS, **(TINY if args.tiny else {}), **{f"model.{key}": value for key, value in options.items()}}
     with tempfile.TemporaryDirectory(prefix="bench-shakespeare-") as scratch:
         data_dir, output_dir = Path(scratch) / "data", Path(scratch) / "run"
         data_dir.mkdir()
@@ -132,10 +146,10 @@ def main(argv: list[str] | None = None) -> int:
         run = read_run(output_dir)
     started["load_average_end"] = os.getloadavg()
     loss = run["validation_loss"]
-    rows, notes = results(run, wall_s)
+    rows, notes = results(run, wall_s, ", ".join(f"{key}={value}" for key, value in options.items()))
     payload = {
         "benchmark": "Tiny Shakespeare, characters: hfzoo's pretraining recipe at nanoGPT's CPU settings",
-        "command": "python benchmarks/bench_shakespeare.py" + (" --tiny" if args.tiny else ""),
+        "command": shlex.join(["python", "benchmarks/bench_shakespeare.py", *(argv if argv is not None else sys.argv[1:])]),
         "environment": started,
         "settings": {**settings, "characters": sizes, "tiny": args.tiny},
         "target": {"validation_loss": TARGET_LOSS, "wall_s": NANOGPT["wall_s"]},

@@ -9,13 +9,17 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_tiny_run_writes_the_loss_curve_and_both_rows(shared_data, tmp_path):
-    output = tmp_path / "shakespeare.json"
-    completed = subprocess.run(
+def run_bench(shared_data: Path, output: Path, *options: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
         [sys.executable, str(REPO_ROOT / "benchmarks" / "bench_shakespeare.py"), "--tiny", "--output", str(output),
-         "--data", str(shared_data / "tinyshakespeare" / "input.txt")],
+         "--data", str(shared_data / "tinyshakespeare" / "input.txt"), *options],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
+
+
+def test_tiny_run_writes_the_loss_curve_and_both_rows(shared_data, tmp_path):
+    output = tmp_path / "shakespeare.json"
+    completed = run_bench(shared_data, output)
     assert completed.returncode == 0, completed.stderr[-3000:]
     payload = json.loads(output.read_text())
     settings, run = payload["settings"], payload["run"]
@@ -29,3 +33,17 @@ def test_tiny_run_writes_the_loss_curve_and_both_rows(shared_data, tmp_path):
     loss_row = rows["validation loss (lower is better)"]
     assert loss_row["hfzoo"]["median"] == losses[-1] and loss_row["ratio"]["median"] == 1.88 / losses[-1]
     assert "validation loss" in completed.stdout
+
+
+def test_a_model_option_changes_the_model_and_names_itself(shared_data, tmp_path):
+    output = tmp_path / "shakespeare_rotary.json"
+    completed = run_bench(shared_data, output, "--model_option", "position_embedding=rotary")
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    payload = json.loads(output.read_text())
+    assert payload["settings"]["model.position_embedding"] == "rotary"
+    assert payload["results"][0]["model"] == "gpt-tiny (position_embedding=rotary), char"
+    assert "--model_option position_embedding=rotary" in payload["command"]
+
+    refused = run_bench(shared_data, tmp_path / "bad.json", "--model_option", "position_embedding=spiral")
+    assert refused.returncode != 0 and not (tmp_path / "bad.json").exists()
+    assert "position_embedding='spiral' is not supported" in refused.stderr
