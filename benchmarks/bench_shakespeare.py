@@ -36,6 +36,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from hfzoo.cards.render import Curve, plot_losses
+
 from common import MALLOC_SETTINGS, REPO_ROOT, RESULTS_DIR, ensure_malloc_setting, environment, write_json
 
 DATA = REPO_ROOT.parent / "shared" / "data" / "tinyshakespeare" / "input.txt"
@@ -163,7 +165,15 @@ def main(argv: list[str] | None = None) -> int:
         seconds, point_loss = point["train_s"] or 0.0, point["validation_loss"]
         print(f"  step {point['step']:>5}  {seconds:8.1f} s  validation loss {point_loss:.4f}")
     write_json(args.output, payload)
-    print(f"wrote {args.output}")
+    plot = plot_losses(
+        args.output.with_suffix(".png"),
+        [Curve([p["train_s"] or 0.0 for p in run["curve"]], [p["validation_loss"] for p in run["curve"]],
+               rows[0]["model"], "o-")],
+        xlabel="training seconds (since the recipe started)", ylabel="validation loss (nats/char)",
+        title=f"Tiny Shakespeare, {settings['max_steps']:,} steps",
+        baseline=(NANOGPT["validation_loss"], "nanoGPT (published)"),
+    )  # fmt: skip
+    print(f"wrote {args.output} and {plot}")
     return 0
 
 

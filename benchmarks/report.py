@@ -72,6 +72,8 @@ def render_result_file(path: Path) -> str:
             f"{reference_key}: {_spread(row[reference_key], digits)} | **{_spread(row['ratio'], 2)}** |"
         )
     lines += [f"\n{note}" for note in data.get("notes", [])]
+    if path.with_suffix(".png").is_file():  # a loss curve the benchmark drew beside its JSON
+        lines.append(f"\n![{data['results'][0]['model']}: loss against time](results/{path.stem}.png)")
     for model_name, variants in data.get("mode_switch_ms", {}).items():
         costs = ", ".join(f"{variant} {_spread(summary)} ms" for variant, summary in variants.items())
         lines.append(

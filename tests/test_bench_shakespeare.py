@@ -33,6 +33,7 @@ def test_tiny_run_writes_the_loss_curve_and_both_rows(shared_data, tmp_path):
     loss_row = rows["validation loss (lower is better)"]
     assert loss_row["hfzoo"]["median"] == losses[-1] and loss_row["ratio"]["median"] == 1.88 / losses[-1]
     assert "validation loss" in completed.stdout
+    assert output.with_suffix(".png").read_bytes().startswith(b"\x89PNG")  # the loss against training seconds
 
 
 def test_a_model_option_changes_the_model_and_names_itself(shared_data, tmp_path):
