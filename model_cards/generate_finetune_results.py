@@ -168,17 +168,23 @@ def run_once(run_dir: Path, recipe: str, task: str, model: Path, extra_args: lis
 
 # ------------------------------------------------------------------------------------------------ card
 def baselines(run_dir: Path) -> dict[str, float | None]:
-    """The floors a fine-tuned model must clear, on the run's own validation examples: the most frequent training
-    label's accuracy (classification), and for translation the BLEU of copying the source sentence unchanged."""
+    """The floors a fine-tuned model must clear, on the run's own validation examples (`hfzoo.tasks.baselines`):
+    the most frequent training label's accuracy (classification), CoNLL-2003's baseline of entities memorized from
+    the training data (token classification), the context sentence that shares the most words with the question
+    (extractive QA), and for translation the BLEU of copying the source sentence unchanged."""
     from hfzoo.metrics import load_metric
     from hfzoo.recipe_config import CONFIG_FILE, from_dict, load_yaml
-    from hfzoo.recipes.compose import majority_class_accuracy
     from hfzoo.recipes.finetune import FinetuneConfig
     from hfzoo.tasks import TASK_CLASSES, load_examples
+    from hfzoo.tasks.baselines import best_overlap_sentence, majority_class_accuracy, memorized_entities
 
     config = from_dict(FinetuneConfig, load_yaml(run_dir / CONFIG_FILE))
     task = TASK_CLASSES[config.task](config)
     train, validation = load_examples(task, config)
+    if config.task == "token-classification":
+        return {"memorized_entities_f1": memorized_entities(train, validation)["f1"]}
+    if config.task == "question-answering":
+        return {"best_overlap_sentence_f1": best_overlap_sentence(validation)["f1"]}
     if config.task != "seq2seq":
         return {"majority_class_accuracy": majority_class_accuracy(train, validation)}
     copied = load_metric("sacrebleu").compute(
@@ -279,12 +285,20 @@ def _rows(entry: dict[str, Any], names: list[str], metric_keys: list[str]) -> li
         rows.append([f"**{name}**" if name == "full" else name, *(f"{m[k]:.4f}" for k in metric_keys),
                      f"{m['trainable_parameters']:,} ({100 * m['trainable_fraction']:.2f}%)", m["steps"],
                      f"{m['epochs']}", f"{m['wall_s']:.0f} s", f"{m['load_average_1min_mean']:.1f}"])  # fmt: skip
-    floors = {"majority_class_accuracy": "majority class", "copy_source_bleu": "copy the source"}
-    for field, label in floors.items():
+    for field, (label, metric) in FLOORS.items():
         if entry["baselines"].get(field) is not None:
-            rows.append([label, f"{entry['baselines'][field]:.4f}", *["-"] * (len(metric_keys) - 1),
-                         "0", "-", "-", "-", "-"])  # fmt: skip
+            cells = [f"{entry['baselines'][field]:.4f}" if key == metric else "-" for key in metric_keys]
+            rows.append([label, *cells, "0", "-", "-", "-", "-"])
     return rows
+
+
+# Baseline field -> (its row's label, the metric column it fills).
+FLOORS = {
+    "majority_class_accuracy": ("majority class", "accuracy"),
+    "memorized_entities_f1": ("entities memorized from training (CoNLL-2003's baseline)", "f1"),
+    "best_overlap_sentence_f1": ("the sentence sharing most words with the question", "f1"),
+    "copy_source_bleu": ("copy the source", "bleu"),
+}
 
 
 RESULTS = "results.json"

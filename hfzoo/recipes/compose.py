@@ -26,7 +26,6 @@ each in their own folder); `--save_best true` keeps the best evaluation's compos
 from __future__ import annotations
 
 import dataclasses
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +40,7 @@ from ..adapters.task_adapter import base_differences, describe_base
 from ..cards import FINETUNE_METRICS, composition_sections
 from ..recipe_config import key, parse_config
 from ..tasks import Task
+from ..tasks.baselines import majority_class_accuracy
 from ..training.checkpointing import exit_on_checkpoint_error
 from ..training.evaluation import predict_all
 from ..training.logging import start_recipe
@@ -309,15 +309,6 @@ def describe(composed: ComposedModel, strategy: str) -> dict[str, Any]:
         "learned_modules": len(learned_modules(composed)),
         "trainable_modules": composed.trainable_modules,
     }
-
-
-def majority_class_accuracy(train: list, validation: list) -> float | None:
-    """Accuracy of always predicting the most frequent training label: the floor any classifier must clear (None
-    for tasks without one label per example)."""
-    if not all(isinstance(getattr(example, "label", None), str) for example in (*train, *validation)):
-        return None
-    majority = Counter(example.label for example in train).most_common(1)[0][0]
-    return sum(example.label == majority for example in validation) / len(validation)
 
 
 def baselines(average: dict | None, majority: float | None) -> dict[str, dict]:

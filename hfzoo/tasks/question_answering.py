@@ -166,16 +166,21 @@ class QuestionAnswering(Task):
         for feature, output in zip(features, outputs):
             windows[feature["example_index"]].append((feature, output))
         predictions = [self.best_answer(example, windows[i]) for i, example in enumerate(examples)]
-        scores = load_metric("squad").compute(
-            predictions=[{"id": e.id, "prediction_text": p} for e, p in zip(examples, predictions)],
-            references=[
-                {"id": e.id, "answers": {"text": [a["text"] for a in e.answers],
-                                         "answer_start": [a["answer_start"] for a in e.answers]}}
-                for e in examples
-            ],
-        )  # fmt: skip
+        scores = squad_scores(examples, predictions)
         records = [
             {"id": e.id, "question": e.question, "prediction_text": p, "answers": [a["text"] for a in e.answers]}
             for e, p in zip(examples, predictions)
         ]
         return {"exact_match": scores["exact_match"], "f1": scores["f1"]}, records
+
+
+def squad_scores(examples: list[QAExample], predictions: list[str]) -> dict[str, float]:
+    """SQuAD's exact match and F1 (in percent) of one answer text per example, against all its reference answers."""
+    return load_metric("squad").compute(
+        predictions=[{"id": e.id, "prediction_text": p} for e, p in zip(examples, predictions)],
+        references=[
+            {"id": e.id, "answers": {"text": [a["text"] for a in e.answers],
+                                     "answer_start": [a["answer_start"] for a in e.answers]}}
+            for e in examples
+        ],
+    )  # fmt: skip

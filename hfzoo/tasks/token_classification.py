@@ -175,6 +175,10 @@ class TokenClassification(Task):
         if truncated:
             logger.warning("%d validation words were cut off by max_length=%d and predicted %r",
                            truncated, self.config.max_length, fallback)  # fmt: skip
-        scores = load_metric("seqeval").compute(predictions=predictions, references=[s.tags for s in examples])
-        metrics = {name: scores[f"overall_{name}"] for name in ("precision", "recall", "f1", "accuracy")}
-        return metrics, records
+        return seqeval_scores(predictions, [s.tags for s in examples]), records
+
+
+def seqeval_scores(predictions: list[list[str]], references: list[list[str]]) -> dict[str, float]:
+    """Entity-level precision, recall and F1, and token accuracy, of tag sequences (CoNLL-2003's evaluation)."""
+    scores = load_metric("seqeval").compute(predictions=predictions, references=references)
+    return {name: scores[f"overall_{name}"] for name in ("precision", "recall", "f1", "accuracy")}
