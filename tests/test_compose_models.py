@@ -11,7 +11,10 @@ from peft import LoraConfig, PeftModel, get_peft_model
 from transformers import (
     AutoModelForCausalLM,
     AutoModelForMaskedLM,
+    AutoModelForQuestionAnswering,
     AutoModelForSeq2SeqLM,
+    AutoModelForSequenceClassification,
+    AutoModelForTokenClassification,
     BertConfig,
     BertForSequenceClassification,
     GPT2Config,
@@ -168,3 +171,34 @@ def test_bottlenecks_on_a_mixture_of_experts_block(tmp_path):
     soft = compose(moe(), folders, "soft").train()
     soft(**model_inputs(soft, labels="tokens")).loss.backward()
     assert soft.composed_layers["model.layers.0.mlp"].combiner.proj.weight.grad.abs().sum() > 0
+
+
+def test_adapters_of_other_task_kinds_compose_for_a_new_task(tmp_path):
+    """A QA adapter saves qa_outputs, an NER adapter its 9-label classifier: composed for sentence classification
+    with a fresh classifier, their heads are left out (the base model has no qa_outputs; its classifier trains anew)
+    and the composition trains; without a head of its own, the foreign head is refused by name."""
+    def config(num_labels: int):
+        return hfzoo.preset_config("bert-tiny", vocab_size=VOCAB, num_labels=num_labels, **_NO_DROPOUT)
+
+    folders = {}
+    for task, auto_class, head, labels in (("qa", AutoModelForQuestionAnswering, "qa_outputs", 2),
+                                           ("ner", AutoModelForTokenClassification, "classifier", 9)):
+        torch.manual_seed(0)
+        adapted = get_peft_model(auto_class.from_config(config(labels)),
+                                 BottleneckConfig(variant="pfeiffer", modules_to_save=[head]))  # fmt: skip
+        adapted.save_pretrained(tmp_path / task)
+        folders[task] = tmp_path / task
+
+    def target():
+        torch.manual_seed(1)
+        return AutoModelForSequenceClassification.from_config(config(3))
+
+    for strategy in ("average", "fusion"):
+        composed = compose(target(), folders, strategy, trainable_modules=["classifier"]).train()
+        assert all(adapter.heads == {} for adapter in composed.adapters)
+        assert not any("qa_outputs" in path or path == "classifier" for path in composed.composed_layers)
+        inputs = model_inputs(composed, labels="class")
+        composed(**inputs).loss.backward()
+        assert composed.base_model.classifier.weight.grad is not None
+    with pytest.raises(ValueError, match="adapter 'qa' adapts qa_outputs, which the base model"):
+        compose(target(), folders, "average")

@@ -92,7 +92,8 @@ def compose(
         a composition of one adapter); "average" adds the weighted deltas of the adapters present.
         `trainable_modules=[...]` (all strategies): modules to train with the composition and save with it, e.g. a
             fresh classification head (`"score"`, `"classifier"`); they must not contain adapted modules. An
-            adapter's own saved copy of such a module (`modules_to_save`) is then not used.
+            adapter's own saved copy of such a module (`modules_to_save`) is then not used, nor its copy of a
+            module the model does not have (the head of another kind of task, e.g. SQuAD's `qa_outputs`).
 
     The base model and the adapters are frozen; routers, fusion and `trainable_modules` are trainable. Adapters'
     own copies of heads (`modules_to_save`, nn.Linear) are used per row by "fixed" and averaged by "average"; the
@@ -121,7 +122,12 @@ def _compose(
         raise ValueError("this base model is already composed; call `unload()` on its ComposedModel first")
     trainable = _trainable_paths(base_model, options["trainable_modules"])
     for adapter in adapters:
-        adapter.heads = {path: params for path, params in adapter.heads.items() if path not in trainable}
+        # With a head of its own (trainable), the composition also leaves out heads of other tasks that the model
+        # does not have (a SQuAD adapter's qa_outputs when composing for classification); without one, such a head
+        # is an error below, naming it.
+        foreign = {path for path in adapter.heads if trainable and not _has_module(base_model, path)}
+        adapter.heads = {path: params for path, params in adapter.heads.items()
+                         if path not in trainable and path not in foreign}  # fmt: skip
         if STRATEGIES[strategy].learned and adapter.heads:
             raise ValueError(
                 f"adapter {adapter.name!r} saves its own {sorted(adapter.heads)} (modules_to_save); a {strategy!r} "
@@ -171,6 +177,14 @@ def _compose(
     )
     composed.training = base_model.training  # new modules follow the base model's train/eval mode
     return composed
+
+
+def _has_module(model: nn.Module, path: str) -> bool:
+    try:
+        model.get_submodule(path)
+    except AttributeError:
+        return False
+    return True
 
 
 def _trainable_paths(model: nn.Module, names: list[str]) -> list[str]:
