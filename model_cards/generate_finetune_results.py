@@ -375,10 +375,13 @@ def targets_section(tasks: dict[str, Any]) -> Section:
                                           f"{_points(scratch, key):.2f} ({gain:+.2f} points)"))  # fmt: skip
         else:
             pretrained.append((False, f"{name}: not run"))
-        floor = entry.get("baselines", {}).get("majority_class_accuracy")
-        if full and floor is not None and full[key] <= floor:  # the run length did not lift the model off the floor
-            pretrained[-1] = (pretrained[-1][0], f"{pretrained[-1][1]}, full fine-tuning no better than the majority "
-                                                 f"class {100 * floor:.2f}: this task's verdicts are at chance level")
+        floor = next(((label, entry["baselines"][field]) for field, (label, metric) in FLOORS.items()
+                      if metric == key and entry.get("baselines", {}).get(field) is not None), None)  # fmt: skip
+        if full and floor is not None and full[key] <= floor[1]:  # the run length did not lift the model off the floor
+            floor_points = _points({**full, key: floor[1]}, key)
+            pretrained[-1] = (pretrained[-1][0], f"{pretrained[-1][1]}, full fine-tuning no better than the task's "
+                                                 f"floor ({floor[0]}) {floor_points:.2f}: this task's verdicts are at "
+                                                 "the floor")  # fmt: skip
         single = {m: methods[m] for m in ADAPTERS if m in methods}
         if full and single:
             best = max(single, key=lambda m: single[m][key])
