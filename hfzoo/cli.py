@@ -1,4 +1,5 @@
-"""The `hfzoo` command: `hfzoo presets`, `hfzoo quickstart`, and the recipes as subcommands."""
+"""The `hfzoo` command: `hfzoo presets`, `hfzoo convert`, `hfzoo generate`, `hfzoo quickstart`, and the recipes as
+subcommands."""
 
 import argparse
 import importlib
@@ -145,6 +146,66 @@ def _add_convert(commands) -> None:
     convert.set_defaults(func=_convert)
 
 
+GENERATE_EPILOG = """examples:
+  hfzoo generate runs/pretrain --prompt "The module" --max_new_tokens 20
+  hfzoo generate runs/pretrain --adapter a=runs/a-lora --adapter b=runs/b-lora --prompt "x" --prompt "y" --adapter_names a b
+  hfzoo generate t5-folder --prompt "translate English to German: Hello" --num_beams 4"""
+
+
+def _generate(args: argparse.Namespace) -> None:
+    from transformers import set_seed
+
+    from .generation import GenerationRequest, generate_text, load_for_generation, parse_adapters
+
+    sampling = {"do_sample": args.do_sample, "num_beams": args.num_beams}
+    for key in ("temperature", "top_k", "top_p", "repetition_penalty"):
+        if getattr(args, key) is not None:
+            sampling[key] = getattr(args, key)
+    if args.seed is not None:
+        set_seed(args.seed)
+    model, tokenizer, family = load_for_generation(
+        args.model, parse_adapters(args.adapter), args.composition, device=args.device
+    )
+    request = GenerationRequest(
+        prompts=args.prompt, adapter_names=args.adapter_names, prompt_format=args.prompt_format,
+        max_new_tokens=args.max_new_tokens, sampling=sampling, static_cache=args.static_cache, compile=args.compile,
+    )
+    generate_text(model, tokenizer, family, request)
+
+
+def _add_generate(commands) -> None:
+    generate = commands.add_parser(
+        "generate",
+        help="generate text with any hfzoo or native causal / seq2seq model, with adapters per prompt",
+        description="Text in, text out: each --prompt's continuation, streamed to the terminal as it comes (one prompt "
+        "token by token; several prompts in one batch, each printed when it ends). Adapters are served with "
+        "fixed routing: prompts that name different adapters run in one batch.",
+        epilog=GENERATE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    generate.add_argument("model", help="model folder or Hub name (hfzoo or native transformers; with its tokenizer)")
+    generate.add_argument("--prompt", action="append", required=True, help="a prompt (repeat for a batch)")
+    generate.add_argument("--adapter", action="append", default=[], metavar="NAME=PATH",
+                          help="a PEFT adapter folder (LoRA, IA3, bottleneck) under a name (repeat for several)")
+    generate.add_argument("--adapter_names", nargs="+", metavar="NAME",
+                          help="the adapter of each prompt, in order ('__base__': none); one name applies to all")
+    generate.add_argument("--composition", help="a saved composition folder (hfzoo compose's output) instead of --adapter")
+    generate.add_argument("--prompt_format", choices=["plain", "task"], default="plain",
+                          help="task: as hfzoo finetune --task seq2seq formats a decoder's prompt (bos source delim)")
+    generate.add_argument("--max_new_tokens", type=int, default=50)
+    generate.add_argument("--do_sample", action="store_true", help="sample instead of greedy / beam search")
+    generate.add_argument("--temperature", type=float)
+    generate.add_argument("--top_k", type=int)
+    generate.add_argument("--top_p", type=float)
+    generate.add_argument("--repetition_penalty", type=float)
+    generate.add_argument("--num_beams", type=int, default=1)
+    generate.add_argument("--seed", type=int, help="seed for sampling")
+    generate.add_argument("--static_cache", action="store_true", help="transformers' static (preallocated) cache")
+    generate.add_argument("--compile", action="store_true", help="static cache + torch.compile'd decoding step")
+    generate.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
+    generate.set_defaults(func=_generate)
+
+
 # Subcommands that run a recipe with all remaining arguments (`hfzoo pretrain --help` lists its keys).
 RECIPES = {
     "pretrain": ("hfzoo.recipes.pretrain", "pretrain a preset from scratch (recipes/pretrain.py)"),
@@ -165,6 +226,7 @@ def main(argv: list[str] | None = None) -> None:
         commands.add_parser(name, help=help_text, add_help=False)
     commands.add_parser("presets", help="list the model presets").set_defaults(func=_presets)
     _add_convert(commands)
+    _add_generate(commands)
     quickstart = commands.add_parser("quickstart", help="the end-to-end tour on the embedded default corpus")
     quickstart.add_argument("--output_dir", default="runs/quickstart")
     quickstart.add_argument("--scale", default="full", choices=["full", "smoke"], help="smoke: a few steps per stage, a wiring check")

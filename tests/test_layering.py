@@ -5,7 +5,7 @@ Layers, lowest first. A module may import from its own layer or a lower one:
 2. presets, registration, metrics, the recipe config machinery.
 3. data, adapters and features (which reach models only through transformers/PEFT), cards, convert (hfzoo <->
    native transformers weights).
-4. tasks (fine-tuning tasks and their data).
+4. tasks (fine-tuning tasks and their data), generation (`hfzoo generate`, which formats prompts as the tasks do).
 5. training (what the recipes share: loop, checkpointing, logging, objectives).
 6. the recipes, quickstart, the CLI, and the package's `__init__`.
 """
@@ -20,7 +20,7 @@ LAYERS = (
     {"models"},
     {"presets", "registration", "metrics", "recipe_config"},
     {"data", "adapters", "features", "cards", "convert"},
-    {"tasks"},
+    {"tasks", "generation"},
     {"training"},
     {"recipes", "quickstart", "cli", "__init__"},
 )
