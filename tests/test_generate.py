@@ -125,3 +125,23 @@ def test_bad_adapter_argument_and_encoder_are_refused(decoder_with_adapters, tmp
     tiny_model("bert-tiny", AutoModelForMaskedLM).save_pretrained(tmp_path / "bert")
     with pytest.raises(ValueError, match="is an encoder"):
         main(["generate", str(tmp_path / "bert"), "--prompt", "x"])
+
+
+def test_saved_composition_routes_like_adapters(decoder_with_adapters, tmp_path, capsys):
+    from hfzoo.adapters import compose
+
+    model_path, adapters = decoder_with_adapters
+    base = AutoModelForCausalLM.from_pretrained(model_path)
+    compose(base, {"a": adapters["a"], "b": adapters["b"]}, strategy="fixed").save_pretrained(tmp_path / "fixed")
+    routed = ["--prompt", PROMPT, "--prompt", PROMPT, "--adapter_names", "b", "a", "--max_new_tokens", "8"]
+    main(["generate", str(model_path), "--composition", str(tmp_path / "fixed"), *routed])
+    from_composition = capsys.readouterr().out
+    main(["generate", str(model_path), "--adapter", f"a={adapters['a']}", "--adapter", f"b={adapters['b']}", *routed])
+    assert from_composition == capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_compiled_decoding_gives_the_same_text(decoder_with_adapters, tokenizer, capsys):
+    model_path, _ = decoder_with_adapters
+    main(["generate", str(model_path), "--prompt", PROMPT, "--max_new_tokens", "6", "--compile"])
+    assert capsys.readouterr().out == f"{PROMPT}{_alone(model_path, None, tokenizer, 6)}\n"
