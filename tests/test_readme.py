@@ -1,7 +1,8 @@
 """The README runs as written, top to bottom, as a user would: every ```python block and every command.
 
 Blocks run in document order in one workspace (later examples use what earlier ones saved). `hfzoo` commands run
-exactly as written; recipe launches (`python recipes/...`, `torchrun ...`, `accelerate launch ...`) run as written
+exactly as written; recipe launches (`.venv/bin/python recipes/...`, `.venv/bin/torchrun ...`,
+`.venv/bin/accelerate launch ...`) run as written
 plus overrides that shrink the run (any config key can be overridden on the command line). `make quickstart` and
 `make test` are run by tests/test_quickstart.py and by CI itself.
 """
@@ -20,7 +21,7 @@ BIN = Path(sys.executable).parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 BLOCKS = re.findall(r"```(python|bash)\n(.*?)```", README, flags=re.S)
 SETUP_COMMANDS = {"make quickstart", "make test"}
-RECIPE_PREFIXES = ("python recipes/", "torchrun", "accelerate launch")
+RECIPE_PREFIXES = (".venv/bin/python recipes/", ".venv/bin/torchrun", ".venv/bin/accelerate launch")
 SHRINK = ["--max_steps", "2", "--max_train_samples", "16", "--max_eval_samples", "8", "--block_size", "32",
           "--per_device_batch_size", "2", "--gradient_accumulation_steps", "1", "--vocab_size", "512",
           "--eval_every", "2", "--save_every", "2"]  # fmt: skip
@@ -50,7 +51,7 @@ def _execute(kind: str, body: str, workdir: Path) -> None:
         if command.startswith(".venv/bin/hfzoo"):
             result = _run([str(BIN / "hfzoo"), *args[1:]], workdir)
         elif command.startswith(RECIPE_PREFIXES):
-            args[0] = sys.executable if args[0] == "python" else str(BIN / args[0])
+            args[0] = str(BIN / Path(args[0]).name)  # .venv/bin/X: the X of the environment running the tests
             output_dir = workdir / "recipe-launch"
             shrink = SHRINK_FINETUNE if any(arg.endswith("finetune.py") for arg in args) else SHRINK
             result = _run([*args, *shrink, "--output_dir", str(output_dir)], ROOT)
