@@ -168,8 +168,10 @@ def test_discriminator_round_trips_and_names_itself_in_the_auto_map(preset, tmp_
     labelled = labels != -100
     bce = F.binary_cross_entropy_with_logits(expected.logits[labelled], labels[labelled].float())
     torch.testing.assert_close(expected.loss, bce)
-    # With hfzoo, AutoModelForPreTraining is BERT's MLM + NSP head for this model type (one class per Auto class).
-    assert AutoModelForPreTraining._model_mapping[type(model.config)] is ZooEncoderForPreTraining
+    # With hfzoo too, AutoModelForPreTraining picks the discriminator the checkpoint names, every weight loaded.
+    auto, loading_info = AutoModelForPreTraining.from_pretrained(tmp_path, output_loading_info=True)
+    assert type(auto) is ZooEncoderForReplacedTokenDetection
+    assert not loading_info["missing_keys"] and not loading_info["unexpected_keys"]
 
 
 def test_discriminator_checkpoint_carries_its_encoder_into_the_bare_model_and_the_classifier(tmp_path):

@@ -121,6 +121,7 @@ class ZooDecoderForCausalLM(ZooDecoderTaskModel, GenerationMixin):
     _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
     output_cls = CausalLMOutputWithPast
     moe_output_cls = MoeCausalLMOutputWithPast
+    pretrained_head = True
 
     def __init__(self, config: ZooDecoderConfig):
         super().__init__(config)
@@ -204,6 +205,13 @@ class ZooDecoderForTokenClassification(ZooDecoderTaskModel):
         logits = self.score(self.dropout(hidden_states))
         return logits, None if labels is None else self.loss_function(logits, labels, self.config)
 
+
+ZooDecoderPreTrainedModel.heads_by_auto_class = {
+    "AutoModel": (ZooDecoderModel,),
+    "AutoModelForCausalLM": (ZooDecoderForCausalLM,),
+    "AutoModelForSequenceClassification": (ZooDecoderForSequenceClassification,),
+    "AutoModelForTokenClassification": (ZooDecoderForTokenClassification,),
+}
 
 __all__ = [
     "ZooDecoderPreTrainedModel",

@@ -235,6 +235,7 @@ class ZooEncoderForMaskedLM(ZooEncoderTaskModel):
     """
 
     _tied_weights_keys = {"lm_head.decoder.weight": "model.embed_tokens.weight"}
+    pretrained_head = True
 
     def __init__(self, config: ZooEncoderConfig, add_pooling_layer: bool | None = False):
         super().__init__(config, add_pooling_layer=add_pooling_layer)
@@ -322,6 +323,8 @@ class ZooEncoderForReplacedTokenDetection(ZooEncoderTaskModel):
     and the combined loss are a training-time module (`hfzoo.training.electra`); this model is what pretraining keeps,
     and its encoder loads into every task head for fine-tuning.
     """
+
+    pretrained_head = True
 
     def __init__(self, config: ZooEncoderConfig):
         super().__init__(config, add_pooling_layer=False)
@@ -433,6 +436,22 @@ class ZooEncoderForQuestionAnswering(ZooEncoderTaskModel):
             QuestionAnsweringModelOutput, loss, outputs, start_logits=start_logits, end_logits=end_logits
         )
 
+
+# AutoModelForPreTraining gives each pretraining output the head it was trained with (`architectures` picks it):
+# BERT's MLM + NSP by default, the masked-LM head, or ELECTRA's discriminator.
+ZooEncoderPreTrainedModel.heads_by_auto_class = {
+    "AutoModel": (ZooEncoderModel,),
+    "AutoModelForMaskedLM": (ZooEncoderForMaskedLM,),
+    "AutoModelForPreTraining": (
+        ZooEncoderForPreTraining,
+        ZooEncoderForMaskedLM,
+        ZooEncoderForReplacedTokenDetection,
+    ),
+    "AutoModelForSequenceClassification": (ZooEncoderForSequenceClassification,),
+    "AutoModelForTokenClassification": (ZooEncoderForTokenClassification,),
+    "AutoModelForQuestionAnswering": (ZooEncoderForQuestionAnswering,),
+    "AutoModelForMultipleChoice": (ZooEncoderForMultipleChoice,),
+}
 
 __all__ = [
     "ZooEncoderPreTrainedModel",

@@ -281,6 +281,7 @@ class ZooEncoderDecoderForConditionalGeneration(ZooEncoderDecoderPreTrainedModel
     """Seq2seq language model: `labels` in, token-level cross-entropy out; `generate()` decodes with a cache."""
 
     _tied_weights_keys = {"lm_head.weight": "model.decoder.embed_tokens.weight"}
+    pretrained_head = True
 
     def __init__(self, config: ZooEncoderDecoderConfig):
         super().__init__(config)
@@ -380,6 +381,12 @@ class ZooEncoderDecoderForSequenceClassification(ZooEncoderDecoderPreTrainedMode
             loss, _ = add_seq2seq_router_loss(self.config, loss, outputs)
         return Seq2SeqSequenceClassifierOutput(loss=loss, logits=logits, **recorded_states(outputs))
 
+
+ZooEncoderDecoderPreTrainedModel.heads_by_auto_class = {
+    "AutoModel": (ZooEncoderDecoderModel,),
+    "AutoModelForSeq2SeqLM": (ZooEncoderDecoderForConditionalGeneration,),
+    "AutoModelForSequenceClassification": (ZooEncoderDecoderForSequenceClassification,),
+}
 
 __all__ = [
     "ZooEncoderDecoderPreTrainedModel",
