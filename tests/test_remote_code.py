@@ -133,6 +133,8 @@ HEADS = {
         "AutoModelForCausalLM": "ZooDecoderForCausalLM",
         "AutoModelForSequenceClassification": "ZooDecoderForSequenceClassification",
         "AutoModelForTokenClassification": "ZooDecoderForTokenClassification",
+        "AutoModelForQuestionAnswering": "ZooDecoderForQuestionAnswering",
+        "AutoModelForMultipleChoice": "ZooDecoderForMultipleChoice",
     },
     "encoder": {
         "AutoModel": "ZooEncoderModel",
@@ -147,6 +149,7 @@ HEADS = {
         "AutoModel": "ZooEncoderDecoderModel",
         "AutoModelForSeq2SeqLM": "ZooEncoderDecoderForConditionalGeneration",
         "AutoModelForSequenceClassification": "ZooEncoderDecoderForSequenceClassification",
+        "AutoModelForQuestionAnswering": "ZooEncoderDecoderForQuestionAnswering",
     },
 }
 # family -> (preset, objective, the Auto class its card names)
@@ -182,7 +185,7 @@ HEADS_CHILD = textwrap.dedent(
         batch = dict(tokenizer(["the first text", "a second, longer text to read"], padding=True, return_tensors="pt"))
         if auto_name == "AutoModelForMultipleChoice":
             return {name: tensor[:, None].expand(-1, 2, -1) for name, tensor in batch.items()}
-        if family == "encoder_decoder" and auto_name != "AutoModelForSequenceClassification":
+        if family == "encoder_decoder" and auto_name in ("AutoModel", "AutoModelForSeq2SeqLM"):
             batch["decoder_input_ids"] = batch["input_ids"][:, :3]
         return batch
 

@@ -19,6 +19,7 @@ from transformers.modeling_outputs import (
     Seq2SeqModelOutput,
     Seq2SeqMoEModelOutput,
     Seq2SeqMoEOutput,
+    Seq2SeqQuestionAnsweringModelOutput,
     Seq2SeqSequenceClassifierOutput,
 )
 from transformers.utils import ModelOutput, can_return_tuple
@@ -382,10 +383,54 @@ class ZooEncoderDecoderForSequenceClassification(ZooEncoderDecoderPreTrainedMode
         return Seq2SeqSequenceClassifierOutput(loss=loss, logits=logits, **recorded_states(outputs))
 
 
+class ZooEncoderDecoderForQuestionAnswering(ZooEncoderDecoderPreTrainedModel):
+    """Extractive QA as BART and T5 do it: the source feeds the encoder and, shifted right, the decoder; start and end
+    logits are read from each decoder state, which has read the whole source through cross-attention.
+
+    Targets are `start_positions` / `end_positions` (token indices of the source); positions outside the sequence
+    are ignored, and the loss averages the two cross-entropies.
+    """
+
+    def __init__(self, config: ZooEncoderDecoderConfig):
+        super().__init__(config)
+        self.model = ZooEncoderDecoderModel(config)
+        self.qa_outputs = nn.Linear(config.hidden_size, 2)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        encoder_outputs: ModelOutput | tuple | None = None,
+        start_positions: torch.LongTensor | None = None,
+        end_positions: torch.LongTensor | None = None,
+        **kwargs,
+    ) -> Seq2SeqQuestionAnsweringModelOutput:
+        if input_ids is None:
+            raise ValueError("ZooEncoderDecoderForQuestionAnswering feeds input_ids, shifted, to the decoder; pass them.")
+        decoder_input_ids = shift_tokens_right(input_ids, self.config.pad_token_id, self.config.decoder_start_token_id)
+        outputs = self.model(
+            input_ids, attention_mask, decoder_input_ids, encoder_outputs=encoder_outputs, use_cache=False, **kwargs
+        )
+        start_logits, end_logits = (
+            logits.contiguous() for logits in self.qa_outputs(outputs.last_hidden_state).unbind(dim=-1)
+        )
+        loss = None
+        if start_positions is not None and end_positions is not None:
+            loss = self.loss_function(start_logits, end_logits, start_positions, end_positions)
+        if self.config.num_experts:
+            loss, _ = add_seq2seq_router_loss(self.config, loss, outputs)
+        return Seq2SeqQuestionAnsweringModelOutput(
+            loss=loss, start_logits=start_logits, end_logits=end_logits, **recorded_states(outputs)
+        )
+
+
 ZooEncoderDecoderPreTrainedModel.heads_by_auto_class = {
     "AutoModel": (ZooEncoderDecoderModel,),
     "AutoModelForSeq2SeqLM": (ZooEncoderDecoderForConditionalGeneration,),
     "AutoModelForSequenceClassification": (ZooEncoderDecoderForSequenceClassification,),
+    "AutoModelForQuestionAnswering": (ZooEncoderDecoderForQuestionAnswering,),
 }
 
 __all__ = [
@@ -395,4 +440,5 @@ __all__ = [
     "ZooEncoderDecoderModel",
     "ZooEncoderDecoderForConditionalGeneration",
     "ZooEncoderDecoderForSequenceClassification",
+    "ZooEncoderDecoderForQuestionAnswering",
 ]
