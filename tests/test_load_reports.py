@@ -78,3 +78,16 @@ def test_heads_that_share_pretrained_weights_still_load_each_other(tmp_path):
     )
     assert all(not key.startswith("model.layers") for key in loading_info["missing_keys"])
     assert isinstance(AutoModelForPreTraining.from_pretrained(discriminator), ZooEncoderForReplacedTokenDetection)
+
+
+def test_a_bare_model_starts_a_new_language_model_head_but_a_classifier_checkpoint_does_not(tmp_path):
+    """A bare checkpoint has no head to lose; a classifier's (an untied LM head, so lm_head is not the embedding)
+    would drop its score head and start the LM head from random values."""
+    config = hfzoo.preset_config("gpt-tiny", tie_word_embeddings=False, pad_token_id=0)
+    hfzoo.ZooDecoderModel(copy.deepcopy(config)).save_pretrained(tmp_path / "bare")
+    _, loading_info = hfzoo.ZooDecoderForCausalLM.from_pretrained(tmp_path / "bare", output_loading_info=True)
+    assert loading_info["missing_keys"] == {"lm_head.weight"}
+    hfzoo.ZooDecoderForSequenceClassification(copy.deepcopy(config)).save_pretrained(tmp_path / "classifier")
+    with pytest.raises(ValueError, match=r"holds a ZooDecoderForSequenceClassification checkpoint.*\(lm_head\.weight\)"
+                       r".*AutoModelForSequenceClassification\.from_pretrained, which picks it"):  # fmt: skip
+        transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "classifier")

@@ -100,22 +100,24 @@ class ZooPreTrainedModel(ModeFollowingLayout, PreTrainedModel):
         wants_loading_info = kwargs.get("output_loading_info", False)
         kwargs["output_loading_info"] = True
         model, loading_info = super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
-        model.refuse_fresh_pretrained_head(pretrained_model_name_or_path, loading_info["missing_keys"])
+        model.refuse_fresh_pretrained_head(pretrained_model_name_or_path, loading_info)
         return (model, loading_info) if wants_loading_info else model
 
-    def refuse_fresh_pretrained_head(self, source, missing_keys) -> None:
-        """Raise when this is a pretrained head and the checkpoint, saved as another class, has none of its weights.
+    def refuse_fresh_pretrained_head(self, source, loading_info: dict) -> None:
+        """Raise when this is a pretrained head and the checkpoint, saved as another head, has none of its weights
+        but weights of its own head, which loading would drop (`loading_info` is `from_pretrained`'s).
 
         transformers would initialise them at random and only log it: an ELECTRA discriminator loaded as BERT's
         MLM + NSP head would lose its detection head and predict tokens with random weights. The message names the
-        class the checkpoint was saved as and the Auto class that picks it.
+        class the checkpoint was saved as and the Auto class that picks it. A bare model's checkpoint, which has no
+        head to drop, still starts any head.
         """
         saved_as = (getattr(self.config, "architectures", None) or [type(self).__name__])[0]
         if not self.pretrained_head or saved_as == type(self).__name__:
             return
         tied = set(getattr(self, "all_tied_weights_keys", None) or {})
         head_keys = {key for key in self.state_dict() if not key.startswith(f"{self.base_model_prefix}.")} - tied
-        if not head_keys or not head_keys <= set(missing_keys):
+        if not head_keys or not head_keys <= set(loading_info["missing_keys"]) or not loading_info["unexpected_keys"]:
             return
         routes = [name for name, heads in self.heads_by_auto_class.items() if saved_as in (h.__name__ for h in heads)]
         route = f" (or {routes[-1]}.from_pretrained, which picks it)" if routes else ""
