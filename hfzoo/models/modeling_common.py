@@ -128,6 +128,17 @@ class ZooPreTrainedModel(ModeFollowingLayout, PreTrainedModel):
             "AutoModelForSequenceClassification."
         )
 
+    def answer_span(
+        self, hidden_states: torch.Tensor, start_positions: torch.Tensor | None, end_positions: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Extractive QA's start and end logits per token from the head's `qa_outputs` projection and, given both
+        targets, transformers' QA loss (the mean of the two cross-entropies; positions outside the sequence ignored)."""
+        start_logits, end_logits = (logits.contiguous() for logits in self.qa_outputs(hidden_states).unbind(dim=-1))
+        loss = None
+        if start_positions is not None and end_positions is not None:
+            loss = self.loss_function(start_logits, end_logits, start_positions, end_positions)
+        return start_logits, end_logits, loss
+
     def save_pretrained(self, save_directory, *args, **kwargs):
         """`PreTrainedModel.save_pretrained`, with every head of the family named in `config.json`'s `auto_map`.
 

@@ -239,12 +239,7 @@ class ZooDecoderForQuestionAnswering(ZooDecoderTaskModel):
         **kwargs,
     ) -> QuestionAnsweringModelOutput:
         outputs = self.base_model_outputs(input_ids, attention_mask, position_ids, None, inputs_embeds, False, **kwargs)
-        start_logits, end_logits = (
-            logits.contiguous() for logits in self.qa_outputs(outputs.last_hidden_state).unbind(dim=-1)
-        )
-        loss = None
-        if start_positions is not None and end_positions is not None:
-            loss = self.loss_function(start_logits, end_logits, start_positions, end_positions)
+        start_logits, end_logits, loss = self.answer_span(outputs.last_hidden_state, start_positions, end_positions)
         return self.task_output(outputs, loss, start_logits=start_logits, end_logits=end_logits)
 
 

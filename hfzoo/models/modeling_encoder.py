@@ -424,14 +424,11 @@ class ZooEncoderForQuestionAnswering(ZooEncoderTaskModel):
         **kwargs,
     ) -> QuestionAnsweringModelOutput:
         # Named here so that Trainer and the QA pipeline see them; both travel on as the head's targets.
-        targets = None if start_positions is None or end_positions is None else (start_positions, end_positions)
+        targets = (start_positions, end_positions)
         return super().forward(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, targets, **kwargs)
 
     def head(self, outputs: ZooEncoderModelOutput, targets, inputs: dict, **kwargs) -> QuestionAnsweringModelOutput:
-        start_logits, end_logits = (
-            logits.contiguous() for logits in self.qa_outputs(outputs.last_hidden_state).unbind(dim=-1)
-        )
-        loss = None if targets is None else self.loss_function(start_logits, end_logits, *targets)
+        start_logits, end_logits, loss = self.answer_span(outputs.last_hidden_state, *targets)
         return self.task_output(
             QuestionAnsweringModelOutput, loss, outputs, start_logits=start_logits, end_logits=end_logits
         )

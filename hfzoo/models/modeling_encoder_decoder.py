@@ -82,6 +82,22 @@ class ZooEncoderDecoderPreTrainedModel(ZooPreTrainedModel):
             )
         return embeddings
 
+    def decode_shifted_source(
+        self,
+        input_ids: torch.LongTensor | None,
+        attention_mask: torch.Tensor | None,
+        encoder_outputs: ModelOutput | tuple | None,
+        **kwargs,
+    ) -> Seq2SeqModelOutput:
+        """BART's reading for its classification and QA heads: the source feeds the encoder and, shifted right
+        behind `decoder_start_token_id`, the decoder, so each decoder state has read the whole source."""
+        if input_ids is None:
+            raise ValueError(f"{type(self).__name__} feeds input_ids, shifted, to the decoder; pass them.")
+        decoder_input_ids = shift_tokens_right(input_ids, self.config.pad_token_id, self.config.decoder_start_token_id)
+        return self.model(
+            input_ids, attention_mask, decoder_input_ids, encoder_outputs=encoder_outputs, use_cache=False, **kwargs
+        )
+
 
 class Seq2SeqStack(TransformerStack, ZooEncoderDecoderPreTrainedModel):
     """What both stacks are made of: input embeddings, shared blocks and, for pre-norm, a final norm.
@@ -367,10 +383,7 @@ class ZooEncoderDecoderForSequenceClassification(ZooEncoderDecoderPreTrainedMode
             )
         if attention_mask is not None and not attention_mask[:, 0].all():
             raise ValueError("Inputs are left-padded; classify right-padded inputs (tokenizer.padding_side='right').")
-        decoder_input_ids = shift_tokens_right(input_ids, self.config.pad_token_id, self.config.decoder_start_token_id)
-        outputs = self.model(
-            input_ids, attention_mask, decoder_input_ids, encoder_outputs=encoder_outputs, use_cache=False, **kwargs
-        )
+        outputs = self.decode_shifted_source(input_ids, attention_mask, encoder_outputs, **kwargs)
         positions = torch.arange(input_ids.shape[1], device=input_ids.device)
         last_eos = (positions * is_eos).argmax(-1)
         pooled = outputs.last_hidden_state[torch.arange(input_ids.shape[0], device=input_ids.device), last_eos]
@@ -407,18 +420,8 @@ class ZooEncoderDecoderForQuestionAnswering(ZooEncoderDecoderPreTrainedModel):
         end_positions: torch.LongTensor | None = None,
         **kwargs,
     ) -> Seq2SeqQuestionAnsweringModelOutput:
-        if input_ids is None:
-            raise ValueError("ZooEncoderDecoderForQuestionAnswering feeds input_ids, shifted, to the decoder; pass them.")
-        decoder_input_ids = shift_tokens_right(input_ids, self.config.pad_token_id, self.config.decoder_start_token_id)
-        outputs = self.model(
-            input_ids, attention_mask, decoder_input_ids, encoder_outputs=encoder_outputs, use_cache=False, **kwargs
-        )
-        start_logits, end_logits = (
-            logits.contiguous() for logits in self.qa_outputs(outputs.last_hidden_state).unbind(dim=-1)
-        )
-        loss = None
-        if start_positions is not None and end_positions is not None:
-            loss = self.loss_function(start_logits, end_logits, start_positions, end_positions)
+        outputs = self.decode_shifted_source(input_ids, attention_mask, encoder_outputs, **kwargs)
+        start_logits, end_logits, loss = self.answer_span(outputs.last_hidden_state, start_positions, end_positions)
         if self.config.num_experts:
             loss, _ = add_seq2seq_router_loss(self.config, loss, outputs)
         return Seq2SeqQuestionAnsweringModelOutput(
