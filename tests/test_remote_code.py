@@ -3,6 +3,8 @@
 `save_pretrained` copies the modeling files next to the weights; this loads them in a separate Python process in
 which `import hfzoo` fails for real (a blocking package comes first on PYTHONPATH), from a directory outside the
 repository, offline, with its own module cache, and compares with the logits and tokens of the parent process.
+Then as a user shares a pretraining run: the recipe's output of each family loads there as every head the family
+has, and `Trainer` fine-tunes one of them.
 """
 
 import json
@@ -66,14 +68,33 @@ def parent_outputs(model) -> dict[str, torch.Tensor]:
     return {"logits": logits, "generated": generated}
 
 
+def run_without_hfzoo(root: Path, script: str, *args: str, timeout: int = 300) -> None:
+    """Run `script` (saved as `root/child.py`) in a process where `import hfzoo` fails for real (a blocking package
+    comes first on PYTHONPATH), from `root`, offline, with its own module cache and HF home under `root`."""
+    blocker = root / "blocker" / "hfzoo"
+    blocker.mkdir(parents=True)
+    (blocker / "__init__.py").write_text('raise ImportError("hfzoo is hidden from this process on purpose")\n')
+    (root / "child.py").write_text(script)
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(blocker.parent),
+        "HF_MODULES_CACHE": str(root / "modules"),
+        "HF_HOME": str(root / "hf_home"),
+        "HF_HUB_OFFLINE": "1",
+        "OMP_NUM_THREADS": "1",
+    }
+    child = subprocess.run(
+        [sys.executable, "child.py", *args], cwd=root, env=env, capture_output=True, text=True, timeout=timeout
+    )
+    assert child.returncode == 0, child.stderr[-4000:]
+
+
 @pytest.fixture(scope="module")
 def remote_code_run(tmp_path_factory, tiny_model) -> tuple[dict, Path]:
     """Save every preset, load them all in one child process (imports dominate), return parent outputs + results."""
     root = tmp_path_factory.mktemp("remote_code")
-    checkpoints, results, blocker = root / "checkpoints", root / "results", root / "blocker" / "hfzoo"
+    checkpoints, results = root / "checkpoints", root / "results"
     results.mkdir()
-    blocker.mkdir(parents=True)
-    (blocker / "__init__.py").write_text('raise ImportError("hfzoo is hidden from this process on purpose")\n')
     save_file({"input_ids": INPUT_IDS, "attention_mask": ATTENTION_MASK}, root / "inputs.safetensors")
     expected = {}
     for preset in PRESETS:
@@ -87,24 +108,7 @@ def remote_code_run(tmp_path_factory, tiny_model) -> tuple[dict, Path]:
         expected[preset] = parent_outputs(loaded)
         fresh = parent_outputs(model)
         torch.testing.assert_close(expected[preset]["logits"], fresh["logits"], atol=1e-6, rtol=0)
-    (root / "child.py").write_text(CHILD)
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(blocker.parent),
-        "HF_MODULES_CACHE": str(root / "modules"),
-        "HF_HOME": str(root / "hf_home"),
-        "HF_HUB_OFFLINE": "1",
-        "OMP_NUM_THREADS": "1",
-    }
-    child = subprocess.run(
-        [sys.executable, str(root / "child.py"), str(checkpoints), str(results)],
-        cwd=root,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert child.returncode == 0, child.stderr[-4000:]
+    run_without_hfzoo(root, CHILD, str(checkpoints), str(results))
     return expected, results
 
 
@@ -253,23 +257,8 @@ def heads_without_hfzoo(tmp_path_factory) -> dict:
             GradientState._reset_state()
             AcceleratorState._reset_state(reset_partial_state=True)
         jobs[family] = (str(output), list(HEADS[family]))
-    blocker = root / "blocker" / "hfzoo"
-    blocker.mkdir(parents=True)
-    (blocker / "__init__.py").write_text('raise ImportError("hfzoo is hidden from this process on purpose")\n')
     (root / "jobs.json").write_text(json.dumps(jobs))
-    (root / "child.py").write_text(HEADS_CHILD)
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(blocker.parent),
-        "HF_MODULES_CACHE": str(root / "modules"),
-        "HF_HOME": str(root / "hf_home"),
-        "HF_HUB_OFFLINE": "1",
-    }
-    child = subprocess.run(
-        [sys.executable, "child.py", "jobs.json", "results.json", str(root / "fine-tuned")],
-        cwd=root, env=env, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert child.returncode == 0, child.stderr[-4000:]
+    run_without_hfzoo(root, HEADS_CHILD, "jobs.json", "results.json", str(root / "fine-tuned"), timeout=600)
     return {"root": root, "jobs": jobs, "results": json.loads((root / "results.json").read_text())}
 
 
