@@ -6,56 +6,20 @@ PEFT has no public API for per-architecture default targets, so its mapping dict
 (the dicts are shared by `get_peft_model` and each tuner).
 """
 
+import transformers
 from peft.utils import constants as peft_constants
-from transformers import (
-    AutoConfig,
-    AutoModel,
-    AutoModelForCausalLM,
-    AutoModelForMaskedLM,
-    AutoModelForMultipleChoice,
-    AutoModelForPreTraining,
-    AutoModelForQuestionAnswering,
-    AutoModelForSeq2SeqLM,
-    AutoModelForSequenceClassification,
-    AutoModelForTokenClassification,
-)
+from transformers import AutoConfig
 
 from . import models
 
-AUTO_CLASSES = {
-    models.ZooDecoderConfig: {
-        AutoModel: models.ZooDecoderModel,
-        AutoModelForCausalLM: models.ZooDecoderForCausalLM,
-        AutoModelForSequenceClassification: models.ZooDecoderForSequenceClassification,
-        AutoModelForTokenClassification: models.ZooDecoderForTokenClassification,
-    },
-    models.ZooEncoderConfig: {
-        AutoModel: models.ZooEncoderModel,
-        AutoModelForMaskedLM: models.ZooEncoderForMaskedLM,
-        AutoModelForPreTraining: models.ZooEncoderForPreTraining,
-        AutoModelForSequenceClassification: models.ZooEncoderForSequenceClassification,
-        AutoModelForTokenClassification: models.ZooEncoderForTokenClassification,
-        AutoModelForQuestionAnswering: models.ZooEncoderForQuestionAnswering,
-        AutoModelForMultipleChoice: models.ZooEncoderForMultipleChoice,
-    },
-    models.ZooEncoderDecoderConfig: {
-        AutoModel: models.ZooEncoderDecoderModel,
-        AutoModelForSeq2SeqLM: models.ZooEncoderDecoderForConditionalGeneration,
-        AutoModelForSequenceClassification: models.ZooEncoderDecoderForSequenceClassification,
-    },
-    models.ZooBiLMConfig: {
-        AutoModel: models.ZooBiLMModel,
-        AutoModelForPreTraining: models.ZooBiLMForPreTraining,
-    },
+# Each family's config class and its heads by Auto class name (`heads_by_auto_class`, declared beside the models so
+# that the copy of the code saved with a checkpoint names the same heads in its `auto_map`).
+FAMILIES = {
+    models.ZooDecoderConfig: models.ZooDecoderPreTrainedModel,
+    models.ZooEncoderConfig: models.ZooEncoderPreTrainedModel,
+    models.ZooEncoderDecoderConfig: models.ZooEncoderDecoderPreTrainedModel,
+    models.ZooBiLMConfig: models.ZooBiLMPreTrainedModel,
 }
-
-# Heads no Auto class can map, with the Auto class their checkpoints name. transformers maps one class per model type
-# and Auto class; the one that fits ELECTRA's discriminator (AutoModelForPreTraining, as for transformers'
-# ElectraForPreTraining) holds BERT's MLM + NSP head for the encoder's model type. The discriminator's checkpoints
-# still name it there in their auto_map, with the modeling code beside them, so they load as remote code where hfzoo
-# is absent; with hfzoo, load one with `ZooEncoderForReplacedTokenDetection.from_pretrained`, or its encoder with
-# AutoModel or any task head's Auto class.
-AUTO_MAP_ONLY = {models.ZooEncoderForReplacedTokenDetection: AutoModelForPreTraining}
 
 # The LoRA-like methods whose PEFT mappings are separate copies of LoRA's, made when PEFT is imported (so hfzoo's
 # LoRA entry does not reach them): they get the same default targets.
@@ -86,14 +50,16 @@ WITHOUT_PEFT_DEFAULTS = {models.ZooBiLMConfig.model_type}
 
 
 def register() -> None:
-    for model_cls, auto_cls in AUTO_MAP_ONLY.items():
-        model_cls.register_for_auto_class(auto_cls.__name__)
-    for config_cls, heads in AUTO_CLASSES.items():
+    for config_cls, family in FAMILIES.items():
         AutoConfig.register(config_cls.model_type, config_cls, exist_ok=True)
         config_cls.register_for_auto_class()
-        for auto_cls, model_cls in heads.items():
-            auto_cls.register(config_cls, model_cls, exist_ok=True)
-            model_cls.register_for_auto_class(auto_cls.__name__)
+        for auto_name, heads in family.heads_by_auto_class.items():
+            # Several heads for one Auto class: transformers picks by the config's `architectures` (first = default).
+            getattr(transformers, auto_name).register(config_cls, heads if len(heads) > 1 else heads[0], exist_ok=True)
+            for head in heads:
+                # The Auto class a head saves itself under is the first that names it (an own, not inherited, one).
+                if "_auto_class" not in vars(head):
+                    head.register_for_auto_class(auto_name)
         if config_cls.model_type in WITHOUT_PEFT_DEFAULTS:
             continue
         family_targets = {**PEFT_DEFAULT_TARGETS, **PEFT_FAMILY_TARGETS.get(config_cls.model_type, {})}

@@ -49,8 +49,14 @@ NATIVE_CONFIGS = {
 
 
 HEADS = {
-    "gpt2": ["GPT2Model", "GPT2LMHeadModel", "GPT2ForSequenceClassification", "GPT2ForTokenClassification"],
-    "llama": ["LlamaModel", "LlamaForCausalLM", "LlamaForSequenceClassification", "LlamaForTokenClassification"],
+    "gpt2": [
+        "GPT2Model", "GPT2LMHeadModel", "GPT2ForSequenceClassification", "GPT2ForTokenClassification",
+        "GPT2ForQuestionAnswering",
+    ],
+    "llama": [
+        "LlamaModel", "LlamaForCausalLM", "LlamaForSequenceClassification", "LlamaForTokenClassification",
+        "LlamaForQuestionAnswering",
+    ],
     "bert": [
         "BertModel", "BertForMaskedLM", "BertForSequenceClassification", "BertForTokenClassification",
         "BertForQuestionAnswering", "BertForMultipleChoice",
@@ -59,8 +65,8 @@ HEADS = {
         "RobertaModel", "RobertaForMaskedLM", "RobertaForSequenceClassification", "RobertaForTokenClassification",
         "RobertaForQuestionAnswering", "RobertaForMultipleChoice",
     ],
-    "t5": ["T5Model", "T5ForConditionalGeneration", "T5ForSequenceClassification"],
-    "bart": ["BartModel", "BartForConditionalGeneration", "BartForSequenceClassification"],
+    "t5": ["T5Model", "T5ForConditionalGeneration", "T5ForSequenceClassification", "T5ForQuestionAnswering"],
+    "bart": ["BartModel", "BartForConditionalGeneration", "BartForSequenceClassification", "BartForQuestionAnswering"],
 }
 CASES = [(family, head) for family, heads in HEADS.items() for head in heads]
 
@@ -90,7 +96,7 @@ def model_inputs(family: str, head: str, config) -> dict:
         inputs["token_type_ids"][:, 5:] = config.type_vocab_size - 1
     if family in ("t5", "bart"):
         ids[:, -1] = config.eos_token_id
-        if not head.endswith("SequenceClassification"):
+        if not head.endswith(("SequenceClassification", "QuestionAnswering")):  # these shift the source
             inputs["decoder_input_ids"] = torch.randint(4, VOCAB, (2, 5), generator=generator)
     if head.endswith("MultipleChoice"):
         inputs = {name: tensor[:, None].expand(-1, 3, -1).contiguous() for name, tensor in inputs.items()}

@@ -4,6 +4,7 @@ checks, and `--objective electra` through the pretrain recipe saving a discrimin
 
 import copy
 import json
+import re
 
 import pytest
 import torch
@@ -14,7 +15,7 @@ from test_pretrain_recipe import run_in_process
 from transformers import AutoModel, AutoModelForPreTraining, AutoModelForSequenceClassification
 
 import hfzoo
-from hfzoo.models import ZooEncoderForPreTraining, ZooEncoderForReplacedTokenDetection
+from hfzoo.models import ZooEncoderForReplacedTokenDetection
 from hfzoo.recipes.pretrain import PretrainConfig, main
 from hfzoo.training.electra import ElectraPreTraining
 from hfzoo.training.logging import read_log
@@ -27,7 +28,7 @@ def electra_pair(preset: str = "bert-tiny", seed: int = 0, **options) -> Electra
 
 
 def discriminator(preset: str = "bert-tiny") -> ZooEncoderForReplacedTokenDetection:
-    """A tiny discriminator in eval mode, dropout 0 (no Auto class builds one: see hfzoo.registration)."""
+    """A tiny discriminator in eval mode, dropout 0."""
     config = hfzoo.preset_config(preset, hidden_dropout=0.0, attention_dropout=0.0)
     torch.manual_seed(0)
     return ZooEncoderForReplacedTokenDetection(config).eval()
@@ -168,8 +169,10 @@ def test_discriminator_round_trips_and_names_itself_in_the_auto_map(preset, tmp_
     labelled = labels != -100
     bce = F.binary_cross_entropy_with_logits(expected.logits[labelled], labels[labelled].float())
     torch.testing.assert_close(expected.loss, bce)
-    # With hfzoo, AutoModelForPreTraining is BERT's MLM + NSP head for this model type (one class per Auto class).
-    assert AutoModelForPreTraining._model_mapping[type(model.config)] is ZooEncoderForPreTraining
+    # With hfzoo too, AutoModelForPreTraining picks the discriminator the checkpoint names, every weight loaded.
+    auto, loading_info = AutoModelForPreTraining.from_pretrained(tmp_path, output_loading_info=True)
+    assert type(auto) is ZooEncoderForReplacedTokenDetection
+    assert not loading_info["missing_keys"] and not loading_info["unexpected_keys"]
 
 
 def test_discriminator_checkpoint_carries_its_encoder_into_the_bare_model_and_the_classifier(tmp_path):
@@ -227,7 +230,12 @@ def test_the_recipe_trains_electra_and_saves_a_discriminator_the_classifier_load
     assert evaluation["perplexity"] == pytest.approx(torch.tensor(evaluation["eval_generator_loss"]).exp().item())
     saved = json.loads((output_dir / "config.json").read_text())
     assert saved["architectures"] == ["ZooEncoderForReplacedTokenDetection"] and saved["hidden_size"] == 128
-    discriminator = ZooEncoderForReplacedTokenDetection.from_pretrained(output_dir)
+    # The Auto class the card names gives back the discriminator, every weight loaded.
+    card_class = re.search(r"model = (\w+)\.from_pretrained\(path\)", (output_dir / "README.md").read_text())[1]
+    assert card_class == "AutoModelForPreTraining"
+    discriminator, loading_info = AutoModelForPreTraining.from_pretrained(output_dir, output_loading_info=True)
+    assert type(discriminator) is ZooEncoderForReplacedTokenDetection
+    assert not loading_info["missing_keys"] and not loading_info["unexpected_keys"]
     classifier = AutoModelForSequenceClassification.from_pretrained(output_dir, num_labels=2)
     assert torch.equal(classifier.model.layers[3].mlp.up_proj.weight, discriminator.model.layers[3].mlp.up_proj.weight)
     assert torch.equal(classifier.model.embed_tokens.weight, discriminator.model.embed_tokens.weight)

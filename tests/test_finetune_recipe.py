@@ -216,11 +216,22 @@ def test_prefix_tuning_on_an_encoder_is_refused_with_the_alternatives(checkpoint
         finetune(tmp_path / "x", "--model", str(checkpoints["bert-tiny"]), *SST2, "--method", "prefix")
 
 
-def test_question_answering_on_an_hfzoo_decoder_is_refused(checkpoints, tmp_path):  # noqa: F811
-    with pytest.raises(ValueError, match="'hfzoo_decoder' model, for which neither transformers nor hfzoo has an "
-                                         "AutoModelForQuestionAnswering head"):  # fmt: skip
-        finetune(tmp_path / "x", "--model", str(checkpoints["gpt-tiny"]), "--task", "question-answering",
-                 "--train_file", str(DATA / "squad" / "dev-v1.1.json"), "--validation_split", "0.1")  # fmt: skip
+@pytest.mark.parametrize(
+    ("preset", "head"),
+    [("gpt-tiny", "ZooDecoderForQuestionAnswering"), ("t5-tiny", "ZooEncoderDecoderForQuestionAnswering")],
+)
+def test_question_answering_on_hfzoo_decoders_and_encoder_decoders(preset, head, checkpoints, tmp_path):  # noqa: F811
+    out = tmp_path / "squad"
+    metrics, predictions = finetune(
+        out, "--model", str(checkpoints[preset]), "--task", "question-answering",
+        "--train_file", str(DATA / "squad" / "dev-v1.1.json"), "--validation_split", "0.05",
+        "--max_length", "96", "--doc_stride", "32", "--max_steps", "2", "--max_eval_samples", "8",
+    )  # fmt: skip
+    assert_run_outputs(out, metrics, {"exact_match", "f1"}, adapter=False)
+    assert len(predictions) == 8
+    model, loading_info = AutoModelForQuestionAnswering.from_pretrained(out, output_loading_info=True)
+    assert type(model).__name__ == head
+    assert not loading_info["missing_keys"] and not loading_info["unexpected_keys"]
 
 
 # ------------------------------------------------------------------------------------------ native checkpoints

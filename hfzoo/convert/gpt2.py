@@ -62,6 +62,7 @@ def base_rules(zoo: ZooDecoderConfig, native: GPT2Config) -> list:
 
 
 HEADS = decoder_heads(
-    ("GPT2Model", "GPT2LMHeadModel", "GPT2ForSequenceClassification", "GPT2ForTokenClassification"), "transformer.", "classifier"
-)
+    ("GPT2Model", "GPT2LMHeadModel", "GPT2ForSequenceClassification", "GPT2ForTokenClassification", "GPT2ForQuestionAnswering"),
+    "transformer.", "classifier", "transformer.",
+)  # fmt: skip
 FAMILY = NativeFamily("gpt2", "learned", zoo_config, native_config, base_rules, HEADS)

@@ -7,10 +7,12 @@ Llama, for BERT and RoBERTa, for T5 and BART.
 
 from ..models import (
     ZooDecoderForCausalLM,
+    ZooDecoderForQuestionAnswering,
     ZooDecoderForSequenceClassification,
     ZooDecoderForTokenClassification,
     ZooDecoderModel,
     ZooEncoderDecoderForConditionalGeneration,
+    ZooEncoderDecoderForQuestionAnswering,
     ZooEncoderDecoderForSequenceClassification,
     ZooEncoderDecoderModel,
     ZooEncoderForMaskedLM,
@@ -24,15 +26,20 @@ from .family import Head
 from .mapping import Rule, linear
 
 
-def decoder_heads(names: tuple[str, str, str, str], prefix: str, token_classifier: str) -> tuple[Head, ...]:
-    """Bare model, causal LM, sequence classification (on the last non-pad token, no bias) and token
-    classification; `names` are the native classes in that order, `token_classifier` the native tagger's name."""
-    bare, causal_lm, sequence, token = names
+def decoder_heads(
+    names: tuple[str, str, str, str, str], prefix: str, token_classifier: str, question_answering_prefix: str
+) -> tuple[Head, ...]:
+    """Bare model, causal LM, sequence classification (on the last non-pad token, no bias), token classification
+    and extractive QA; `names` are the native classes in that order, `token_classifier` the native tagger's name,
+    `question_answering_prefix` where the native QA head keeps its bare model (`transformer.` for GPT-2 and Llama)."""
+    bare, causal_lm, sequence, token, question_answering = names
     return (
         Head(ZooDecoderModel, bare, "", ""),
         Head(ZooDecoderForCausalLM, causal_lm, "model.", prefix, lambda zoo, native: linear("lm_head", "lm_head", False)),
         Head(ZooDecoderForSequenceClassification, sequence, "model.", prefix, lambda zoo, native: linear("score", "score", False)),
         Head(ZooDecoderForTokenClassification, token, "model.", prefix, lambda zoo, native: linear("score", token_classifier, True)),
+        Head(ZooDecoderForQuestionAnswering, question_answering, "model.", question_answering_prefix,
+             lambda zoo, native: linear("qa_outputs", "qa_outputs", True)),
     )
 
 
@@ -54,8 +61,9 @@ def encoder_heads(name: str, prefix: str, masked_lm: list[Rule], sequence_classi
 
 
 def seq2seq_heads(name: str, generation_prefix: str, classifier_prefix: str, generation_rules) -> tuple[Head, ...]:
-    """`<name>Model`, `<name>ForConditionalGeneration` (its head's rules from `generation_rules(zoo, native)`) and
-    `<name>ForSequenceClassification`, whose dense + tanh + projection head is hfzoo's `dense` and `out_proj`."""
+    """`<name>Model`, `<name>ForConditionalGeneration` (its head's rules from `generation_rules(zoo, native)`),
+    `<name>ForSequenceClassification`, whose dense + tanh + projection head is hfzoo's `dense` and `out_proj`, and
+    `<name>ForQuestionAnswering` (its bare model where the generation head keeps it)."""
     classifier = [*linear("dense", "classification_head.dense", True), *linear("out_proj", "classification_head.out_proj", True)]
     return (
         Head(ZooEncoderDecoderModel, f"{name}Model", "", ""),
@@ -63,4 +71,6 @@ def seq2seq_heads(name: str, generation_prefix: str, classifier_prefix: str, gen
              generation_rules),
         Head(ZooEncoderDecoderForSequenceClassification, f"{name}ForSequenceClassification", "model.", classifier_prefix,
              lambda zoo, native: classifier),
+        Head(ZooEncoderDecoderForQuestionAnswering, f"{name}ForQuestionAnswering", "model.", generation_prefix,
+             lambda zoo, native: linear("qa_outputs", "qa_outputs", True)),
     )

@@ -73,6 +73,7 @@ def base_rules(zoo: ZooDecoderConfig, native: LlamaConfig) -> list:
 
 
 HEADS = decoder_heads(
-    ("LlamaModel", "LlamaForCausalLM", "LlamaForSequenceClassification", "LlamaForTokenClassification"), "model.", "score"
-)
+    ("LlamaModel", "LlamaForCausalLM", "LlamaForSequenceClassification", "LlamaForTokenClassification", "LlamaForQuestionAnswering"),
+    "model.", "score", "transformer.",
+)  # fmt: skip
 FAMILY = NativeFamily("llama", "rotary", zoo_config, native_config, base_rules, HEADS)

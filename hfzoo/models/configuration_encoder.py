@@ -31,6 +31,10 @@ class ZooEncoderConfig(ZooTransformerConfig):
 
     def __post_init__(self, **kwargs):
         super().__post_init__(**kwargs)
+        # AutoModelForPreTraining has several encoder heads and picks one by `architectures`; transformers iterates
+        # it without a None check, so a fresh config names none as an empty list (the default head is then taken).
+        if self.architectures is None:
+            self.architectures = []
         if self.type_vocab_size < 0:
             raise ValueError(f"type_vocab_size must be >= 0 (0 = no token types), got {self.type_vocab_size}.")
         if self.classifier_dropout is not None and not 0.0 <= self.classifier_dropout < 1.0:

@@ -188,6 +188,7 @@ class ZooBiLMForPreTraining(ZooBiLMPreTrainedModel):
     """
 
     _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
+    pretrained_head = True
 
     def __init__(self, config: ZooBiLMConfig):
         super().__init__(config)
@@ -195,14 +196,6 @@ class ZooBiLMForPreTraining(ZooBiLMPreTrainedModel):
         self.dropout = nn.Dropout(config.hidden_dropout)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.post_init()
-
-    def save_pretrained(self, save_directory, *args, **kwargs):
-        # ELMo's features come from the bare model: name it in the saved auto_map too (transformers names only the
-        # saving class), so `AutoModel.from_pretrained(..., trust_remote_code=True)` reads a pretrained biLM.
-        if self._auto_class is not None:
-            bare = f"{ZooBiLMModel.__module__.rsplit('.', 1)[-1]}.{ZooBiLMModel.__name__}"
-            self.config.auto_map = {**(getattr(self.config, "auto_map", None) or {}), "AutoModel": bare}
-        return super().save_pretrained(save_directory, *args, **kwargs)
 
     @can_return_tuple
     def forward(
@@ -229,5 +222,11 @@ class ZooBiLMForPreTraining(ZooBiLMPreTrainedModel):
             loss=loss, forward_logits=forward_logits, backward_logits=backward_logits, hidden_states=hidden_states
         )
 
+
+# ELMo's features come from the bare model (AutoModel); the softmax that trains them is the pretraining head.
+ZooBiLMPreTrainedModel.heads_by_auto_class = {
+    "AutoModel": (ZooBiLMModel,),
+    "AutoModelForPreTraining": (ZooBiLMForPreTraining,),
+}
 
 __all__ = ["ZooBiLMPreTrainedModel", "ZooBiLMModel", "ZooBiLMForPreTraining"]

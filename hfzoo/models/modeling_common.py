@@ -74,6 +74,14 @@ class ZooPreTrainedModel(ModeFollowingLayout, PreTrainedModel):
         "attentions": OutputRecorder(Attention, index=1),
         "router_logits": OutputRecorder(MixtureOfExperts, index=1),
     }
+    # The family's heads by the Auto class that loads them (transformers' names), set at the end of each modeling
+    # file: `hfzoo` registers them and every saved checkpoint names them all in its `auto_map`. Where several heads
+    # answer one Auto class (the encoder's pretraining heads), the first is the default and transformers picks the
+    # one a checkpoint names in its config's `architectures`.
+    heads_by_auto_class: dict[str, tuple[type, ...]] = {}
+    # A head whose weights come from pretraining (a language-model or replaced-token-detection head), unlike a task
+    # head that fine-tuning starts from random values: loading it from a checkpoint that has none of them is an error.
+    pretrained_head: bool = False
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
@@ -89,7 +97,69 @@ class ZooPreTrainedModel(ModeFollowingLayout, PreTrainedModel):
         folder = os.path.join(str(pretrained_model_name_or_path), kwargs.get("subfolder") or "")
         if pretrained_model_name_or_path is not None and os.path.isdir(folder) and not kwargs.get("variant"):
             check_checkpoint_folder(folder)
-        return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+        wants_loading_info = kwargs.get("output_loading_info", False)
+        kwargs["output_loading_info"] = True
+        model, loading_info = super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+        model.refuse_fresh_pretrained_head(pretrained_model_name_or_path, loading_info)
+        return (model, loading_info) if wants_loading_info else model
+
+    def refuse_fresh_pretrained_head(self, source, loading_info: dict) -> None:
+        """Raise when this is a pretrained head and the checkpoint, saved as another head, has none of its weights
+        but weights of its own head, which loading would drop (`loading_info` is `from_pretrained`'s).
+
+        transformers would initialise them at random and only log it: an ELECTRA discriminator loaded as BERT's
+        MLM + NSP head would lose its detection head and predict tokens with random weights. The message names the
+        class the checkpoint was saved as and the Auto class that picks it. A bare model's checkpoint, which has no
+        head to drop, still starts any head.
+        """
+        saved_as = (getattr(self.config, "architectures", None) or [type(self).__name__])[0]
+        if not self.pretrained_head or saved_as == type(self).__name__:
+            return
+        tied = set(getattr(self, "all_tied_weights_keys", None) or {})
+        head_keys = {key for key in self.state_dict() if not key.startswith(f"{self.base_model_prefix}.")} - tied
+        if not head_keys or not head_keys <= set(loading_info["missing_keys"]) or not loading_info["unexpected_keys"]:
+            return
+        routes = [name for name, heads in self.heads_by_auto_class.items() if saved_as in (h.__name__ for h in heads)]
+        route = f" (or {routes[-1]}.from_pretrained, which picks it)" if routes else ""
+        raise ValueError(
+            f"{source} holds a {saved_as} checkpoint (config.json 'architectures'), which has none of the weights of "
+            f"{type(self).__name__}'s head ({', '.join(sorted(head_keys))}); they would start from random values. "
+            f"Load it with {saved_as}.from_pretrained{route}; to fine-tune it, load a task head such as "
+            "AutoModelForSequenceClassification."
+        )
+
+    def answer_span(
+        self, hidden_states: torch.Tensor, start_positions: torch.Tensor | None, end_positions: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Extractive QA's start and end logits per token from the head's `qa_outputs` projection and, given both
+        targets, transformers' QA loss (the mean of the two cross-entropies; positions outside the sequence ignored)."""
+        start_logits, end_logits = (logits.contiguous() for logits in self.qa_outputs(hidden_states).unbind(dim=-1))
+        loss = None
+        if start_positions is not None and end_positions is not None:
+            loss = self.loss_function(start_logits, end_logits, start_positions, end_positions)
+        return start_logits, end_logits, loss
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        """`PreTrainedModel.save_pretrained`, with every head of the family named in `config.json`'s `auto_map`.
+
+        transformers names only the saving class there; naming all of them lets any head load the checkpoint with
+        `trust_remote_code=True` where hfzoo is not installed (all heads live in the one modeling file it copies).
+        """
+        if self._auto_class is not None:
+            self.config.auto_map = self.family_auto_map()
+        return super().save_pretrained(save_directory, *args, **kwargs)
+
+    def family_auto_map(self) -> dict[str, str]:
+        """`auto_map` naming the config class and, for each Auto class, this model's class if it answers that Auto
+        class, else the family's default head for it (`module.Class`, as in the folder the code is copied to)."""
+
+        def reference(cls: type) -> str:
+            return f"{cls.__module__.rsplit('.', 1)[-1]}.{cls.__name__}"
+
+        auto_map = {"AutoConfig": reference(type(self.config))}
+        for auto_name, heads in self.heads_by_auto_class.items():
+            auto_map[auto_name] = reference(type(self) if type(self) in heads else heads[0])
+        return auto_map
 
     @PreTrainedModel.loss_function.getter
     def loss_function(self):

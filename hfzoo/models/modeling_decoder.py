@@ -15,6 +15,8 @@ from transformers.modeling_outputs import (
     CausalLMOutputWithPast,
     MoeCausalLMOutputWithPast,
     MoeModelOutputWithPast,
+    MultipleChoiceModelOutput,
+    QuestionAnsweringModelOutput,
     SequenceClassifierOutputWithPast,
     TokenClassifierOutput,
 )
@@ -95,7 +97,7 @@ class ZooDecoderTaskModel(ZooDecoderPreTrainedModel):
             input_ids, attention_mask, position_ids, past_key_values, inputs_embeds, use_cache, **kwargs
         )
         logits, loss = self.head(outputs.last_hidden_state, labels, input_ids)
-        return self.task_output(outputs, logits, loss)
+        return self.task_output(outputs, loss, logits=logits)
 
     def head(
         self, hidden_states: torch.Tensor, labels: torch.Tensor | None, input_ids: torch.Tensor | None
@@ -106,21 +108,38 @@ class ZooDecoderTaskModel(ZooDecoderPreTrainedModel):
     def returns_cache(self) -> bool:
         return CACHE_FIELD in self.output_cls.__dataclass_fields__
 
-    def task_output(self, outputs: ModelOutput, logits: torch.Tensor, loss: torch.Tensor | None) -> ModelOutput:
-        """The head's output: the MoE load-balancing loss joins the task loss; cache and recorded states pass on."""
+    def task_output(self, outputs: ModelOutput, loss: torch.Tensor | None, **logits: torch.Tensor) -> ModelOutput:
+        """The head's output, with its `logits` fields: the MoE load-balancing loss joins the task loss; cache and
+        recorded states pass on."""
         loss, aux_loss = add_router_loss(self.config, loss, outputs)
-        fields = dict(loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions)
+        fields = dict(loss=loss, **logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions)
         if self.returns_cache():
             fields[CACHE_FIELD] = output_cache(outputs)
         if aux_loss is None or self.moe_output_cls is None:
             return self.output_cls(**fields)
         return self.moe_output_cls(**fields, aux_loss=aux_loss, router_logits=outputs.router_logits)
 
+    def last_token(self, input_ids: torch.Tensor | None, batch_size: int, device: torch.device) -> torch.Tensor:
+        """Each row's last non-padding position, where the sequence-level heads read the decoder (it has seen the
+        whole row there); -1 without input ids or without padding. Needs `pad_token_id` to batch."""
+        pad_token_id = self.config.pad_token_id
+        if pad_token_id is None and batch_size != 1:
+            raise ValueError(
+                f"{type(self).__name__} pools the last non-padding token and needs config.pad_token_id to find it in "
+                "a batch; set pad_token_id (e.g. to the tokenizer's pad token id)."
+            )
+        if pad_token_id is None or input_ids is None:
+            return torch.full((batch_size,), -1, device=device, dtype=torch.long)
+        # Rightmost non-pad token: works for left and right padding alike.
+        positions = torch.arange(input_ids.shape[-1], device=device)
+        return (positions * (input_ids != pad_token_id).to(device)).argmax(-1)
+
 
 class ZooDecoderForCausalLM(ZooDecoderTaskModel, GenerationMixin):
     _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
     output_cls = CausalLMOutputWithPast
     moe_output_cls = MoeCausalLMOutputWithPast
+    pretrained_head = True
 
     def __init__(self, config: ZooDecoderConfig):
         super().__init__(config)
@@ -151,7 +170,7 @@ class ZooDecoderForCausalLM(ZooDecoderTaskModel, GenerationMixin):
         loss = None
         if labels is not None:
             loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs)
-        return self.task_output(outputs, logits, loss)
+        return self.task_output(outputs, loss, logits=logits)
 
 
 class ZooDecoderForSequenceClassification(ZooDecoderTaskModel):
@@ -168,18 +187,7 @@ class ZooDecoderForSequenceClassification(ZooDecoderTaskModel):
     def head(self, hidden_states, labels, input_ids):
         logits = self.score(hidden_states)
         batch_size = logits.shape[0]
-        pad_token_id = self.config.pad_token_id
-        if pad_token_id is None and batch_size != 1:
-            raise ValueError(
-                "ZooDecoderForSequenceClassification pools the last non-padding token and needs config.pad_token_id "
-                "to find it in a batch; set pad_token_id (e.g. to the tokenizer's pad token id)."
-            )
-        if pad_token_id is None or input_ids is None:
-            last_token = torch.full((batch_size,), -1, device=logits.device, dtype=torch.long)
-        else:
-            # Rightmost non-pad token: works for left and right padding alike.
-            positions = torch.arange(input_ids.shape[-1], device=logits.device)
-            last_token = (positions * (input_ids != pad_token_id).to(logits.device)).argmax(-1)
+        last_token = self.last_token(input_ids, batch_size, logits.device)
         pooled_logits = logits[torch.arange(batch_size, device=logits.device), last_token]
         if labels is None:
             return pooled_logits, None
@@ -205,10 +213,91 @@ class ZooDecoderForTokenClassification(ZooDecoderTaskModel):
         return logits, None if labels is None else self.loss_function(logits, labels, self.config)
 
 
+class ZooDecoderForQuestionAnswering(ZooDecoderTaskModel):
+    """Extractive QA (GPT-2's and Llama's QA heads): start and end logits per token from the causal hidden states.
+
+    Each token sees only its left context, so put the question before the context. Targets are `start_positions` /
+    `end_positions`; positions outside the sequence are ignored, and the loss averages the two cross-entropies.
+    """
+
+    output_cls = QuestionAnsweringModelOutput
+
+    def __init__(self, config: ZooDecoderConfig):
+        super().__init__(config)
+        self.qa_outputs = nn.Linear(config.hidden_size, 2)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.FloatTensor | None = None,
+        start_positions: torch.LongTensor | None = None,
+        end_positions: torch.LongTensor | None = None,
+        **kwargs,
+    ) -> QuestionAnsweringModelOutput:
+        outputs = self.base_model_outputs(input_ids, attention_mask, position_ids, None, inputs_embeds, False, **kwargs)
+        start_logits, end_logits, loss = self.answer_span(outputs.last_hidden_state, start_positions, end_positions)
+        return self.task_output(outputs, loss, start_logits=start_logits, end_logits=end_logits)
+
+
+class ZooDecoderForMultipleChoice(ZooDecoderTaskModel):
+    """Scores each of `num_choices` (prompt + choice) sequences, inputs shaped `[batch, num_choices, seq]` (SWAG).
+
+    Each choice is decoded as its own sequence and scored from its last non-padding token, as the sequence
+    classifier reads it (so `pad_token_id` must be set); a softmax over the choices gives the cross-entropy loss
+    against `labels` (the index of the right choice).
+    """
+
+    output_cls = MultipleChoiceModelOutput
+
+    def __init__(self, config: ZooDecoderConfig):
+        super().__init__(config)
+        self.dropout = nn.Dropout(config.hidden_dropout)
+        self.score = nn.Linear(config.hidden_size, 1)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.FloatTensor | None = None,
+        labels: torch.LongTensor | None = None,
+        **kwargs,
+    ) -> MultipleChoiceModelOutput:
+        choices = input_ids if input_ids is not None else inputs_embeds
+        num_choices = choices.shape[1]
+        flat = [None if tensor is None else tensor.flatten(0, 1) for tensor in (input_ids, attention_mask, position_ids)]
+        flat_embeds = None if inputs_embeds is None else inputs_embeds.flatten(0, 1)
+        outputs = self.base_model_outputs(flat[0], flat[1], flat[2], None, flat_embeds, False, **kwargs)
+        hidden_states = outputs.last_hidden_state
+        last_token = self.last_token(flat[0], hidden_states.shape[0], hidden_states.device)
+        pooled = hidden_states[torch.arange(hidden_states.shape[0], device=hidden_states.device), last_token]
+        logits = self.score(self.dropout(pooled)).view(-1, num_choices)
+        # transformers has no shared multiple-choice loss; its heads use plain cross-entropy over the choices.
+        loss = None if labels is None else nn.functional.cross_entropy(logits, labels.to(logits.device))
+        return self.task_output(outputs, loss, logits=logits)
+
+
+ZooDecoderPreTrainedModel.heads_by_auto_class = {
+    "AutoModel": (ZooDecoderModel,),
+    "AutoModelForCausalLM": (ZooDecoderForCausalLM,),
+    "AutoModelForSequenceClassification": (ZooDecoderForSequenceClassification,),
+    "AutoModelForTokenClassification": (ZooDecoderForTokenClassification,),
+    "AutoModelForQuestionAnswering": (ZooDecoderForQuestionAnswering,),
+    "AutoModelForMultipleChoice": (ZooDecoderForMultipleChoice,),
+}
+
 __all__ = [
     "ZooDecoderPreTrainedModel",
     "ZooDecoderModel",
     "ZooDecoderForCausalLM",
     "ZooDecoderForSequenceClassification",
     "ZooDecoderForTokenClassification",
+    "ZooDecoderForQuestionAnswering",
+    "ZooDecoderForMultipleChoice",
 ]

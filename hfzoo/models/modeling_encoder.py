@@ -235,6 +235,7 @@ class ZooEncoderForMaskedLM(ZooEncoderTaskModel):
     """
 
     _tied_weights_keys = {"lm_head.decoder.weight": "model.embed_tokens.weight"}
+    pretrained_head = True
 
     def __init__(self, config: ZooEncoderConfig, add_pooling_layer: bool | None = False):
         super().__init__(config, add_pooling_layer=add_pooling_layer)
@@ -322,6 +323,8 @@ class ZooEncoderForReplacedTokenDetection(ZooEncoderTaskModel):
     and the combined loss are a training-time module (`hfzoo.training.electra`); this model is what pretraining keeps,
     and its encoder loads into every task head for fine-tuning.
     """
+
+    pretrained_head = True
 
     def __init__(self, config: ZooEncoderConfig):
         super().__init__(config, add_pooling_layer=False)
@@ -421,18 +424,31 @@ class ZooEncoderForQuestionAnswering(ZooEncoderTaskModel):
         **kwargs,
     ) -> QuestionAnsweringModelOutput:
         # Named here so that Trainer and the QA pipeline see them; both travel on as the head's targets.
-        targets = None if start_positions is None or end_positions is None else (start_positions, end_positions)
+        targets = (start_positions, end_positions)
         return super().forward(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, targets, **kwargs)
 
     def head(self, outputs: ZooEncoderModelOutput, targets, inputs: dict, **kwargs) -> QuestionAnsweringModelOutput:
-        start_logits, end_logits = (
-            logits.contiguous() for logits in self.qa_outputs(outputs.last_hidden_state).unbind(dim=-1)
-        )
-        loss = None if targets is None else self.loss_function(start_logits, end_logits, *targets)
+        start_logits, end_logits, loss = self.answer_span(outputs.last_hidden_state, *targets)
         return self.task_output(
             QuestionAnsweringModelOutput, loss, outputs, start_logits=start_logits, end_logits=end_logits
         )
 
+
+# AutoModelForPreTraining gives each pretraining output the head it was trained with (`architectures` picks it):
+# BERT's MLM + NSP by default, the masked-LM head, or ELECTRA's discriminator.
+ZooEncoderPreTrainedModel.heads_by_auto_class = {
+    "AutoModel": (ZooEncoderModel,),
+    "AutoModelForMaskedLM": (ZooEncoderForMaskedLM,),
+    "AutoModelForPreTraining": (
+        ZooEncoderForPreTraining,
+        ZooEncoderForMaskedLM,
+        ZooEncoderForReplacedTokenDetection,
+    ),
+    "AutoModelForSequenceClassification": (ZooEncoderForSequenceClassification,),
+    "AutoModelForTokenClassification": (ZooEncoderForTokenClassification,),
+    "AutoModelForQuestionAnswering": (ZooEncoderForQuestionAnswering,),
+    "AutoModelForMultipleChoice": (ZooEncoderForMultipleChoice,),
+}
 
 __all__ = [
     "ZooEncoderPreTrainedModel",

@@ -19,6 +19,7 @@ from transformers.modeling_outputs import (
     Seq2SeqModelOutput,
     Seq2SeqMoEModelOutput,
     Seq2SeqMoEOutput,
+    Seq2SeqQuestionAnsweringModelOutput,
     Seq2SeqSequenceClassifierOutput,
 )
 from transformers.utils import ModelOutput, can_return_tuple
@@ -80,6 +81,22 @@ class ZooEncoderDecoderPreTrainedModel(ZooPreTrainedModel):
                 encoder.embed_tokens, embeddings.num_embeddings, mean_resizing=mean_resizing
             )
         return embeddings
+
+    def decode_shifted_source(
+        self,
+        input_ids: torch.LongTensor | None,
+        attention_mask: torch.Tensor | None,
+        encoder_outputs: ModelOutput | tuple | None,
+        **kwargs,
+    ) -> Seq2SeqModelOutput:
+        """BART's reading for its classification and QA heads: the source feeds the encoder and, shifted right
+        behind `decoder_start_token_id`, the decoder, so each decoder state has read the whole source."""
+        if input_ids is None:
+            raise ValueError(f"{type(self).__name__} feeds input_ids, shifted, to the decoder; pass them.")
+        decoder_input_ids = shift_tokens_right(input_ids, self.config.pad_token_id, self.config.decoder_start_token_id)
+        return self.model(
+            input_ids, attention_mask, decoder_input_ids, encoder_outputs=encoder_outputs, use_cache=False, **kwargs
+        )
 
 
 class Seq2SeqStack(TransformerStack, ZooEncoderDecoderPreTrainedModel):
@@ -281,6 +298,7 @@ class ZooEncoderDecoderForConditionalGeneration(ZooEncoderDecoderPreTrainedModel
     """Seq2seq language model: `labels` in, token-level cross-entropy out; `generate()` decodes with a cache."""
 
     _tied_weights_keys = {"lm_head.weight": "model.decoder.embed_tokens.weight"}
+    pretrained_head = True
 
     def __init__(self, config: ZooEncoderDecoderConfig):
         super().__init__(config)
@@ -365,10 +383,7 @@ class ZooEncoderDecoderForSequenceClassification(ZooEncoderDecoderPreTrainedMode
             )
         if attention_mask is not None and not attention_mask[:, 0].all():
             raise ValueError("Inputs are left-padded; classify right-padded inputs (tokenizer.padding_side='right').")
-        decoder_input_ids = shift_tokens_right(input_ids, self.config.pad_token_id, self.config.decoder_start_token_id)
-        outputs = self.model(
-            input_ids, attention_mask, decoder_input_ids, encoder_outputs=encoder_outputs, use_cache=False, **kwargs
-        )
+        outputs = self.decode_shifted_source(input_ids, attention_mask, encoder_outputs, **kwargs)
         positions = torch.arange(input_ids.shape[1], device=input_ids.device)
         last_eos = (positions * is_eos).argmax(-1)
         pooled = outputs.last_hidden_state[torch.arange(input_ids.shape[0], device=input_ids.device), last_eos]
@@ -381,6 +396,46 @@ class ZooEncoderDecoderForSequenceClassification(ZooEncoderDecoderPreTrainedMode
         return Seq2SeqSequenceClassifierOutput(loss=loss, logits=logits, **recorded_states(outputs))
 
 
+class ZooEncoderDecoderForQuestionAnswering(ZooEncoderDecoderPreTrainedModel):
+    """Extractive QA as BART and T5 do it: the source feeds the encoder and, shifted right, the decoder; start and end
+    logits are read from each decoder state, which has read the whole source through cross-attention.
+
+    Targets are `start_positions` / `end_positions` (token indices of the source); positions outside the sequence
+    are ignored, and the loss averages the two cross-entropies.
+    """
+
+    def __init__(self, config: ZooEncoderDecoderConfig):
+        super().__init__(config)
+        self.model = ZooEncoderDecoderModel(config)
+        self.qa_outputs = nn.Linear(config.hidden_size, 2)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        encoder_outputs: ModelOutput | tuple | None = None,
+        start_positions: torch.LongTensor | None = None,
+        end_positions: torch.LongTensor | None = None,
+        **kwargs,
+    ) -> Seq2SeqQuestionAnsweringModelOutput:
+        outputs = self.decode_shifted_source(input_ids, attention_mask, encoder_outputs, **kwargs)
+        start_logits, end_logits, loss = self.answer_span(outputs.last_hidden_state, start_positions, end_positions)
+        if self.config.num_experts:
+            loss, _ = add_seq2seq_router_loss(self.config, loss, outputs)
+        return Seq2SeqQuestionAnsweringModelOutput(
+            loss=loss, start_logits=start_logits, end_logits=end_logits, **recorded_states(outputs)
+        )
+
+
+ZooEncoderDecoderPreTrainedModel.heads_by_auto_class = {
+    "AutoModel": (ZooEncoderDecoderModel,),
+    "AutoModelForSeq2SeqLM": (ZooEncoderDecoderForConditionalGeneration,),
+    "AutoModelForSequenceClassification": (ZooEncoderDecoderForSequenceClassification,),
+    "AutoModelForQuestionAnswering": (ZooEncoderDecoderForQuestionAnswering,),
+}
+
 __all__ = [
     "ZooEncoderDecoderPreTrainedModel",
     "ZooSeq2SeqEncoder",
@@ -388,4 +443,5 @@ __all__ = [
     "ZooEncoderDecoderModel",
     "ZooEncoderDecoderForConditionalGeneration",
     "ZooEncoderDecoderForSequenceClassification",
+    "ZooEncoderDecoderForQuestionAnswering",
 ]

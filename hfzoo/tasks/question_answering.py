@@ -75,8 +75,8 @@ class QuestionAnswering(Task):
     name = "question-answering"
     pipeline_tag = "question-answering"
     suffixes = (".json",)
-    auto_classes = {"encoder": AutoModelForQuestionAnswering, "decoder": AutoModelForQuestionAnswering}
-    peft_task_types = {"encoder": TaskType.QUESTION_ANS, "decoder": TaskType.QUESTION_ANS}
+    auto_classes = {family: AutoModelForQuestionAnswering for family in ("encoder", "decoder", "encoder_decoder")}
+    peft_task_types = {family: TaskType.QUESTION_ANS for family in auto_classes}
 
     # --- Data.
     def read(self, path: str) -> list[QAExample]:

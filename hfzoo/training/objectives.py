@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 from transformers import (
-    AutoModel,
     AutoModelForCausalLM,
     AutoModelForMaskedLM,
     AutoModelForPreTraining,
@@ -119,7 +118,7 @@ OBJECTIVES: dict[str, Objective] = {o.name: o for o in (
         examples=sentence_pairs, fixed_collator_options={"next_sentence_prediction": True},
     ),
     Objective(
-        "electra", "encoder", AutoModel, MaskedLMCollator, "feature-extraction",
+        "electra", "encoder", AutoModelForPreTraining, MaskedLMCollator, "feature-extraction",
         "Replaced token detection (ELECTRA)", shifts_labels=False,
         scored_targets="the generator's masked positions: its masked-LM loss (the perplexity's) plus "
         "discriminator_weight x the discriminator's binary cross-entropy over every token",
