@@ -27,6 +27,8 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from hfzoo.integrations.transformers import attn_implementation
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
 THREADS = 2
@@ -476,7 +478,7 @@ def report(
         "benchmark": benchmark,
         "environment": started,
         "settings": {key: (str(value) if isinstance(value, Path) else value) for key, value in vars(args).items()},
-        "attn_implementation": {variant: first_pair[variant].config._attn_implementation for variant in VARIANTS},
+        "attn_implementation": {variant: attn_implementation(first_pair[variant].config) for variant in VARIANTS},
         "parameters": parameters,
         "results": rows,
     }

@@ -2,11 +2,9 @@
 
 Auto classes find the models by `model_type`; `register_for_auto_class` makes `save_pretrained` write the
 modeling code and an `auto_map`, so checkpoints load with `trust_remote_code=True` where hfzoo is absent.
-PEFT has no public API for per-architecture default targets, so its mapping dicts are extended in place
-(the dicts are shared by `get_peft_model` and each tuner).
+PEFT has no public API for per-architecture default targets: `hfzoo.integrations.peft.add_default_targets` adds them.
 """
 
-from peft.utils import constants as peft_constants
 from transformers import (
     AutoConfig,
     AutoModel,
@@ -21,6 +19,7 @@ from transformers import (
 )
 
 from . import models
+from .integrations.peft import add_default_targets
 
 AUTO_CLASSES = {
     models.ZooDecoderConfig: {
@@ -97,5 +96,4 @@ def register() -> None:
         if config_cls.model_type in WITHOUT_PEFT_DEFAULTS:
             continue
         family_targets = {**PEFT_DEFAULT_TARGETS, **PEFT_FAMILY_TARGETS.get(config_cls.model_type, {})}
-        for mapping_name, targets in family_targets.items():
-            getattr(peft_constants, mapping_name).setdefault(config_cls.model_type, list(targets))
+        add_default_targets(config_cls.model_type, family_targets)
