@@ -97,6 +97,20 @@ def to_native(
     return native.eval()
 
 
+def native_model(config: PreTrainedConfig, native_class: str) -> PreTrainedModel:
+    """A freshly initialised native `native_class` ("GPT2LMHeadModel", "T5ForConditionalGeneration", ...) of the
+    shape an hfzoo model of `config` has, parameter for parameter: what the benchmarks compare hfzoo against."""
+    families = [family for family in FAMILIES.values() if native_class in {head.native_class for head in family.heads}]
+    if not families:
+        raise ValueError(f"{native_class} has no hfzoo counterpart; hfzoo.convert converts {', '.join(FAMILIES)}.")
+    family = native_family(config, families[0].model_type)
+    model = getattr(transformers, native_class)(
+        family.native_config(config), **family.head_kwargs(family.head_for_native(native_class), config)
+    )
+    family.prepare_native(model, config)
+    return model
+
+
 def zoo_source(zoo: PreTrainedModel) -> str:
     """The folder (or Hub name) a model's weights came from: the native checkpoint `from_native` imported, else the
     folder it was loaded from."""
