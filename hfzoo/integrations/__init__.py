@@ -8,5 +8,7 @@ place what an upgrade has to re-check. `tests/test_layering.py` keeps every othe
 benchmarks and card generators off these internals.
 
 The shipped model code (`hfzoo/models/`) cannot import this package (it must load where hfzoo is not installed):
-the few internals any transformers model of its own reads stay there, listed with their reasons in the test.
+the few internals any transformers model of its own reads stay there, listed with their reasons in the test. For
+the same reason `models/compat.py` (the output cache field transformers 5.24 renamed) stays with the model code; it
+reads only public names (the output dataclass's fields) and mutates nothing.
 """

@@ -13,7 +13,7 @@ from .versions import written_for
 
 
 @written_for("torch")
-def compile_in_place(model: nn.Module, **dynamo_settings) -> nn.Module:
+def compile_with_dynamo_settings(model: nn.Module, **dynamo_settings) -> nn.Module:
     """`model.compile()`, with `dynamo_settings` (names of `torch._dynamo.config`) in force whenever dynamo traces
     the model's calls, and nowhere else.
 

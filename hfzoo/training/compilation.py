@@ -10,7 +10,7 @@ without compilation.
 from accelerate import Accelerator
 from torch import nn
 
-from ..integrations import torch as torch_integration
+from ..integrations.torch import compile_with_dynamo_settings
 
 
 class CompilingAccelerator(Accelerator):
@@ -28,4 +28,4 @@ def compile_in_place(model: nn.Module) -> nn.Module:
     The masked-LM heads score only the labelled rows, whose count depends on the batch's data: dynamo captures
     such shapes only when told to, else it breaks the graph there. Told so for this model's calls only.
     """
-    return torch_integration.compile_in_place(model, capture_dynamic_output_shape_ops=True)
+    return compile_with_dynamo_settings(model, capture_dynamic_output_shape_ops=True)
