@@ -23,6 +23,9 @@ from pathlib import Path
 import torch
 from transformers.generation.configuration_utils import CompileConfig
 
+from hfzoo.integrations.torch import recompile_limit
+from hfzoo.integrations.transformers import compile_on_every_device
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_decoder  # noqa: E402  (the benchmarks folder is not a package)
 import bench_encoder  # noqa: E402
@@ -121,8 +124,7 @@ def generation_rows(args, model_names: list[str]) -> list[dict]:
     On a GPU the steps are compiled with CUDA graphs (`reduce-overhead`, transformers' own default there): a small
     model's decoding step is a few hundred tiny kernels whose launches, not their arithmetic, take the time."""
     mode = "reduce-overhead" if args.device.startswith("cuda") else "default"
-    compile_config = CompileConfig(fullgraph=True, mode=mode)
-    compile_config._compile_all_devices = True
+    compile_config = compile_on_every_device(CompileConfig(fullgraph=True, mode=mode))
     groups = []
     for model_name in model_names:
         benchmark = FAMILY_BENCHMARK[model_name.split("-")[0]]
@@ -192,13 +194,13 @@ def main(argv: list[str] | None = None) -> dict:
     model_names = [f"{family}-{args.preset_size}" for family in args.models]
     ensure_malloc_setting(args.malloc)
     torch.set_num_threads(THREADS)
-    # One process compiles every model here, and transformers' output decorators wrap all their forwards in one
-    # code object, whose guards then count each model's graphs against dynamo's per-code limit (8).
-    torch._dynamo.config.recompile_limit = 64
     peak = matmul_peak_flops(args.matmul_size, args.device)
     started = environment()
-    training = training_rows(args, model_names, peak)
-    generation = generation_rows(args, [name for name in model_names if name.split("-")[0] in GENERATING])
+    # One process compiles every model here, and transformers' output decorators wrap all their forwards in one
+    # code object, whose guards then count each model's graphs against dynamo's per-code limit (8).
+    with recompile_limit(64):
+        training = training_rows(args, model_names, peak)
+        generation = generation_rows(args, [name for name in model_names if name.split("-")[0] in GENERATING])
     print_rows(peak, training, generation)
     started["load_average_end"] = os.getloadavg()
     settings = {key: (str(value) if isinstance(value, Path) else value) for key, value in vars(args).items()}

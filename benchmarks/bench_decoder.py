@@ -1,8 +1,9 @@
 """hfzoo's decoder presets against the native transformers models of identical shape, in one run.
 
-`gpt-<size>` is compared with `GPT2LMHeadModel` and `llama-<size>` with `LlamaForCausalLM`, each native config
-mapped from the hfzoo preset (same layers, width, heads, kv heads, ffn, vocabulary, positions, tying,
-activation; the parameter counts are asserted equal). Random init, fp32, dropout 0, two threads. Figures:
+`gpt-<size>` is compared with `GPT2LMHeadModel` and `llama-<size>` with `LlamaForCausalLM`, each native model built
+from the hfzoo preset by `hfzoo.convert.native_model`, as `to_native` exports it (same layers, width, heads, kv
+heads, ffn, vocabulary, positions, tying, activation; the parameter counts are asserted equal). Random init, fp32,
+dropout 0, two threads. Figures:
 
 - training tokens/s: forward + backward + AdamW step on a batch of `--batch-size` x `--seq-len`;
 - generation tokens/s at each `--gen-batch-sizes`: greedy, `--new-tokens` after a `--prompt-len` prompt, with
@@ -23,17 +24,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from transformers import (
-    AutoModelForCausalLM,
-    GPT2Config,
-    GPT2LMHeadModel,
-    LlamaConfig,
-    LlamaForCausalLM,
-    PreTrainedModel,
-)
+from transformers import AutoModelForCausalLM, PreTrainedModel
 
 import hfzoo
-from hfzoo.models.component_options import GATED_ACTIVATIONS
+from hfzoo.convert import native_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (  # noqa: E402  (the benchmarks folder is not a package)
@@ -59,67 +53,8 @@ PRELOAD = ("torch", "transformers", "hfzoo", "transformers.models.gpt2.modeling_
 MEMORY_TRAINING_STEPS = 2  # the second step is the first with AdamW state already allocated
 
 
-def _require(config, preset: str, native: str, **expected) -> None:
-    """Refuse a preset whose switches the native class cannot express, instead of comparing different models."""
-    wrong = {key: getattr(config, key) for key, value in expected.items() if getattr(config, key) != value}
-    if wrong:
-        raise ValueError(f"{preset} cannot be mapped onto {native}: it has {wrong}, {native} needs {expected}.")
-
-
-def gpt2_config(config, preset: str) -> GPT2Config:
-    _require(
-        config, preset, "GPT2", norm_type="layernorm", norm_position="pre", position_embedding="learned",
-        attention_bias=True, mlp_bias=True, norm_bias=True, num_experts=0, embedding_norm=False,
-        scale_embeddings=False, num_key_value_heads=config.num_attention_heads,
-    )
-    return GPT2Config(
-        vocab_size=config.vocab_size,
-        n_positions=config.max_position_embeddings,
-        n_embd=config.hidden_size,
-        n_layer=config.num_hidden_layers,
-        n_head=config.num_attention_heads,
-        n_inner=config.intermediate_size,
-        activation_function=config.activation,
-        layer_norm_epsilon=config.norm_eps,
-        initializer_range=config.initializer_range,
-        tie_word_embeddings=config.tie_word_embeddings,
-        resid_pdrop=0.0,
-        embd_pdrop=0.0,
-        attn_pdrop=0.0,
-        bos_token_id=None,
-        eos_token_id=None,
-    )
-
-
-def llama_config(config, preset: str) -> LlamaConfig:
-    _require(
-        config, preset, "Llama", norm_type="rmsnorm", norm_position="pre", position_embedding="rotary",
-        activation="swiglu", mlp_bias=config.attention_bias, num_experts=0, embedding_norm=False,
-        scale_embeddings=False,
-    )
-    return LlamaConfig(
-        vocab_size=config.vocab_size,
-        hidden_size=config.hidden_size,
-        intermediate_size=config.intermediate_size,
-        num_hidden_layers=config.num_hidden_layers,
-        num_attention_heads=config.num_attention_heads,
-        num_key_value_heads=config.num_key_value_heads,
-        max_position_embeddings=config.max_position_embeddings,
-        rms_norm_eps=config.norm_eps,
-        rope_parameters={"rope_type": "default", "rope_theta": config.rope_theta},
-        hidden_act=GATED_ACTIVATIONS[config.activation],
-        attention_bias=config.attention_bias,
-        mlp_bias=config.mlp_bias,
-        initializer_range=config.initializer_range,
-        tie_word_embeddings=config.tie_word_embeddings,
-        attention_dropout=0.0,
-        bos_token_id=None,
-        eos_token_id=None,
-    )
-
-
-# hfzoo preset family -> (native class, config mapping)
-NATIVE = {"gpt": (GPT2LMHeadModel, gpt2_config), "llama": (LlamaForCausalLM, llama_config)}
+# hfzoo preset family -> the native class of the same shape (built by hfzoo.convert, as `to_native` exports)
+NATIVE = {"gpt": "GPT2LMHeadModel", "llama": "LlamaForCausalLM"}
 
 
 def zoo_config(preset: str):
@@ -133,8 +68,7 @@ def build_model(model_name: str, variant: str, seed: int) -> PreTrainedModel:
     if variant == "hfzoo":
         # from_config shares and mutates its config: each model gets its own copy.
         return AutoModelForCausalLM.from_config(copy.deepcopy(config))
-    native_cls, to_native = NATIVE[model_name.split("-")[0]]
-    return native_cls(to_native(config, model_name))
+    return native_model(config, NATIVE[model_name.split("-")[0]])
 
 
 def generation_workload(model: PreTrainedModel, args, batch_size: int) -> Callable[[], None]:

@@ -1,8 +1,8 @@
 """hfzoo's BERT preset against `transformers.BertForMaskedLM` of identical shape, in one run.
 
-`bert-<size>` is compared with `BertForMaskedLM`, the native config mapped from the hfzoo preset (layers, width,
-heads, ffn, vocabulary, learned positions, token types, post-LayerNorm and its epsilon, embedding LayerNorm,
-activation, biases, tied decoder); the parameter counts are asserted equal. Random init, fp32, dropout 0, two
+`bert-<size>` is compared with `BertForMaskedLM`, built from the hfzoo preset by `hfzoo.convert.native_model` as
+`to_native` exports it (layers, width, heads, ffn, vocabulary, learned positions, token types, post-LayerNorm and
+its epsilon, embedding LayerNorm, activation, biases, tied decoder); the parameter counts are asserted equal. Random init, fp32, dropout 0, two
 threads, SDPA attention in both. Figures:
 
 - `train`: masked-LM training tokens/s, forward + backward + AdamW step on `--batch-size` x `--seq-len` tokens
@@ -26,13 +26,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForMaskedLM, BertConfig, BertForMaskedLM, PreTrainedModel
+from transformers import AutoModelForMaskedLM, PreTrainedModel
 
 import hfzoo
+from hfzoo.convert import native_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_decoder import _require  # noqa: E402  (the benchmarks folder is not a package)
-from common import (  # noqa: E402
+from common import (  # noqa: E402  (the benchmarks folder is not a package)
     RESULTS_DIR,
     THREADS,
     VARIANTS,
@@ -53,31 +53,6 @@ MEMORY_TRAINING_STEPS = 2  # the second step is the first with AdamW state alrea
 FIGURES = ("train", "encode")
 
 
-def bert_config(config, preset: str) -> BertConfig:
-    _require(
-        config, preset, "BERT", norm_type="layernorm", norm_position="post", position_embedding="learned",
-        attention_bias=True, mlp_bias=True, norm_bias=True, embedding_norm=True, scale_embeddings=False,
-        num_experts=0, num_key_value_heads=config.num_attention_heads, tie_word_embeddings=True,
-    )
-    if config.activation not in ("gelu", "gelu_new", "relu", "silu") or config.type_vocab_size < 1:
-        raise ValueError(f"{preset} cannot be mapped onto BERT: it needs a plain activation and >= 1 token type.")
-    return BertConfig(
-        vocab_size=config.vocab_size,
-        hidden_size=config.hidden_size,
-        num_hidden_layers=config.num_hidden_layers,
-        num_attention_heads=config.num_attention_heads,
-        intermediate_size=config.intermediate_size,
-        hidden_act=config.activation,
-        max_position_embeddings=config.max_position_embeddings,
-        type_vocab_size=config.type_vocab_size,
-        layer_norm_eps=config.norm_eps,
-        initializer_range=config.initializer_range,
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
-        tie_word_embeddings=True,
-    )
-
-
 def zoo_config(preset: str):
     return hfzoo.preset_config(preset, hidden_dropout=0.0, attention_dropout=0.0)
 
@@ -89,7 +64,7 @@ def build_model(model_name: str, variant: str, seed: int) -> PreTrainedModel:
     if variant == "hfzoo":
         # from_config shares and mutates its config: each model gets its own copy.
         return AutoModelForMaskedLM.from_config(copy.deepcopy(config))
-    return BertForMaskedLM(bert_config(config, model_name))
+    return native_model(config, "BertForMaskedLM")
 
 
 def mlm_batch(vocab_size: int, args) -> dict[str, torch.Tensor]:

@@ -2,8 +2,10 @@
 
 `t5-<size>` is compared with `T5ForConditionalGeneration` (v1.1 style: gated GeLU, relative attention buckets and
 max distance, no biases, RMSNorm epsilon, untied LM head) and `bart-<size>` with `BartForConditionalGeneration`
-(learned positions, post-LayerNorm, embedding LayerNorm, GeLU, tied embeddings), each native config mapped from
-the hfzoo preset. The parameter counts are asserted equal up to the documented differences (`native_difference`).
+(learned positions, post-LayerNorm, embedding LayerNorm, GeLU, tied embeddings), each native model built from the
+hfzoo preset by `hfzoo.convert.native_model`, as `to_native` exports it (so T5's gated GeLU is transformers'
+`gated-gelu_python`, the exact GeLU hfzoo computes, and BART's position table, with fairseq's 2 offset rows, has
+as many rows as hfzoo's). The parameter counts are asserted equal.
 Random init, fp32, dropout 0, two threads, SDPA attention in both. Figures:
 
 - `train`: tokens/s of forward + backward + AdamW step on `--batch-size` pairs of a `--source-len` source and a
@@ -26,22 +28,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from torch import nn
-from transformers import (
-    AutoModelForSeq2SeqLM,
-    BartConfig,
-    BartForConditionalGeneration,
-    PreTrainedModel,
-    T5Config,
-    T5ForConditionalGeneration,
-)
+from transformers import AutoModelForSeq2SeqLM, PreTrainedModel
 
 import hfzoo
-from hfzoo.models.component_options import GATED_ACTIVATIONS
+from hfzoo.convert import native_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_decoder import _require  # noqa: E402  (the benchmarks folder is not a package)
-from common import (  # noqa: E402
+from common import (  # noqa: E402  (the benchmarks folder is not a package)
     RESULTS_DIR,
     THREADS,
     VARIANTS,
@@ -61,81 +54,8 @@ PRELOAD = ("torch", "transformers", "hfzoo", "transformers.models.t5.modeling_t5
 MEMORY_TRAINING_STEPS = 2  # the second step is the first with AdamW state already allocated
 
 
-def t5_config(config, preset: str) -> T5Config:
-    _require(
-        config, preset, "T5", norm_type="rmsnorm", norm_position="pre", position_embedding="relative",
-        attention_bias=False, mlp_bias=False, embedding_norm=False, scale_embeddings=False, num_experts=0,
-        share_embeddings=True, num_key_value_heads=config.num_attention_heads,
-    )
-    gated = config.activation in GATED_ACTIVATIONS
-    activation = GATED_ACTIVATIONS.get(config.activation, config.activation)
-    native = T5Config(
-        vocab_size=config.vocab_size,
-        d_model=config.hidden_size,
-        d_kv=config.head_dim,
-        d_ff=config.intermediate_size,
-        num_layers=config.num_hidden_layers,
-        num_decoder_layers=config.num_decoder_layers,
-        num_heads=config.num_attention_heads,
-        relative_attention_num_buckets=config.relative_attention_num_buckets,
-        relative_attention_max_distance=config.relative_attention_max_distance,
-        dropout_rate=0.0,
-        layer_norm_epsilon=config.norm_eps,
-        feed_forward_proj=f"gated-{activation}" if gated else activation,
-        # False makes T5 skip its d_model**-0.5 output scaling (v1.1); the head itself is untied in build_model.
-        tie_word_embeddings=config.tie_word_embeddings,
-        pad_token_id=config.pad_token_id,
-        eos_token_id=config.eos_token_id,
-        decoder_start_token_id=config.decoder_start_token_id,
-    )
-    # T5Config turns "gated-gelu" into the tanh approximation for old checkpoints; hfzoo's geglu gates with exact GeLU.
-    native.dense_act_fn = activation
-    return native
-
-
-def bart_config(config, preset: str) -> BartConfig:
-    _require(
-        config, preset, "BART", norm_type="layernorm", norm_position="post", position_embedding="learned",
-        attention_bias=True, mlp_bias=True, norm_bias=True, embedding_norm=True, num_experts=0,
-        share_embeddings=True, tie_word_embeddings=True, num_key_value_heads=config.num_attention_heads,
-        norm_eps=1e-5,  # BART's LayerNorms use torch's default eps
-    )
-    return BartConfig(
-        vocab_size=config.vocab_size,
-        max_position_embeddings=config.max_position_embeddings,
-        d_model=config.hidden_size,
-        encoder_layers=config.num_hidden_layers,
-        decoder_layers=config.num_decoder_layers,
-        encoder_attention_heads=config.num_attention_heads,
-        decoder_attention_heads=config.num_attention_heads,
-        encoder_ffn_dim=config.intermediate_size,
-        decoder_ffn_dim=config.intermediate_size,
-        activation_function=config.activation,
-        scale_embedding=config.scale_embeddings,
-        init_std=config.initializer_range,
-        dropout=0.0,
-        attention_dropout=0.0,
-        activation_dropout=0.0,
-        pad_token_id=config.pad_token_id,
-        bos_token_id=None,
-        eos_token_id=config.eos_token_id,
-        decoder_start_token_id=config.decoder_start_token_id,
-        forced_eos_token_id=None,  # BART's default would force eos as the last token: not what hfzoo generates
-    )
-
-
-# hfzoo preset family -> (native class, config mapping)
-NATIVE = {"t5": (T5ForConditionalGeneration, t5_config), "bart": (BartForConditionalGeneration, bart_config)}
-
-
-def native_difference(model_name: str) -> tuple[int, str | None]:
-    """Parameters the native model has beyond hfzoo's (native - hfzoo), and why."""
-    config = zoo_config(model_name)
-    if model_name.startswith("bart"):
-        return 2 * 2 * config.hidden_size, (
-            "BART's learned position tables have 2 extra rows, an offset kept from fairseq, in each of the 2 stacks"
-        )
-    return 0, None
+# hfzoo preset family -> the native class of the same shape (built by hfzoo.convert, as `to_native` exports)
+NATIVE = {"t5": "T5ForConditionalGeneration", "bart": "BartForConditionalGeneration"}
 
 
 def zoo_config(preset: str):
@@ -149,14 +69,7 @@ def build_model(model_name: str, variant: str, seed: int) -> PreTrainedModel:
     if variant == "hfzoo":
         # from_config shares and mutates its config: each model gets its own copy.
         return AutoModelForSeq2SeqLM.from_config(copy.deepcopy(config))
-    family = model_name.split("-")[0]
-    native_cls, to_native = NATIVE[family]
-    model = native_cls(to_native(config, model_name))
-    if family == "t5" and not config.tie_word_embeddings:
-        # transformers 5.23's T5Config forces tie_word_embeddings=True, so T5ForConditionalGeneration always ties
-        # lm_head to the shared embedding; v1.1 (and hfzoo's preset) has its own head, restored here.
-        model.lm_head.weight = nn.Parameter(model.shared.weight.detach().clone())
-    return model
+    return native_model(config, NATIVE[model_name.split("-")[0]])
 
 
 def seq2seq_batch(vocab_size: int, batch_size: int, source_len: int, target_len: int, seed: int) -> dict:
@@ -227,7 +140,7 @@ def main(argv: list[str] | None = None) -> dict:
     model_names = [f"{family}-{args.preset_size}" for family in args.models]
     memory_rows = measure_memory(memory_probe, model_names, figures(args), args, PRELOAD) if args.memory else []
     models = {name: {variant: build_model(name, variant, args.seed) for variant in VARIANTS} for name in model_names}
-    parameters = check_parameters(models, native_difference)
+    parameters = check_parameters(models)
     rows = measure_speed(
         model_names, lambda name, variant: build_model(name, variant, args.seed), figures(args),
         lambda model, figure: workload(model, args, figure, args.steps),

@@ -27,6 +27,8 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from hfzoo.integrations.transformers import attn_implementation
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
 THREADS = 2
@@ -382,30 +384,15 @@ def _median_peak(measured: list[dict]) -> dict:
     }
 
 
-def _identical(model_name: str) -> tuple[int, None]:
-    return 0, None
-
-
-def check_parameters(
-    models: dict[str, dict[str, torch.nn.Module]], explain: Callable[[str], tuple[int, str | None]] = _identical
-) -> dict:
-    """Assert each pair has the same size up to the difference `explain(model_name)` documents (native - hfzoo).
-
-    Returns both counts, the difference and why it exists, for the table and the JSON.
-    """
+def check_parameters(models: dict[str, dict[str, torch.nn.Module]]) -> dict:
+    """Assert each pair has the same number of parameters; return both counts and the native class, for the table
+    and the JSON."""
     parameters = {}
     for model_name, pair in models.items():
         counts = {variant: parameter_count(model) for variant, model in pair.items()}
-        expected, reason = explain(model_name)
-        difference = counts["native"] - counts["hfzoo"]
-        if difference != expected:
-            raise AssertionError(
-                f"{model_name} and its native twin differ by {difference:,} parameters, expected {expected:,} "
-                f"({reason or 'identical shapes'}): {counts}"
-            )
-        parameters[model_name] = {
-            **counts, "native_class": type(pair["native"]).__name__, "difference": difference, "why": reason,
-        }
+        if counts["native"] != counts["hfzoo"]:
+            raise AssertionError(f"{model_name} and its native twin differ in size: {counts}")
+        parameters[model_name] = {**counts, "native_class": type(pair["native"]).__name__}
     return parameters
 
 
@@ -443,8 +430,7 @@ def _format_peak(peak: dict) -> str:
 def print_results(parameters: dict, rows: list[dict]) -> None:
     """Parameter counts, then hfzoo, native and the ratio per figure (speed rows: CPU seconds per second too)."""
     for model_name, counts in parameters.items():
-        why = f" ({counts['why']})" if counts.get("why") else ""
-        print(f"{model_name}: hfzoo {counts['hfzoo']:,} parameters, {counts['native_class']} {counts['native']:,}{why}")
+        print(f"{model_name}: hfzoo {counts['hfzoo']:,} parameters, {counts['native_class']} {counts['native']:,}")
     table = []
     for row in rows:
         if row["unit"] == "tokens/s":
@@ -476,7 +462,7 @@ def report(
         "benchmark": benchmark,
         "environment": started,
         "settings": {key: (str(value) if isinstance(value, Path) else value) for key, value in vars(args).items()},
-        "attn_implementation": {variant: first_pair[variant].config._attn_implementation for variant in VARIANTS},
+        "attn_implementation": {variant: attn_implementation(first_pair[variant].config) for variant in VARIANTS},
         "parameters": parameters,
         "results": rows,
     }

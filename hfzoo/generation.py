@@ -25,6 +25,7 @@ from transformers.generation.configuration_utils import CompileConfig
 from transformers.generation.streamers import BaseStreamer, TextStreamer
 
 from .adapters import compose, load_composition
+from .integrations.transformers import compile_on_every_device
 from .adapters.composition import BASE, ComposedModel
 from .tasks.task import gpt_input_ids, model_family
 
@@ -178,10 +179,9 @@ def generate_text(
     if request.static_cache or request.compile:
         kwargs["cache_implementation"] = "static"
     if request.compile:
-        kwargs["compile_config"] = CompileConfig(fullgraph=True)
         # transformers compiles decoding on accelerators only unless told otherwise; the CPU gains too (1.4-1.5x at
         # batch 1, benchmarks/README.md)
-        kwargs["compile_config"]._compile_all_devices = True
+        kwargs["compile_config"] = compile_on_every_device(CompileConfig(fullgraph=True))
     else:
         kwargs["disable_compile"] = True  # transformers compiles a static-cache decode on its own otherwise
     if adapter_names is not None:

@@ -2,15 +2,14 @@
 
 Auto classes find the models by `model_type`; `register_for_auto_class` makes `save_pretrained` write the
 modeling code and an `auto_map`, so checkpoints load with `trust_remote_code=True` where hfzoo is absent.
-PEFT has no public API for per-architecture default targets, so its mapping dicts are extended in place
-(the dicts are shared by `get_peft_model` and each tuner).
+PEFT has no public API for per-architecture default targets: `hfzoo.integrations.peft.add_default_targets` adds them.
 """
 
 import transformers
-from peft.utils import constants as peft_constants
 from transformers import AutoConfig
 
 from . import models
+from .integrations.peft import add_default_targets
 
 # Each family's config class and its heads by Auto class name (`heads_by_auto_class`, declared beside the models so
 # that the copy of the code saved with a checkpoint names the same heads in its `auto_map`).
@@ -63,5 +62,4 @@ def register() -> None:
         if config_cls.model_type in WITHOUT_PEFT_DEFAULTS:
             continue
         family_targets = {**PEFT_DEFAULT_TARGETS, **PEFT_FAMILY_TARGETS.get(config_cls.model_type, {})}
-        for mapping_name, targets in family_targets.items():
-            getattr(peft_constants, mapping_name).setdefault(config_cls.model_type, list(targets))
+        add_default_targets(config_cls.model_type, family_targets)

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers.pytorch_utils import Conv1D
 
+from ..integrations.torch import has_hooks, tensor_versions
 from .rows import expand_rows
 from .stacked import StackedAdapters
 
@@ -291,7 +292,7 @@ class AdapterFusion(nn.Module):
         base, stack = layer.base_layer, layer.adapters.foldable
         if type(base) not in (nn.Linear, Conv1D) or stack is None:
             return None
-        if base._forward_hooks or base._forward_pre_hooks or self._needs_grad(layer, folded=True):
+        if has_hooks(base) or self._needs_grad(layer, folded=True):
             return None
         products = self._products(layer, folded=True)
         width, units = products["value_directions"].shape[1], stack.num_directions
@@ -312,7 +313,7 @@ class AdapterFusion(nn.Module):
         """The weight products (see the class docstring), cached while no gradient is needed."""
         if self._needs_grad(layer, folded):
             return self._compute_products(layer, folded)
-        key = (folded, *((p.data_ptr(), p._version) for p in self._sources(layer, folded)))
+        key = (folded, *tensor_versions(self._sources(layer, folded)))
         cached = self._cached  # read once: another thread may replace it meanwhile (with equal products)
         if cached is None or cached[0] != key:
             # outside inference mode, so that the cache stays usable by a later forward that records autograd

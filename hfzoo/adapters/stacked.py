@@ -19,13 +19,11 @@ routers' top-k choices both end in `StackedAdapters.select`.
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.flop_counter import flop_registry, register_flop_formula
 
+from ..integrations.torch import register_grouped_mm_flops
 from .rows import SlotGroups
 from .stacking import METHOD_STACKS, MethodStack
 from .stacking.base import frozen
@@ -188,13 +186,6 @@ class StackedAdapters(nn.Module):
         return out
 
 
-# FlopCounterMode (torch 2.13) counts no FLOPs for grouped matmuls: without this formula the adapters that token
-# routing computes would vanish from every FLOP count (MFU figures, the tests that check what hard routing costs).
-if torch.ops.aten._grouped_mm not in flop_registry:
-
-    @register_flop_formula(torch.ops.aten._grouped_mm)
-    def _grouped_mm_flops(a_shape, b_shape, *args, out_shape=None, **kwargs) -> int:
-        """2 x output elements x inner size; 2-D x 2-D splits the inner dimension across the groups."""
-        if len(a_shape) == 2 and len(b_shape) == 2:
-            return 2 * a_shape[0] * a_shape[1] * b_shape[1]
-        return 2 * math.prod(out_shape) * a_shape[-1]
+# FlopCounterMode would count no FLOPs for the grouped matmuls of token routing (MFU figures, the tests of what
+# hard routing costs).
+register_grouped_mm_flops()

@@ -34,6 +34,7 @@ from transformers.pytorch_utils import Conv1D
 
 from .. import models
 from ..adapters.task_adapter import ADAPTER_CONFIG, ADAPTER_WEIGHTS, KEY_PREFIX, load_safetensors
+from ..integrations.transformers import model_from_config
 from ..models.checkpoint_files import read_json_file
 from .api import FAMILIES, TOKENIZER_FILES, native_family, zoo_source
 from .family import Head, NativeFamily
@@ -119,12 +120,12 @@ def pairing(base: PreTrainedModel | str | os.PathLike, task_type: str | None) ->
         head = _task_head(family, task_type) or family.head_for_native(class_name)
         native_config = config
         with torch.device("meta"):
-            native = getattr(transformers, head.native_class)._from_config(native_config)
+            native = model_from_config(getattr(transformers, head.native_class), native_config)
         zoo_config = family.zoo_config_class(**family.zoo_config(native))
     with torch.device("meta"):
-        zoo = head.zoo_class._from_config(zoo_config)
-        native = getattr(transformers, head.native_class)._from_config(
-            native_config, **family.head_kwargs(head, zoo_config)
+        zoo = model_from_config(head.zoo_class, zoo_config)
+        native = model_from_config(
+            getattr(transformers, head.native_class), native_config, **family.head_kwargs(head, zoo_config)
         )
     return Pairing(zoo, native, family.rules(head, zoo_config, native_config))
 

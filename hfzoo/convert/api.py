@@ -12,6 +12,7 @@ import transformers
 from transformers import AutoConfig, PreTrainedConfig, PreTrainedModel
 
 from .. import models
+from ..integrations.transformers import model_from_config
 from ..presets import preset_config
 from . import bart, bert, gpt2, llama, roberta, t5
 from .family import NativeFamily
@@ -58,7 +59,7 @@ def from_native(
         config = _agreeing_config(config, preset_or_config)
     # Recorded in the config (and so in a saved checkpoint's config.json) for `to_native` to export back to.
     config.native_model_type = family.model_type
-    zoo = head.zoo_class._from_config(config, dtype=native.dtype)
+    zoo = model_from_config(head.zoo_class, config, dtype=native.dtype)
     rules = family.rules(head, config, native.config)
     tensors = convert_state(native.state_dict(), rules, to_zoo=True, source_name=type(native).__name__)
     load_converted(zoo, tensors, type(zoo).__name__)
@@ -86,7 +87,7 @@ def to_native(
     head = family.head_for_zoo(type(zoo))
     native_config = family.native_config(zoo.config)
     native_cls = getattr(transformers, head.native_class)
-    native = native_cls._from_config(native_config, dtype=zoo.dtype, **family.head_kwargs(head, zoo.config))
+    native = model_from_config(native_cls, native_config, dtype=zoo.dtype, **family.head_kwargs(head, zoo.config))
     family.prepare_native(native, zoo.config)
     rules = family.rules(head, zoo.config, native_config)
     tensors = convert_state(zoo.state_dict(), rules, to_zoo=False, source_name=type(zoo).__name__)
@@ -94,6 +95,20 @@ def to_native(
     source = model_or_path if isinstance(model_or_path, (str, os.PathLike)) else zoo_source(zoo)
     save_converted(native, out_dir, source)
     return native.eval()
+
+
+def native_model(config: PreTrainedConfig, native_class: str) -> PreTrainedModel:
+    """A freshly initialised native `native_class` ("GPT2LMHeadModel", "T5ForConditionalGeneration", ...) of the
+    shape an hfzoo model of `config` has, parameter for parameter: what the benchmarks compare hfzoo against."""
+    families = [family for family in FAMILIES.values() if native_class in {head.native_class for head in family.heads}]
+    if not families:
+        raise ValueError(f"{native_class} has no hfzoo counterpart; hfzoo.convert converts {', '.join(FAMILIES)}.")
+    family = native_family(config, families[0].model_type)
+    model = getattr(transformers, native_class)(
+        family.native_config(config), **family.head_kwargs(family.head_for_native(native_class), config)
+    )
+    family.prepare_native(model, config)
+    return model
 
 
 def zoo_source(zoo: PreTrainedModel) -> str:

@@ -47,6 +47,8 @@ from accelerate.utils import DistributedType
 from safetensors import SafetensorError
 from safetensors.torch import load_file, load_model, save_file, save_model
 
+from ..integrations.accelerate import checkpointed_objects, prepared_models, prepared_optimizers
+
 logger = logging.getLogger(__name__)
 
 CHECKPOINTS = "checkpoints"
@@ -230,13 +232,13 @@ def save_checkpoint(
     accelerator.wait_for_everyone()
     _save_rng(partial, accelerator.process_index, collator_generator)
     if accelerator.is_main_process:
-        for i, model in enumerate(accelerator._models):
+        for i, model in enumerate(prepared_models(accelerator)):
             save_model(accelerator.unwrap_model(model), partial / _indexed(MODEL_FILE, i), force_contiguous=True)
-        for i, optimizer in enumerate(accelerator._optimizers):
+        for i, optimizer in enumerate(prepared_optimizers(accelerator)):
             tensors, described = _optimizer_state(optimizer)
             save_file(tensors, partial / _indexed(OPTIMIZER_TENSORS, i))
             _write_json(partial / _indexed(OPTIMIZER_JSON, i), described)
-        for i, registered in enumerate(accelerator._custom_objects):
+        for i, registered in enumerate(checkpointed_objects(accelerator)):
             _write_json(partial / f"registered_{i}.json", registered.state_dict())
         if accelerator.scaler is not None:
             _write_json(partial / SCALER_FILE, accelerator.scaler.state_dict())
@@ -349,17 +351,17 @@ def load_checkpoint(
             f"{path} was saved by {manifest['num_processes']} processes, this run has {accelerator.num_processes}: "
             "resume with the number of processes that saved it"
         )
-    for i, model in enumerate(accelerator._models):
+    for i, model in enumerate(prepared_models(accelerator)):
         try:
             load_model(accelerator.unwrap_model(model), path / _indexed(MODEL_FILE, i), device="cpu")
         except (RuntimeError, SafetensorError) as error:
             raise CheckpointError(f"{path / _indexed(MODEL_FILE, i)} does not fit this run's model: {error}") from None
-    for i, optimizer in enumerate(accelerator._optimizers):
+    for i, optimizer in enumerate(prepared_optimizers(accelerator)):
         described = _read_json(path / _indexed(OPTIMIZER_JSON, i))
         optimizer.load_state_dict(
             _optimizer_state_dict(_load_tensors(path / _indexed(OPTIMIZER_TENSORS, i)), described)
         )
-    for i, registered in enumerate(accelerator._custom_objects):
+    for i, registered in enumerate(checkpointed_objects(accelerator)):
         registered.load_state_dict(_read_json(path / f"registered_{i}.json"))
     if accelerator.scaler is not None:
         accelerator.scaler.load_state_dict(_read_json(path / SCALER_FILE))

@@ -7,9 +7,10 @@ run the compiled graph, so accelerate's preparation, gradient accumulation, chec
 without compilation.
 """
 
-import torch
 from accelerate import Accelerator
 from torch import nn
+
+from ..integrations.torch import compile_with_dynamo_settings
 
 
 class CompilingAccelerator(Accelerator):
@@ -25,8 +26,6 @@ def compile_in_place(model: nn.Module) -> nn.Module:
     """Compile `model`'s calls with inductor, keeping the module (and its state-dict keys) as it is.
 
     The masked-LM heads score only the labelled rows, whose count depends on the batch's data: dynamo captures
-    such shapes only when told to, else it breaks the graph there.
+    such shapes only when told to, else it breaks the graph there. Told so for this model's calls only.
     """
-    torch._dynamo.config.capture_dynamic_output_shape_ops = True
-    model.compile()
-    return model
+    return compile_with_dynamo_settings(model, capture_dynamic_output_shape_ops=True)

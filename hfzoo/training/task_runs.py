@@ -27,6 +27,8 @@ from transformers import (
 from ..cards import RunRecord, Section, finetune_metadata, write_card
 from ..convert import import_checkpoint
 from ..data.tokenizer_training import train_tokenizer
+from ..integrations.accelerate import forget_checkpointed_objects
+from ..integrations.transformers import auto_class_has
 from ..models.checkpoint_files import check_checkpoint_folder
 from ..presets import list_presets, preset_config
 from ..recipe_config import CONFIG_FILE
@@ -122,7 +124,7 @@ def load_model(
                 imported, imported_config, config, task, tokenizer, from_scratch, vocab_size
             )
         # The native checkpoint is the base: what an adapter records, what the card names, what reloading imports.
-        model.name_or_path = model.config._name_or_path = source
+        model.name_or_path = model.config.name_or_path = source
         return model, family, missing
     return _load_checkpoint(source, model_config, config, task, tokenizer, from_scratch, vocab_size)
 
@@ -138,7 +140,7 @@ def _load_checkpoint(
 ) -> tuple[PreTrainedModel, str, list[str]]:
     family = model_family(model_config)
     auto_class = task.auto_class(family)
-    if type(model_config) not in auto_class._model_mapping:
+    if not auto_class_has(auto_class, model_config):
         raise ValueError(
             f"{config.model} is a {model_config.model_type!r} model, for which neither transformers nor hfzoo has an "
             f"{auto_class.__name__} head; task {task.name!r} needs one"
@@ -291,7 +293,7 @@ def train_and_evaluate(
     group, the slanted triangular schedule and gradual unfreezing (none: one rate, warmup and cosine decay)."""
     # An Accelerator reused for a second run (a composition after its baseline) must checkpoint this run's objects.
     accelerator.free_memory()
-    accelerator._custom_objects.clear()
+    forget_checkpointed_objects(accelerator)
     train_loader = DataLoader(
         train_features,
         batch_size=config.per_device_batch_size,

@@ -13,6 +13,7 @@ from peft.tuners.tuners_utils import BaseTunerLayer
 from torch import nn
 from transformers.activations import ACT2FN
 
+from ...integrations.peft import cast_input_dtype
 from ..rows import SlotGroups
 from .config import BottleneckConfig
 
@@ -89,7 +90,7 @@ class BottleneckLayer(nn.Module, BaseTunerLayer):
     def adapter_delta(self, adapter_name: str, hidden: torch.Tensor) -> torch.Tensor:
         """The adapter's residual contribution for `hidden` (in `hidden`'s dtype)."""
         down = self.bottleneck_down[adapter_name]
-        x = self._cast_input_dtype(hidden, down.weight.dtype)
+        x = cast_input_dtype(self, hidden, down.weight.dtype)
         x = self.bottleneck_act[adapter_name](down(self.bottleneck_norm[adapter_name](x)))
         x = self.bottleneck_up[adapter_name](self.bottleneck_dropout[adapter_name](x))
         return (x * self.bottleneck_scaling[adapter_name]).to(hidden.dtype)

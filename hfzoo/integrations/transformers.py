@@ -1,0 +1,36 @@
+"""transformers internals: building a model class from a config, the Auto classes' mappings, the attention
+backend a config selected, compiling generation on every device."""
+
+from transformers import PretrainedConfig, PreTrainedModel
+from transformers.generation import CompileConfig
+
+from .versions import written_for
+
+
+@written_for("transformers")
+def model_from_config(model_cls: type[PreTrainedModel], config: PretrainedConfig, **kwargs) -> PreTrainedModel:
+    """A freshly initialised `model_cls` for `config`, as the Auto classes' `from_config` builds one (with `dtype`,
+    `attn_implementation` and head kwargs), for a class named directly rather than looked up by model type."""
+    return model_cls._from_config(config, **kwargs)
+
+
+@written_for("transformers")
+def auto_class_has(auto_class: type, config: PretrainedConfig) -> bool:
+    """Whether `auto_class` (`AutoModelForSequenceClassification`, ...) has a model for `config`'s class, without
+    building one."""
+    return type(config) in auto_class._model_mapping
+
+
+@written_for("transformers")
+def attn_implementation(config: PretrainedConfig) -> str | None:
+    """The attention backend (eager, sdpa, ...) a model built from `config` dispatches to."""
+    return config._attn_implementation
+
+
+@written_for("transformers")
+def compile_on_every_device(compile_config: CompileConfig) -> CompileConfig:
+    """Make `generate` compile its decoding step with `compile_config` on any device (it compiles on CPU only when
+    the config says so), and return the config."""
+    compile_config._compile_all_devices = True
+    return compile_config
+
