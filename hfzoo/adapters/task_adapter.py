@@ -22,16 +22,20 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError
+from peft import get_peft_model_state_dict
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file
 from torch import nn
 
-from ..models.checkpoint_files import CheckpointFileError, check_safetensors_file, read_json_file
+from ..models.checkpoint_files import (
+    CheckpointFileError, check_safetensors_file, read_json_file, refuse_missing_safetensors,
+)  # fmt: skip
 from .stacking import METHOD_STACKS, MethodStack
 from .stacking.base import expect_shape
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
+PICKLED_ADAPTER_WEIGHTS = "adapter_model.bin"  # PEFT's pickle format: never loaded
 KEY_PREFIX = "base_model.model."  # PEFT's prefix of every saved tensor key
 BASE_RECORD = "hfzoo_base.json"  # the base model an adapter was trained on (`save_base_identity`)
 # The config fields that make a base model a different one for an adapter (beside the model type).
@@ -65,15 +69,10 @@ class TaskAdapter:
 def read_adapter(name: str, folder: str | Path) -> TaskAdapter:
     """Parse the PEFT adapter in `folder` (safetensors only); unsupported options raise an error naming them."""
     folder = Path(folder)
-    config_file, weights_file = folder / ADAPTER_CONFIG, folder / ADAPTER_WEIGHTS
+    config_file = folder / ADAPTER_CONFIG
     if not config_file.is_file():
         raise FileNotFoundError(f"adapter {name!r}: no {ADAPTER_CONFIG} in {folder}")
-    if not weights_file.is_file():
-        pickled = " (there is an adapter_model.bin: compositions read safetensors only, never pickle)"
-        raise FileNotFoundError(
-            f"adapter {name!r}: no {ADAPTER_WEIGHTS} in {folder}"
-            + (pickled if (folder / "adapter_model.bin").exists() else "")
-        )
+    weights_file = adapter_weights_file(folder)
     config = read_json_file(config_file)
     peft_type = config.get("peft_type")
     if peft_type not in METHOD_STACKS:
@@ -83,7 +82,7 @@ def read_adapter(name: str, folder: str | Path) -> TaskAdapter:
     stack_type = METHOD_STACKS[peft_type]
     stack_type.check_options(name, config)
     adapter = TaskAdapter(name, folder, peft_type, config)
-    adapter.base = _recorded_base(folder, config)
+    adapter.base = recorded_base(folder, config)
     factors: dict[str, dict[str, torch.Tensor]] = {}
     for key, tensor in load_safetensors(weights_file).items():
         if not key.startswith(KEY_PREFIX):
@@ -105,6 +104,17 @@ def read_adapter(name: str, folder: str | Path) -> TaskAdapter:
         rank = 1 if stack_type.rank_part is None else parts[stack_type.rank_part].shape[0]
         adapter.rank = max(adapter.rank, rank)
     return adapter
+
+
+def adapter_weights_file(folder: Path) -> Path:
+    """The adapter's `adapter_model.safetensors`, checked before PEFT or hfzoo reads it: a folder holding only a
+    pickled `adapter_model.bin` (which PEFT would unpickle) is refused, and a truncated file is named
+    (`CheckpointFileError`)."""
+    weights = folder / ADAPTER_WEIGHTS
+    if not weights.is_file():
+        refuse_missing_safetensors(folder, ADAPTER_WEIGHTS, (PICKLED_ADAPTER_WEIGHTS,))
+    check_safetensors_file(weights)
+    return weights
 
 
 def load_safetensors(path: Path) -> dict[str, torch.Tensor]:
@@ -158,7 +168,7 @@ def base_identity(model: nn.Module) -> dict:
     return {**identity, "base_model": path or None, "config_sha256": digest}
 
 
-def _recorded_base(folder: Path, config: dict) -> dict | None:
+def recorded_base(folder: Path, config: dict) -> dict | None:
     """The adapter's base identity: its `BASE_RECORD`, else read from the `config.json` of the local folder PEFT
     recorded as `base_model_name_or_path` (when it still exists), else None."""
     if (folder / BASE_RECORD).is_file():
@@ -194,20 +204,54 @@ def base_differences(first: dict, second: dict) -> list[str]:
     return [k for k in keys if None not in (first.get(k), second.get(k)) and first.get(k) != second.get(k)]
 
 
+def check_recorded_base(name: str, folder: Path | None, recorded: dict | None, model: nn.Module) -> None:
+    """Refuse `model` as the base of the adapter `name` in `folder` when its model type or sizes differ from the base
+    the adapter recorded (`recorded_base`; None: nothing recorded, nothing to compare)."""
+    if recorded is None:
+        return
+    current = base_identity(model)
+    differs = base_differences(recorded, current)
+    if differs:
+        raise ValueError(
+            f"adapter {name!r} ({folder}) was trained on {describe_base(recorded)}; the base model is "
+            f"{describe_base(current)} (differs in {', '.join(differs)}). Load it on the base it was trained on."
+        )
+
+
+def check_loaded_adapter(peft_model: nn.Module, folder: Path, base: str) -> None:
+    """The adapter's saved tensors in `folder` are exactly those PEFT makes on `peft_model`'s base (described as
+    `base` in the error), by key and shape: raises `ValueError` naming the file and the keys. For a plain PEFT save,
+    which records no base. Check after `PeftModel.from_pretrained` (PEFT itself skips tensors of modules the base lacks,
+    as of an adapter trained on a deeper model, and leaves those it misses at their initialisation with a warning), or
+    on a `get_peft_model` of the base built on the meta device, before anything is converted."""
+    expected = {key: tuple(tensor.shape) for key, tensor in get_peft_model_state_dict(peft_model).items()}
+    weights = folder / ADAPTER_WEIGHTS
+    with safe_open(str(weights), framework="pt") as saved_file:
+        saved = {key: tuple(saved_file.get_slice(key).get_shape()) for key in saved_file.keys()}
+    problems = []
+    for what, keys in (("the base has no place for", sorted(set(saved) - set(expected))),
+                       ("the base needs but the file lacks", sorted(set(expected) - set(saved)))):  # fmt: skip
+        if keys:
+            problems.append(f"{len(keys)} tensors {what} ({_listed(keys)})")
+    reshaped = [f"{key} {list(saved[key])} where the base needs {list(expected[key])}"
+                for key in sorted(set(saved) & set(expected)) if saved[key] != expected[key]]  # fmt: skip
+    if reshaped:
+        problems.append(f"{len(reshaped)} tensors of another shape ({_listed(reshaped)})")
+    if problems:
+        raise ValueError(f"{weights} does not fit the base model {base}: {'; '.join(problems)}. It was trained on "
+                         "another base; use the base it was trained on.")  # fmt: skip
+
+
+def _listed(items: list[str], shown: int = 4) -> str:
+    return ", ".join(items[:shown]) + (f" and {len(items) - shown} more" if len(items) > shown else "")
+
+
 def check_base(adapter: TaskAdapter, model: nn.Module) -> None:
     """Refuse `model` as the base of `adapter` when it is not the kind of model the adapter was trained on: by the
     adapter's `BASE_RECORD` (model type and sizes) when hfzoo saved one, and, with or without it, when the adapter
     covers fewer layers than the base has (e.g. a 2-layer adapter on a 4-layer model, or the reverse, which
     `check_fits` finds as a missing module)."""
-    if adapter.base is not None:
-        current = base_identity(model)
-        differs = base_differences(adapter.base, current)
-        if differs:
-            raise ValueError(
-                f"adapter {adapter.name!r} ({adapter.folder}) was trained on {describe_base(adapter.base)}; the base "
-                f"model is {describe_base(current)} (differs in {', '.join(differs)}). Load it on the base it was "
-                "trained on."
-            )
+    check_recorded_base(adapter.name, adapter.folder, adapter.base, model)
     config = adapter.config
     if isinstance(config.get("target_modules"), str) or any(
         config.get(key) for key in ("layers_to_transform", "layers_pattern", "exclude_modules")

@@ -22,6 +22,7 @@ true --train_tokenizer true --label_smoothing 0.1 --lr_schedule inverse_sqrt --w
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +31,10 @@ from peft import PeftModel
 from torch import nn
 from transformers import PreTrainedModel
 
-from ..adapters.task_adapter import BASE_RECORD, base_differences, base_identity, describe_base, save_base_identity
+from ..adapters.task_adapter import (
+    ADAPTER_CONFIG, adapter_weights_file, base_identity, check_loaded_adapter, check_recorded_base, describe_base,
+    recorded_base, save_base_identity,
+)  # fmt: skip
 from ..cards import FINETUNE_SECTIONS
 from ..models.checkpoint_files import read_json_file
 from ..presets import list_presets
@@ -162,12 +166,9 @@ def load_trained(model: PreTrainedModel, missing: list[str], config: FinetuneCon
             )
         return model, "full"
     folder = Path(config.adapter)
-    adapter_config = read_json_file(folder / "adapter_config.json")  # names the file when missing or broken
-    if (folder / BASE_RECORD).is_file():
-        recorded, current = read_json_file(folder / BASE_RECORD), base_identity(model)
-        if base_differences(recorded, current):
-            raise ValueError(f"config key 'adapter': {folder} was trained on {describe_base(recorded)}; --model is "
-                             f"{describe_base(current)}. Evaluate it on the base it was trained on.")  # fmt: skip
+    adapter_config = read_json_file(folder / ADAPTER_CONFIG)  # names the file when missing or broken
+    adapter_weights_file(folder)  # safetensors only, and whole: PEFT would unpickle adapter_model.bin
+    check_recorded_base("adapter", folder, recorded_base(folder, adapter_config), model)
     saved = adapter_config.get("modules_to_save") or []
     untrained = [key for key in missing if not _saved_by(key, saved)]
     if untrained:
@@ -175,7 +176,11 @@ def load_trained(model: PreTrainedModel, missing: list[str], config: FinetuneCon
             f"config key 'adapter': {folder} does not hold {', '.join(untrained[:4])}, which --model lacks too "
             "(the adapter's modules_to_save): its head would be scored at random."
         )
-    return PeftModel.from_pretrained(model, folder), str(adapter_config.get("peft_type", "adapter")).lower()
+    with warnings.catch_warnings():  # PEFT's warning of missing keys: `check_loaded_adapter` names them instead
+        warnings.filterwarnings("ignore", message="Found missing adapter keys", category=UserWarning)
+        adapted = PeftModel.from_pretrained(model, folder)
+    check_loaded_adapter(adapted, folder, f"{config.model} ({describe_base(base_identity(model))})")
+    return adapted, str(adapter_config.get("peft_type", "adapter")).lower()
 
 
 def _saved_by(parameter: str, modules_to_save: list[str]) -> bool:

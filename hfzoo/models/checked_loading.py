@@ -1,0 +1,147 @@
+"""Loading a checkpoint whose weights must match its config: a weight the config declares but the file lacks, or one
+the file holds but the config does not declare, is an error naming the file and the keys.
+
+transformers initialises every weight its file lacks and drops every one it does not use, and only says so in a load
+report (a table logged as a warning). A `config.json` declaring 4 layers over weights for 2 then loads with two random
+layers, which fine-tuning would train as if they were a new head. Here the checkpoint's own class (the `architectures`
+its config names) decides: a missing weight that class has should have been in the file (an error); one it lacks is
+new for the task (a classifier, BERT's pooler over a masked-LM checkpoint) and is named in one line. A weight the file
+holds in the body (`base_model_prefix`) that the model has no place for is an error; one outside it is the
+checkpoint's own head the task replaces (a masked-LM head under a classifier). transformers' table is held back for
+these loads and shown only when the load fails (a shape mismatch, which it refuses itself).
+
+Not imported by the modeling files, so not copied next to checkpoints.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+from transformers import PreTrainedModel
+
+from .checkpoint_files import CONFIG_NAME, CheckpointFileError, read_json_file, weight_files
+
+logger = logging.getLogger(__name__)
+_REPORT_LOGGER = "transformers.modeling_utils"  # the logger `log_state_dict_report` writes its table to
+_SHOWN_KEYS = 6  # keys an error names before "and N more"
+
+
+def load_checked(model_class, source: str | os.PathLike, **kwargs) -> tuple[PreTrainedModel, list[str]]:
+    """`model_class.from_pretrained(source, **kwargs)` from safetensors only, refusing weights that do not match the
+    config (`CheckpointFileError` naming the file and the keys). Returns (model, the keys it initialised as new for
+    the task, which are logged in one line)."""
+    with _load_report_held():
+        model, loading = model_class.from_pretrained(source, output_loading_info=True, use_safetensors=True, **kwargs)
+    missing, unused = check_loaded_keys(model, loading, source)
+    if missing or unused:
+        logger.info(
+            "%s from %s: %s", type(model).__name__, source,
+            "; ".join(
+                [f"new for the task, initialised: {_modules(missing)}"] * bool(missing)
+                + [f"in the checkpoint, not used: {_modules(unused)}"] * bool(unused)
+            ),
+        )  # fmt: skip
+    return model, missing
+
+
+def check_loaded_keys(model: PreTrainedModel, loading: dict, source: str | os.PathLike) -> tuple[list[str], list[str]]:
+    """(the new keys, the checkpoint's unused head keys) of a load with `output_loading_info`; raises
+    `CheckpointFileError` naming the file and the keys where the weights do not match the config."""
+    prefix = f"{model.base_model_prefix}." if model.base_model_prefix else ""
+    own = _checkpoint_class_keys(model, prefix)
+    body = {name for name, _ in model.base_model.named_children()} if prefix else set()
+
+    def in_body(key: str) -> bool:
+        return key.startswith(prefix) or key.split(".")[0] in body
+
+    new, lacking = [], []
+    for key in sorted(loading["missing_keys"]):
+        in_checkpoint_class = key.removeprefix(prefix) in own if own is not None else in_body(key)
+        (lacking if in_checkpoint_class else new).append(key)
+    undeclared, unused = [], []
+    for key in sorted(loading["unexpected_keys"]):
+        (undeclared if in_body(key) else unused).append(key)
+    if lacking or undeclared:
+        problems = []
+        if lacking:
+            problems.append(f"its config declares {len(lacking)} weights the file lacks ({_listed(lacking)})")
+        if undeclared:
+            problems.append(f"it holds {len(undeclared)} weights its config does not declare ({_listed(undeclared)})")
+        raise CheckpointFileError(
+            f"{_weights_named(source)} does not match {Path(source) / CONFIG_NAME}: {'; '.join(problems)}. The config "
+            "was edited or belongs to another checkpoint (e.g. num_hidden_layers); loading would fill the gaps with "
+            "random weights. Use the config saved with these weights."
+        )
+    return new, unused
+
+
+def _checkpoint_class_keys(model: PreTrainedModel, prefix: str) -> set[str] | None:
+    """The state-dict keys (without `prefix`) of the class the checkpoint's config names (`architectures`), built on
+    the meta device with the model's config; None when that class is not beside the model's own (another model type),
+    so the body stands for it."""
+    names = getattr(model.config, "architectures", None) or []
+    module = sys.modules.get(type(model).__module__)
+    checkpoint_class = getattr(module, names[0], None) if names else None
+    if checkpoint_class is None:
+        return None
+    if checkpoint_class is type(model):
+        return {key.removeprefix(prefix) for key in model.state_dict()}
+    with torch.device("meta"):
+        built = checkpoint_class(copy.deepcopy(model.config))
+    return {key.removeprefix(prefix) for key in built.state_dict()}
+
+
+def _weights_named(source: str | os.PathLike) -> str:
+    """The weight file(s) of a local checkpoint folder as a message names them; else the source itself."""
+    folder = Path(source)
+    if not folder.is_dir():
+        return str(source)
+    config = read_json_file(folder / CONFIG_NAME) if (folder / CONFIG_NAME).is_file() else {}
+    files = weight_files(folder, config)
+    return str(files[0]) if len(files) == 1 else f"the weights of {folder}"
+
+
+def _listed(keys: list[str]) -> str:
+    more = f" and {len(keys) - _SHOWN_KEYS} more" if len(keys) > _SHOWN_KEYS else ""
+    return ", ".join(keys[:_SHOWN_KEYS]) + more
+
+
+def _modules(keys: list[str]) -> str:
+    """Keys grouped by module ("classifier (2 tensors)"), for the one-line report."""
+    modules: dict[str, int] = {}
+    for key in keys:
+        module = key.rpartition(".")[0] or key
+        modules[module] = modules.get(module, 0) + 1
+    return ", ".join(f"{module} ({count} tensor{'s' * (count > 1)})" for module, count in modules.items())
+
+
+@contextmanager
+def _load_report_held() -> Iterator[None]:
+    """Hold back transformers' load report (its "LOAD REPORT" table) for one load: `check_loaded_keys` judges the
+    keys instead. A load that fails (transformers refuses mismatched shapes after the table) shows it after all."""
+    held: list[logging.LogRecord] = []
+
+    def hold(record: logging.LogRecord) -> bool:
+        if "LOAD REPORT" in str(record.msg):
+            held.append(record)
+            return False
+        return True
+
+    report_logger = logging.getLogger(_REPORT_LOGGER)
+    report_logger.addFilter(hold)
+    try:
+        yield
+    except BaseException:
+        report_logger.removeFilter(hold)
+        for record in held:
+            report_logger.handle(record)
+        raise
+    finally:
+        report_logger.removeFilter(hold)
