@@ -27,6 +27,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file
 from torch import nn
 
+from ..models.checked_loading import listed_keys
 from ..models.checkpoint_files import (
     CheckpointFileError, check_safetensors_file, read_json_file, refuse_missing_safetensors,
 )  # fmt: skip
@@ -224,7 +225,9 @@ def check_loaded_adapter(peft_model: nn.Module, folder: Path, base: str) -> None
     which records no base. Check after `PeftModel.from_pretrained` (PEFT itself skips tensors of modules the base lacks,
     as of an adapter trained on a deeper model, and leaves those it misses at their initialisation with a warning), or
     on a `get_peft_model` of the base built on the meta device, before anything is converted."""
-    expected = {key: tuple(tensor.shape) for key, tensor in get_peft_model_state_dict(peft_model).items()}
+    # As hfzoo saves adapters (`save_embedding_layers=False`: the recipes never resize the vocabulary).
+    state = get_peft_model_state_dict(peft_model, save_embedding_layers=False)
+    expected = {key: tuple(tensor.shape) for key, tensor in state.items()}
     weights = folder / ADAPTER_WEIGHTS
     with safe_open(str(weights), framework="pt") as saved_file:
         saved = {key: tuple(saved_file.get_slice(key).get_shape()) for key in saved_file.keys()}
@@ -232,18 +235,14 @@ def check_loaded_adapter(peft_model: nn.Module, folder: Path, base: str) -> None
     for what, keys in (("the base has no place for", sorted(set(saved) - set(expected))),
                        ("the base needs but the file lacks", sorted(set(expected) - set(saved)))):  # fmt: skip
         if keys:
-            problems.append(f"{len(keys)} tensors {what} ({_listed(keys)})")
+            problems.append(f"{len(keys)} tensors {what} ({listed_keys(keys)})")
     reshaped = [f"{key} {list(saved[key])} where the base needs {list(expected[key])}"
                 for key in sorted(set(saved) & set(expected)) if saved[key] != expected[key]]  # fmt: skip
     if reshaped:
-        problems.append(f"{len(reshaped)} tensors of another shape ({_listed(reshaped)})")
+        problems.append(f"{len(reshaped)} tensors of another shape ({listed_keys(reshaped)})")
     if problems:
         raise ValueError(f"{weights} does not fit the base model {base}: {'; '.join(problems)}. It was trained on "
                          "another base; use the base it was trained on.")  # fmt: skip
-
-
-def _listed(items: list[str], shown: int = 4) -> str:
-    return ", ".join(items[:shown]) + (f" and {len(items) - shown} more" if len(items) > shown else "")
 
 
 def check_base(adapter: TaskAdapter, model: nn.Module) -> None:

@@ -30,7 +30,6 @@ from .checkpoint_files import CONFIG_NAME, CheckpointFileError, read_json_file, 
 
 logger = logging.getLogger(__name__)
 _REPORT_LOGGER = "transformers.modeling_utils"  # the logger `log_state_dict_report` writes its table to
-_SHOWN_KEYS = 6  # keys an error names before "and N more"
 
 
 def load_checked(model_class, source: str | os.PathLike, **kwargs) -> tuple[PreTrainedModel, list[str]]:
@@ -71,9 +70,9 @@ def check_loaded_keys(model: PreTrainedModel, loading: dict, source: str | os.Pa
     if lacking or undeclared:
         problems = []
         if lacking:
-            problems.append(f"its config declares {len(lacking)} weights the file lacks ({_listed(lacking)})")
+            problems.append(f"its config declares {len(lacking)} weights the file lacks ({listed_keys(lacking)})")
         if undeclared:
-            problems.append(f"it holds {len(undeclared)} weights its config does not declare ({_listed(undeclared)})")
+            problems.append(f"it holds {len(undeclared)} weights its config does not declare ({listed_keys(undeclared)})")
         raise CheckpointFileError(
             f"{_weights_named(source)} does not match {Path(source) / CONFIG_NAME}: {'; '.join(problems)}. The config "
             "was edited or belongs to another checkpoint (e.g. num_hidden_layers); loading would fill the gaps with "
@@ -108,9 +107,10 @@ def _weights_named(source: str | os.PathLike) -> str:
     return str(files[0]) if len(files) == 1 else f"the weights of {folder}"
 
 
-def _listed(keys: list[str]) -> str:
-    more = f" and {len(keys) - _SHOWN_KEYS} more" if len(keys) > _SHOWN_KEYS else ""
-    return ", ".join(keys[:_SHOWN_KEYS]) + more
+def listed_keys(keys: list[str], shown: int = 6) -> str:
+    """The first `shown` keys and how many more, for an error message that names them without flooding."""
+    more = f" and {len(keys) - shown} more" if len(keys) > shown else ""
+    return ", ".join(keys[:shown]) + more
 
 
 def _modules(keys: list[str]) -> str:

@@ -168,7 +168,7 @@ def load_trained(model: PreTrainedModel, missing: list[str], config: FinetuneCon
     folder = Path(config.adapter)
     adapter_config = read_json_file(folder / ADAPTER_CONFIG)  # names the file when missing or broken
     adapter_weights_file(folder)  # safetensors only, and whole: PEFT would unpickle adapter_model.bin
-    check_recorded_base("adapter", folder, recorded_base(folder, adapter_config), model)
+    check_recorded_base(folder.name, folder, recorded_base(folder, adapter_config), model)
     saved = adapter_config.get("modules_to_save") or []
     untrained = [key for key in missing if not _saved_by(key, saved)]
     if untrained:
