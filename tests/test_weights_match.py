@@ -223,3 +223,17 @@ def test_adapter_conversion_refuses_a_base_of_another_width_naming_the_shapes(gp
     with pytest.raises(ValueError, match=r"qkv_proj.lora_A.weight \[2, 128\] where the base needs \[2, 64\]") as error:
         cli(["convert", "adapter-to-native", str(adapter), str(tmp_path / "out"), "--base", str(tmp_path / "wide")])
     assert str(tmp_path / "wide") in str(error.value) and not (tmp_path / "out").exists()
+
+
+def test_finetune_adapter_of_another_width_is_refused_naming_the_shapes(gpt, tmp_path, tokenizer):
+    """Without the check torch's size-mismatch error came from inside PEFT's load, naming no file."""
+    adapter = trained_adapter(gpt, tmp_path / "adapter")
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    (adapter / "adapter_config.json").write_text(json.dumps({**config, "base_model_name_or_path": "moved-away"}))
+    wide = hfzoo.preset_config("gpt-tiny", vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
+                               hidden_size=64, num_attention_heads=2)  # fmt: skip
+    AutoModelForCausalLM.from_config(wide).save_pretrained(tmp_path / "wide")
+    tokenizer.save_pretrained(tmp_path / "wide")
+    with pytest.raises(ValueError, match=r"qkv_proj.lora_A.weight \[2, 128\] where the base needs \[2, 64\]") as error:
+        run_finetune(recipe_args(tmp_path / "wide", tmp_path, "--do_train", "false", "--adapter", str(adapter)))
+    assert str(adapter / "adapter_model.safetensors") in str(error.value)

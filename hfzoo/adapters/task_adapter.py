@@ -14,6 +14,7 @@ PEFT's files (`hfzoo_base.json`, `save_base_identity`: model type, sizes, path, 
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import re
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from peft import get_peft_model_state_dict
+from peft import PeftConfig, get_peft_model, get_peft_model_state_dict
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file
 from torch import nn
@@ -219,12 +220,16 @@ def check_recorded_base(name: str, folder: Path | None, recorded: dict | None, m
         )
 
 
-def check_loaded_adapter(peft_model: nn.Module, folder: Path, base: str) -> None:
-    """The adapter's saved tensors in `folder` are exactly those PEFT makes on `peft_model`'s base (described as
-    `base` in the error), by key and shape: raises `ValueError` naming the file and the keys. For a plain PEFT save,
-    which records no base. Check after `PeftModel.from_pretrained` (PEFT itself skips tensors of modules the base lacks,
-    as of an adapter trained on a deeper model, and leaves those it misses at their initialisation with a warning), or
-    on a `get_peft_model` of the base built on the meta device, before anything is converted."""
+def check_adapter_fits(folder: Path, base: nn.Module, described: str) -> None:
+    """Refuse the PEFT adapter in `folder` unless its saved tensors are exactly those PEFT makes for it on `base`
+    (`described` in the error), by key and shape: a `ValueError` naming the file and the keys. For any PEFT method and
+    for a plain PEFT save, which records no base; before PEFT loads it, which skips tensors of modules the base lacks
+    (an adapter trained on a deeper model) and leaves those it misses at their initialisation (a shallower one), with
+    a warning at most. `base` is best on the meta device (module kinds and shapes, no weights): PEFT's adapter is built
+    on a copy of it."""
+    peft_config = PeftConfig.from_pretrained(str(folder))
+    peft_config.base_model_name_or_path = None  # this copy only measures: PEFT would warn that `base` is another path
+    peft_model = get_peft_model(copy.deepcopy(base), peft_config)
     # As hfzoo saves adapters (`save_embedding_layers=False`: the recipes never resize the vocabulary).
     state = get_peft_model_state_dict(peft_model, save_embedding_layers=False)
     expected = {key: tuple(tensor.shape) for key, tensor in state.items()}
@@ -241,7 +246,7 @@ def check_loaded_adapter(peft_model: nn.Module, folder: Path, base: str) -> None
     if reshaped:
         problems.append(f"{len(reshaped)} tensors of another shape ({listed_keys(reshaped)})")
     if problems:
-        raise ValueError(f"{weights} does not fit the base model {base}: {'; '.join(problems)}. It was trained on "
+        raise ValueError(f"{weights} does not fit the base model {described}: {'; '.join(problems)}. It was trained on "
                          "another base; use the base it was trained on.")  # fmt: skip
 
 

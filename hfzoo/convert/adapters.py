@@ -16,7 +16,6 @@ is re-arranged, and the adapter follows the weight:
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 import os
@@ -27,7 +26,6 @@ from pathlib import Path
 
 import torch
 import transformers
-from peft import PeftConfig, get_peft_model
 from peft.utils.other import get_pattern_key
 from safetensors.torch import save_file
 from torch import nn
@@ -36,7 +34,7 @@ from transformers.pytorch_utils import Conv1D
 
 from .. import models
 from ..adapters.task_adapter import (
-    ADAPTER_CONFIG, ADAPTER_WEIGHTS, KEY_PREFIX, adapter_weights_file, check_loaded_adapter, load_safetensors,
+    ADAPTER_CONFIG, ADAPTER_WEIGHTS, KEY_PREFIX, adapter_weights_file, check_adapter_fits, load_safetensors,
 )  # fmt: skip
 from ..models.checkpoint_files import read_json_file
 from .api import FAMILIES, TOKENIZER_FILES, native_family, zoo_source
@@ -158,7 +156,9 @@ def _map_adapter(adapter_dir: Path, out_dir: Path, base, to_native: bool) -> Pat
                          "have no rule here); train the adapter without them.")  # fmt: skip
     weights = adapter_weights_file(adapter_dir)
     pair = pairing(base, config.get("task_type"))
-    _check_adapter_on_base(adapter_dir, pair.zoo if to_native else pair.native, base)
+    # The adapter must fit `base` (its side of the pair, on the meta device) before anything is mapped or written.
+    described = type(base).__name__ if isinstance(base, PreTrainedModel) else str(base)
+    check_adapter_fits(adapter_dir, pair.zoo if to_native else pair.native, described)
     factors, saved = _split(load_safetensors(weights), *METHOD_PARTS[peft_type])
     if peft_type == "LORA":
         mapped = (_lora_to_native if to_native else _lora_from_native)(config, factors, pair)
@@ -178,14 +178,6 @@ def _map_adapter(adapter_dir: Path, out_dir: Path, base, to_native: bool) -> Pat
     new_config["base_model_name_or_path"] = _target_base_path(base, to_native)
     _write(adapter_dir, out_dir, new_config, tensors)
     return out_dir
-
-
-def _check_adapter_on_base(adapter_dir: Path, source_side: nn.Module, base) -> None:
-    """Refuse an adapter that does not fit the base it is said to be trained on (`--base`), by the keys and shapes
-    PEFT gives it on that base's side (`source_side`, on the meta device), before anything is mapped or written."""
-    peft_config = PeftConfig.from_pretrained(str(adapter_dir))
-    described = type(base).__name__ if isinstance(base, PreTrainedModel) else str(base)
-    check_loaded_adapter(get_peft_model(copy.deepcopy(source_side), peft_config), adapter_dir, described)
 
 
 def _target_base_path(base, to_native: bool) -> str | None:

@@ -22,17 +22,18 @@ true --train_tokenizer true --label_smoothing 0.1 --lr_schedule inverse_sqrt --w
 
 from __future__ import annotations
 
-import warnings
+import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
 from peft import PeftModel
 from torch import nn
 from transformers import PreTrainedModel
 
 from ..adapters.task_adapter import (
-    ADAPTER_CONFIG, adapter_weights_file, base_identity, check_loaded_adapter, check_recorded_base, describe_base,
+    ADAPTER_CONFIG, adapter_weights_file, base_identity, check_adapter_fits, check_recorded_base, describe_base,
     recorded_base, save_base_identity,
 )  # fmt: skip
 from ..cards import FINETUNE_SECTIONS
@@ -176,11 +177,10 @@ def load_trained(model: PreTrainedModel, missing: list[str], config: FinetuneCon
             f"config key 'adapter': {folder} does not hold {', '.join(untrained[:4])}, which --model lacks too "
             "(the adapter's modules_to_save): its head would be scored at random."
         )
-    with warnings.catch_warnings():  # PEFT's warning of missing keys: `check_loaded_adapter` names them instead
-        warnings.filterwarnings("ignore", message="Found missing adapter keys", category=UserWarning)
-        adapted = PeftModel.from_pretrained(model, folder)
-    check_loaded_adapter(adapted, folder, f"{config.model} ({describe_base(base_identity(model))})")
-    return adapted, str(adapter_config.get("peft_type", "adapter")).lower()
+    with torch.device("meta"):  # the base's module kinds and shapes, without its weights
+        shell = type(model)(copy.deepcopy(model.config))
+    check_adapter_fits(folder, shell, f"{config.model} ({describe_base(base_identity(model))})")
+    return PeftModel.from_pretrained(model, folder), str(adapter_config.get("peft_type", "adapter")).lower()
 
 
 def _saved_by(parameter: str, modules_to_save: list[str]) -> bool:
