@@ -103,6 +103,16 @@ def test_the_recipes_refuse_a_config_that_does_not_match_its_weights(gpt, tmp_pa
     assert str(gpt / "model.safetensors") in str(error.value) and layer in str(error.value)
 
 
+def test_weights_of_another_shape_are_named_with_both_shapes(gpt, tmp_path, tokenizer):
+    """transformers refused these after its load-report table, naming no file; the table is no longer printed."""
+    config = json.loads((gpt / "config.json").read_text())
+    (gpt / "config.json").write_text(json.dumps({**config, "intermediate_size": 256}))
+    with pytest.raises(CheckpointFileError, match=r"12 weights have other shapes \(model.layers.0.mlp.down_proj.weight "
+                       r"\[128, 512\] where the config makes \[128, 256\]") as error:  # fmt: skip
+        recipe_load(gpt, tmp_path, tokenizer)
+    assert str(gpt / "model.safetensors") in str(error.value)
+
+
 def test_fine_tuning_refuses_it_before_writing_anything(gpt, tmp_path):
     declare_layers(gpt, 6)
     with pytest.raises(CheckpointFileError, match="model.layers.4"):

@@ -8,7 +8,8 @@ its config names) decides: a missing weight that class has should have been in t
 new for the task (a classifier, BERT's pooler over a masked-LM checkpoint) and is named in one line. A weight the file
 holds in the body (`base_model_prefix`) that the model has no place for is an error; one outside it is the
 checkpoint's own head the task replaces (a masked-LM head under a classifier). transformers' table is held back for
-these loads and shown only when the load fails (a shape mismatch, which it refuses itself).
+these loads and shown only when the load fails otherwise. Weights of another shape (an edited `intermediate_size`)
+are refused too, naming the keys and both shapes.
 
 Not imported by the modeling files, so not copied next to checkpoints.
 """
@@ -37,17 +38,17 @@ def load_checked(model_class, source: str | os.PathLike, **kwargs) -> tuple[PreT
     config (`CheckpointFileError` naming the file and the keys). Returns (model, the keys it initialised as new for
     the task, which are logged in one line)."""
     with _load_report_held():
-        model, loading = model_class.from_pretrained(source, output_loading_info=True, use_safetensors=True, **kwargs)
-    missing, unused = check_loaded_keys(model, loading, source)
-    if missing or unused:
-        logger.info(
-            "%s from %s: %s", type(model).__name__, source,
-            "; ".join(
-                [f"new for the task, initialised: {_modules(missing)}"] * bool(missing)
-                + [f"in the checkpoint, not used: {_modules(unused)}"] * bool(unused)
-            ),
-        )  # fmt: skip
-    return model, missing
+        # Mismatched shapes load as new weights here, and `check_loaded_keys` refuses them naming keys and shapes.
+        model, loading = model_class.from_pretrained(
+            source, output_loading_info=True, use_safetensors=True, ignore_mismatched_sizes=True, **kwargs
+        )
+    new, unused = check_loaded_keys(model, loading, source)
+    report = [f"new for the task, initialised: {_modules(new)}"] if new else []
+    if unused:
+        report.append(f"in the checkpoint, not used: {_modules(unused)}")
+    if report:  # not naming `source`: for `import_native` it is a temporary folder
+        logger.info("%s: %s", type(model).__name__, "; ".join(report))
+    return model, new
 
 
 def check_loaded_keys(model: PreTrainedModel, loading: dict, source: str | os.PathLike) -> tuple[list[str], list[str]]:
@@ -67,16 +68,18 @@ def check_loaded_keys(model: PreTrainedModel, loading: dict, source: str | os.Pa
     undeclared, unused = [], []
     for key in sorted(loading["unexpected_keys"]):
         (undeclared if in_body(key) else unused).append(key)
-    if lacking or undeclared:
-        problems = []
+    reshaped = [f"{key} {list(saved)} where the config makes {list(built)}"
+                for key, saved, built in sorted(loading.get("mismatched_keys") or [])]  # fmt: skip
+    if lacking or undeclared or reshaped:
+        problems = [f"{len(reshaped)} weights have other shapes ({listed_keys(reshaped)})"] if reshaped else []
         if lacking:
             problems.append(f"its config declares {len(lacking)} weights the file lacks ({listed_keys(lacking)})")
         if undeclared:
             problems.append(f"it holds {len(undeclared)} weights its config does not declare ({listed_keys(undeclared)})")
         raise CheckpointFileError(
             f"{_weights_named(source)} does not match {Path(source) / CONFIG_NAME}: {'; '.join(problems)}. The config "
-            "was edited or belongs to another checkpoint (e.g. num_hidden_layers); loading would fill the gaps with "
-            "random weights. Use the config saved with these weights."
+            "was edited or belongs to another checkpoint (e.g. num_hidden_layers, intermediate_size); loading would "
+            "put random weights in their place. Use the config saved with these weights."
         )
     return new, unused
 
