@@ -9,7 +9,13 @@ an adapter's tensors alone may fit a base it was not trained on. hfzoo therefore
 PEFT's files (`hfzoo_base.json`, `save_base_identity`: model type, sizes, path, a hash of its `config.json`) and
 `check_base` refuses another base naming both. PEFT's own `PeftModel.from_pretrained` offers no hook to check it
 (it reads the files it knows), so loading an hfzoo adapter with plain PEFT does not check the base: compare
-`hfzoo_base.json` with the base's config, or load the adapter through `compose`.
+`hfzoo_base.json` with the base's config, or load the adapter through `compose` or `hfzoo finetune --adapter`, which
+also check an adapter without the record (a plain PEFT save) by its keys and shapes (`check_fits`,
+`check_adapter_fits`). Where two families share module names and sizes (hfzoo's decoder and encoder do), keys and
+shapes cannot tell them apart: only the record, or the config of the base PEFT names, can.
+
+Adapter weights are read from `adapter_model.safetensors` only (`adapter_weights_file`): a folder holding PEFT's
+pickled `adapter_model.bin` instead is refused, naming it.
 """
 
 from __future__ import annotations

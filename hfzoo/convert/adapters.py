@@ -86,8 +86,9 @@ def adapter_to_native(
     `PeftModel.from_pretrained(native_model, out_dir)` computes what the hfzoo model with the adapter computes.
 
     `base` says which pair of models: the native model or the hfzoo one (a model, or a checkpoint folder); the head
-    is the one the adapter's PEFT `task_type` trains (else `base`'s). A module whose adapter has no exact native
-    counterpart is refused, naming it. `out_dir` gets `adapter_config.json`, `adapter_model.safetensors` and the
+    is the one the adapter's PEFT `task_type` trains (else `base`'s). An adapter that does not fit `base` by its keys
+    and shapes (another depth or width) is refused before anything is written, and so is a module whose adapter has
+    no exact native counterpart, naming it. `out_dir` gets `adapter_config.json`, `adapter_model.safetensors` and the
     adapter folder's tokenizer files; returns it.
     """
     return _map_adapter(Path(adapter_dir), Path(out_dir), base, to_native=True)

@@ -157,7 +157,8 @@ def finetune(config: FinetuneConfig) -> Path:
 def load_trained(model: PreTrainedModel, missing: list[str], config: FinetuneConfig) -> tuple[nn.Module, str]:
     """(`do_train: false`) the model to evaluate and its method: `model` itself (a fine-tuned checkpoint, which must
     hold every weight: a head initialised at random would be scored), or `config.adapter` on it, which must have
-    been trained on this base and must hold what the base lacks (its `modules_to_save`)."""
+    been trained on this base (its record, else its keys and shapes, are checked before PEFT loads it; safetensors
+    only) and must hold what the base lacks (its `modules_to_save`)."""
     if config.adapter is None:
         if missing:
             raise ValueError(
