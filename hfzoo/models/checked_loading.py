@@ -43,9 +43,9 @@ def load_checked(model_class, source: str | os.PathLike, **kwargs) -> tuple[PreT
             source, output_loading_info=True, use_safetensors=True, ignore_mismatched_sizes=True, **kwargs
         )
     new, unused = check_loaded_keys(model, loading, source)
-    report = [f"new for the task, initialised: {_modules(new)}"] if new else []
+    report = [f"new for the task, initialised: {', '.join(_grouped(new))}"] if new else []
     if unused:
-        report.append(f"in the checkpoint, not used: {_modules(unused)}")
+        report.append(f"in the checkpoint, not used: {', '.join(_grouped(unused))}")
     if report:  # not naming `source`: for `import_native` it is a temporary folder
         logger.info("%s: %s", type(model).__name__, "; ".join(report))
     return model, new
@@ -73,9 +73,13 @@ def check_loaded_keys(model: PreTrainedModel, loading: dict, source: str | os.Pa
     if lacking or undeclared or reshaped:
         problems = [f"{len(reshaped)} weights have other shapes ({listed_keys(reshaped)})"] if reshaped else []
         if lacking:
-            problems.append(f"its config declares {len(lacking)} weights the file lacks ({listed_keys(lacking)})")
+            problems.append(
+                f"its config declares {len(lacking)} weights the file lacks: {listed_keys(_grouped(lacking))}"
+            )
         if undeclared:
-            problems.append(f"it holds {len(undeclared)} weights its config does not declare ({listed_keys(undeclared)})")
+            problems.append(
+                f"it holds {len(undeclared)} weights its config does not declare: {listed_keys(_grouped(undeclared))}"
+            )
         raise CheckpointFileError(
             f"{_weights_named(source)} does not match {Path(source) / CONFIG_NAME}: {'; '.join(problems)}. The config "
             "was edited or belongs to another checkpoint (e.g. num_hidden_layers, intermediate_size); loading would "
@@ -116,13 +120,16 @@ def listed_keys(keys: list[str], shown: int = 6) -> str:
     return ", ".join(keys[:shown]) + more
 
 
-def _modules(keys: list[str]) -> str:
-    """Keys grouped by module ("classifier (2 tensors)"), for the one-line report."""
-    modules: dict[str, int] = {}
+def _grouped(keys: list[str]) -> list[str]:
+    """Keys grouped by layer ("model.layers.4.* (12 tensors)") or, outside the layers, by module ("classifier
+    (2 tensors)"): a missing layer is one entry, not a dozen."""
+    groups: dict[str, int] = {}
     for key in keys:
-        module = key.rpartition(".")[0] or key
-        modules[module] = modules.get(module, 0) + 1
-    return ", ".join(f"{module} ({count} tensor{'s' * (count > 1)})" for module, count in modules.items())
+        parts = key.split(".")
+        layer = next((i for i, part in enumerate(parts) if part.isdigit()), None)
+        group = ".".join(parts[: layer + 1]) + ".*" if layer is not None else key.rpartition(".")[0] or key
+        groups[group] = groups.get(group, 0) + 1
+    return [f"{group} ({count} tensor{'s' * (count > 1)})" for group, count in groups.items()]
 
 
 @contextmanager
