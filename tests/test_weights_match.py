@@ -17,6 +17,7 @@ import pytest
 import torch
 from accelerate.state import AcceleratorState, GradientState
 from peft import LoraConfig, get_peft_model
+from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, BertConfig, BertForMaskedLM
 
 import hfzoo
@@ -171,8 +172,6 @@ def trained_adapter(model_folder: Path, folder: Path, **overrides) -> Path:
 
 def test_finetune_adapter_refuses_a_pickled_adapter(gpt, tmp_path):
     adapter = trained_adapter(gpt, tmp_path / "adapter")
-    from safetensors.torch import load_file
-
     torch.save(load_file(adapter / "adapter_model.safetensors"), adapter / "adapter_model.bin")
     (adapter / "adapter_model.safetensors").unlink()
     with pytest.raises(OSError, match=r"adapter_model.bin.*safetensors") as error:
