@@ -9,11 +9,18 @@ an adapter's tensors alone may fit a base it was not trained on. hfzoo therefore
 PEFT's files (`hfzoo_base.json`, `save_base_identity`: model type, sizes, path, a hash of its `config.json`) and
 `check_base` refuses another base naming both. PEFT's own `PeftModel.from_pretrained` offers no hook to check it
 (it reads the files it knows), so loading an hfzoo adapter with plain PEFT does not check the base: compare
-`hfzoo_base.json` with the base's config, or load the adapter through `compose`.
+`hfzoo_base.json` with the base's config, or load the adapter through `compose` or `hfzoo finetune --adapter`, which
+also check an adapter without the record (a plain PEFT save) by its keys and shapes (`check_fits`,
+`check_adapter_fits`). Where two families share module names and sizes (hfzoo's decoder and encoder do), keys and
+shapes cannot tell them apart: only the record, or the config of the base PEFT names, can.
+
+Adapter weights are read from `adapter_model.safetensors` only (`adapter_weights_file`): a folder holding PEFT's
+pickled `adapter_model.bin` instead is refused, naming it.
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import re
@@ -22,16 +29,21 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError
+from peft import PeftConfig, get_peft_model, get_peft_model_state_dict
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file
 from torch import nn
 
-from ..models.checkpoint_files import CheckpointFileError, check_safetensors_file, read_json_file
+from ..models.checked_loading import listed_keys
+from ..models.checkpoint_files import (
+    CheckpointFileError, check_safetensors_file, read_json_file, refuse_missing_safetensors,
+)  # fmt: skip
 from .stacking import METHOD_STACKS, MethodStack
 from .stacking.base import expect_shape
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
+PICKLED_ADAPTER_WEIGHTS = "adapter_model.bin"  # PEFT's pickle format: never loaded
 KEY_PREFIX = "base_model.model."  # PEFT's prefix of every saved tensor key
 BASE_RECORD = "hfzoo_base.json"  # the base model an adapter was trained on (`save_base_identity`)
 # The config fields that make a base model a different one for an adapter (beside the model type).
@@ -65,15 +77,10 @@ class TaskAdapter:
 def read_adapter(name: str, folder: str | Path) -> TaskAdapter:
     """Parse the PEFT adapter in `folder` (safetensors only); unsupported options raise an error naming them."""
     folder = Path(folder)
-    config_file, weights_file = folder / ADAPTER_CONFIG, folder / ADAPTER_WEIGHTS
+    config_file = folder / ADAPTER_CONFIG
     if not config_file.is_file():
         raise FileNotFoundError(f"adapter {name!r}: no {ADAPTER_CONFIG} in {folder}")
-    if not weights_file.is_file():
-        pickled = " (there is an adapter_model.bin: compositions read safetensors only, never pickle)"
-        raise FileNotFoundError(
-            f"adapter {name!r}: no {ADAPTER_WEIGHTS} in {folder}"
-            + (pickled if (folder / "adapter_model.bin").exists() else "")
-        )
+    weights_file = adapter_weights_file(folder)
     config = read_json_file(config_file)
     peft_type = config.get("peft_type")
     if peft_type not in METHOD_STACKS:
@@ -83,7 +90,7 @@ def read_adapter(name: str, folder: str | Path) -> TaskAdapter:
     stack_type = METHOD_STACKS[peft_type]
     stack_type.check_options(name, config)
     adapter = TaskAdapter(name, folder, peft_type, config)
-    adapter.base = _recorded_base(folder, config)
+    adapter.base = recorded_base(folder, config)
     factors: dict[str, dict[str, torch.Tensor]] = {}
     for key, tensor in load_safetensors(weights_file).items():
         if not key.startswith(KEY_PREFIX):
@@ -105,6 +112,17 @@ def read_adapter(name: str, folder: str | Path) -> TaskAdapter:
         rank = 1 if stack_type.rank_part is None else parts[stack_type.rank_part].shape[0]
         adapter.rank = max(adapter.rank, rank)
     return adapter
+
+
+def adapter_weights_file(folder: Path) -> Path:
+    """The adapter's `adapter_model.safetensors`, checked before PEFT or hfzoo reads it: a folder holding only a
+    pickled `adapter_model.bin` (which PEFT would unpickle) is refused, and a truncated file is named
+    (`CheckpointFileError`)."""
+    weights = folder / ADAPTER_WEIGHTS
+    if not weights.is_file():
+        refuse_missing_safetensors(folder, ADAPTER_WEIGHTS, (PICKLED_ADAPTER_WEIGHTS,))
+    check_safetensors_file(weights)
+    return weights
 
 
 def load_safetensors(path: Path) -> dict[str, torch.Tensor]:
@@ -158,7 +176,7 @@ def base_identity(model: nn.Module) -> dict:
     return {**identity, "base_model": path or None, "config_sha256": digest}
 
 
-def _recorded_base(folder: Path, config: dict) -> dict | None:
+def recorded_base(folder: Path, config: dict) -> dict | None:
     """The adapter's base identity: its `BASE_RECORD`, else read from the `config.json` of the local folder PEFT
     recorded as `base_model_name_or_path` (when it still exists), else None."""
     if (folder / BASE_RECORD).is_file():
@@ -194,20 +212,56 @@ def base_differences(first: dict, second: dict) -> list[str]:
     return [k for k in keys if None not in (first.get(k), second.get(k)) and first.get(k) != second.get(k)]
 
 
+def check_recorded_base(name: str, folder: Path | None, recorded: dict | None, model: nn.Module) -> None:
+    """Refuse `model` as the base of the adapter `name` in `folder` when its model type or sizes differ from the base
+    the adapter recorded (`recorded_base`; None: nothing recorded, nothing to compare)."""
+    if recorded is None:
+        return
+    current = base_identity(model)
+    differs = base_differences(recorded, current)
+    if differs:
+        raise ValueError(
+            f"adapter {name!r} ({folder}) was trained on {describe_base(recorded)}; the base model is "
+            f"{describe_base(current)} (differs in {', '.join(differs)}). Load it on the base it was trained on."
+        )
+
+
+def check_adapter_fits(folder: Path, base: nn.Module, described: str) -> None:
+    """Refuse the PEFT adapter in `folder` unless its saved tensors are exactly those PEFT makes for it on `base`
+    (`described` in the error), by key and shape: a `ValueError` naming the file and the keys. For any PEFT method and
+    for a plain PEFT save, which records no base; before PEFT loads it, which skips tensors of modules the base lacks
+    (an adapter trained on a deeper model) and leaves those it misses at their initialisation (a shallower one), with
+    a warning at most. `base` is best on the meta device (module kinds and shapes, no weights): PEFT's adapter is built
+    on a copy of it."""
+    peft_config = PeftConfig.from_pretrained(str(folder))
+    peft_config.base_model_name_or_path = None  # this copy only measures: PEFT would warn that `base` is another path
+    peft_model = get_peft_model(copy.deepcopy(base), peft_config)
+    # As hfzoo saves adapters (`save_embedding_layers=False`: the recipes never resize the vocabulary).
+    state = get_peft_model_state_dict(peft_model, save_embedding_layers=False)
+    expected = {key: tuple(tensor.shape) for key, tensor in state.items()}
+    weights = folder / ADAPTER_WEIGHTS
+    with safe_open(str(weights), framework="pt") as saved_file:
+        saved = {key: tuple(saved_file.get_slice(key).get_shape()) for key in saved_file.keys()}
+    problems = []
+    for what, keys in (("the base has no place for", sorted(set(saved) - set(expected))),
+                       ("the base needs but the file lacks", sorted(set(expected) - set(saved)))):  # fmt: skip
+        if keys:
+            problems.append(f"{len(keys)} tensors {what} ({listed_keys(keys)})")
+    reshaped = [f"{key} {list(saved[key])} where the base needs {list(expected[key])}"
+                for key in sorted(set(saved) & set(expected)) if saved[key] != expected[key]]  # fmt: skip
+    if reshaped:
+        problems.append(f"{len(reshaped)} tensors of another shape ({listed_keys(reshaped)})")
+    if problems:
+        raise ValueError(f"{weights} does not fit the base model {described}: {'; '.join(problems)}. It was trained on "
+                         "another base; use the base it was trained on.")  # fmt: skip
+
+
 def check_base(adapter: TaskAdapter, model: nn.Module) -> None:
     """Refuse `model` as the base of `adapter` when it is not the kind of model the adapter was trained on: by the
     adapter's `BASE_RECORD` (model type and sizes) when hfzoo saved one, and, with or without it, when the adapter
     covers fewer layers than the base has (e.g. a 2-layer adapter on a 4-layer model, or the reverse, which
     `check_fits` finds as a missing module)."""
-    if adapter.base is not None:
-        current = base_identity(model)
-        differs = base_differences(adapter.base, current)
-        if differs:
-            raise ValueError(
-                f"adapter {adapter.name!r} ({adapter.folder}) was trained on {describe_base(adapter.base)}; the base "
-                f"model is {describe_base(current)} (differs in {', '.join(differs)}). Load it on the base it was "
-                "trained on."
-            )
+    check_recorded_base(adapter.name, adapter.folder, adapter.base, model)
     config = adapter.config
     if isinstance(config.get("target_modules"), str) or any(
         config.get(key) for key in ("layers_to_transform", "layers_pattern", "exclude_modules")

@@ -35,6 +35,9 @@ from transformers.pytorch_utils import Conv1D
 from .. import models
 from ..adapters.task_adapter import ADAPTER_CONFIG, ADAPTER_WEIGHTS, KEY_PREFIX, load_safetensors
 from ..integrations.transformers import model_from_config
+from ..adapters.task_adapter import (
+    ADAPTER_CONFIG, ADAPTER_WEIGHTS, KEY_PREFIX, adapter_weights_file, check_adapter_fits, load_safetensors,
+)  # fmt: skip
 from ..models.checkpoint_files import read_json_file
 from .api import FAMILIES, TOKENIZER_FILES, native_family, zoo_source
 from .family import Head, NativeFamily
@@ -85,8 +88,9 @@ def adapter_to_native(
     `PeftModel.from_pretrained(native_model, out_dir)` computes what the hfzoo model with the adapter computes.
 
     `base` says which pair of models: the native model or the hfzoo one (a model, or a checkpoint folder); the head
-    is the one the adapter's PEFT `task_type` trains (else `base`'s). A module whose adapter has no exact native
-    counterpart is refused, naming it. `out_dir` gets `adapter_config.json`, `adapter_model.safetensors` and the
+    is the one the adapter's PEFT `task_type` trains (else `base`'s). An adapter that does not fit `base` by its keys
+    and shapes (another depth or width) is refused before anything is written, and so is a module whose adapter has
+    no exact native counterpart, naming it. `out_dir` gets `adapter_config.json`, `adapter_model.safetensors` and the
     adapter folder's tokenizer files; returns it.
     """
     return _map_adapter(Path(adapter_dir), Path(out_dir), base, to_native=True)
@@ -153,8 +157,12 @@ def _map_adapter(adapter_dir: Path, out_dir: Path, base, to_native: bool) -> Pat
     if refused:
         raise ValueError(f"{adapter_dir}: LoRA with {', '.join(refused)} cannot be mapped (their tensors or modules "
                          "have no rule here); train the adapter without them.")  # fmt: skip
+    weights = adapter_weights_file(adapter_dir)
     pair = pairing(base, config.get("task_type"))
-    factors, saved = _split(load_safetensors(adapter_dir / ADAPTER_WEIGHTS), *METHOD_PARTS[peft_type])
+    # The adapter must fit `base` (its side of the pair, on the meta device) before anything is mapped or written.
+    described = type(base).__name__ if isinstance(base, PreTrainedModel) else str(base)
+    check_adapter_fits(adapter_dir, pair.zoo if to_native else pair.native, described)
+    factors, saved = _split(load_safetensors(weights), *METHOD_PARTS[peft_type])
     if peft_type == "LORA":
         mapped = (_lora_to_native if to_native else _lora_from_native)(config, factors, pair)
         tensors, new_config = _lora_files(config, mapped, pair, to_native)

@@ -13,6 +13,8 @@ from transformers import AutoConfig, PreTrainedConfig, PreTrainedModel
 
 from .. import models
 from ..integrations.transformers import model_from_config
+from ..models.checked_loading import load_checked
+from ..models.checkpoint_files import check_checkpoint_folder
 from ..presets import preset_config
 from . import bart, bert, gpt2, llama, roberta, t5
 from .family import NativeFamily
@@ -125,6 +127,7 @@ def import_checkpoint(source: str | os.PathLike, out_dir: str | os.PathLike) -> 
     supported ones. The checkpoint loads with the class its config names when hfzoo has that head, else as its
     bare model (a pre-training head such as `BertForPreTraining` has no hfzoo pair; a task adds its own head).
     """
+    _check_folder(source)
     config = AutoConfig.from_pretrained(source)
     if config.model_type.startswith("hfzoo"):
         raise ValueError(f"{source} is already an hfzoo checkpoint ({config.model_type}): train it without "
@@ -137,7 +140,7 @@ def import_checkpoint(source: str | os.PathLike, out_dir: str | os.PathLike) -> 
         )
     names = {head.native_class for head in family.heads}
     class_name = next((name for name in config.architectures or [] if name in names), family.heads[0].native_class)
-    native = getattr(transformers, class_name).from_pretrained(source, config=config, use_safetensors=True)
+    native, _ = load_checked(getattr(transformers, class_name), source, config=config)
     zoo = from_native(native)
     zoo.save_pretrained(out_dir)
     return zoo
@@ -202,12 +205,20 @@ def load_zoo(model_or_path: PreTrainedModel | str | os.PathLike) -> PreTrainedMo
 def _load(model_or_path: PreTrainedModel | str | os.PathLike, namespace, expected: str) -> PreTrainedModel:
     if isinstance(model_or_path, PreTrainedModel):
         return model_or_path
+    _check_folder(model_or_path)
     config = AutoConfig.from_pretrained(model_or_path)
     names = getattr(config, "architectures", None) or [""]
     model_cls = getattr(namespace, names[0], None)
     if model_cls is None:
         raise ValueError(f"{model_or_path}/config.json: `architectures` is {names}, which names no {expected}.")
-    return model_cls.from_pretrained(model_or_path, config=config)
+    return load_checked(model_cls, model_or_path, config=config)[0]
+
+
+def _check_folder(source: str | os.PathLike) -> None:
+    """A local checkpoint folder's config and safetensors weights, checked before anything loads: a missing,
+    truncated or pickled (`pytorch_model.bin`) weights file is refused naming it."""
+    if Path(source).is_dir():
+        check_checkpoint_folder(source)
 
 
 def save_converted(model: PreTrainedModel, out_dir: str | os.PathLike, tokenizer_folder: str | os.PathLike | None) -> None:

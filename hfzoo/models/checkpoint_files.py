@@ -9,6 +9,7 @@ Imported relatively by `modeling_common`, so a checkpoint's copy of the model co
 import json
 import re
 from pathlib import Path
+from typing import NoReturn
 
 from safetensors import SafetensorError, safe_open
 
@@ -43,7 +44,7 @@ def read_json_file(path: Path) -> dict:
     return values
 
 
-def _weight_files(folder: Path, config: dict) -> list[Path]:
+def weight_files(folder: Path, config: dict) -> list[Path]:
     """The safetensors files transformers would load from `folder`, or `CheckpointFileError` saying what is missing."""
     explicit = config.get("transformers_weights")
     if explicit is not None:
@@ -62,14 +63,21 @@ def _weight_files(folder: Path, config: dict) -> list[Path]:
     distributed = sorted(p for p in folder.iterdir() if _DISTRIBUTED_SHARD.match(p.name))
     if distributed:
         return distributed
-    pickled = [name for name in _PICKLED_WEIGHTS if (folder / name).exists()]
+    refuse_missing_safetensors(folder, f"{WEIGHTS_NAME} (nor {WEIGHTS_INDEX_NAME})", _PICKLED_WEIGHTS)
+
+
+def refuse_missing_safetensors(folder: Path, expected: str, pickled_names: tuple[str, ...]) -> NoReturn:
+    """Raise `CheckpointFileError`: `folder` lacks its safetensors weights `expected`. Pickled weights in their place
+    (`pickled_names`, e.g. `pytorch_model.bin`, `adapter_model.bin`) are named and never loaded: transformers and PEFT
+    would unpickle them, and unpickling can run code. For models and adapters alike."""
+    pickled = [name for name in pickled_names if (folder / name).exists()]
     found = (
         f" It has {', '.join(pickled)}, a pickle, which can run code when loaded and which hfzoo never loads; "
-        "convert it where you trust its origin (load it and `save_pretrained` the model)."
+        "convert it to safetensors where you trust its origin (load it and `save_pretrained` it again)."
         if pickled
         else " Was the save interrupted, or is this the wrong folder?"
     )
-    raise CheckpointFileError(f"{folder} has no {WEIGHTS_NAME} (nor {WEIGHTS_INDEX_NAME}).{found}")
+    raise CheckpointFileError(f"{folder} has no {expected}.{found}")
 
 
 def _shards(index_path: Path) -> list[Path]:
@@ -101,5 +109,5 @@ def check_checkpoint_folder(folder: str | Path, weights: bool = True) -> None:
     folder = Path(folder)
     config_path = folder / CONFIG_NAME
     config = read_json_file(config_path) if config_path.is_file() else {}
-    for path in _weight_files(folder, config) if weights else ():
+    for path in weight_files(folder, config) if weights else ():
         check_safetensors_file(path)

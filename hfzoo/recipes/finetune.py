@@ -22,15 +22,20 @@ true --train_tokenizer true --label_smoothing 0.1 --lr_schedule inverse_sqrt --w
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
 from peft import PeftModel
 from torch import nn
 from transformers import PreTrainedModel
 
-from ..adapters.task_adapter import BASE_RECORD, base_differences, base_identity, describe_base, save_base_identity
+from ..adapters.task_adapter import (
+    ADAPTER_CONFIG, adapter_weights_file, base_identity, check_adapter_fits, check_recorded_base, describe_base,
+    recorded_base, save_base_identity,
+)  # fmt: skip
 from ..cards import FINETUNE_SECTIONS
 from ..models.checkpoint_files import read_json_file
 from ..presets import list_presets
@@ -152,7 +157,8 @@ def finetune(config: FinetuneConfig) -> Path:
 def load_trained(model: PreTrainedModel, missing: list[str], config: FinetuneConfig) -> tuple[nn.Module, str]:
     """(`do_train: false`) the model to evaluate and its method: `model` itself (a fine-tuned checkpoint, which must
     hold every weight: a head initialised at random would be scored), or `config.adapter` on it, which must have
-    been trained on this base and must hold what the base lacks (its `modules_to_save`)."""
+    been trained on this base (its record, else its keys and shapes, are checked before PEFT loads it; safetensors
+    only) and must hold what the base lacks (its `modules_to_save`)."""
     if config.adapter is None:
         if missing:
             raise ValueError(
@@ -162,12 +168,9 @@ def load_trained(model: PreTrainedModel, missing: list[str], config: FinetuneCon
             )
         return model, "full"
     folder = Path(config.adapter)
-    adapter_config = read_json_file(folder / "adapter_config.json")  # names the file when missing or broken
-    if (folder / BASE_RECORD).is_file():
-        recorded, current = read_json_file(folder / BASE_RECORD), base_identity(model)
-        if base_differences(recorded, current):
-            raise ValueError(f"config key 'adapter': {folder} was trained on {describe_base(recorded)}; --model is "
-                             f"{describe_base(current)}. Evaluate it on the base it was trained on.")  # fmt: skip
+    adapter_config = read_json_file(folder / ADAPTER_CONFIG)  # names the file when missing or broken
+    adapter_weights_file(folder)  # safetensors only, and whole: PEFT would unpickle adapter_model.bin
+    check_recorded_base(folder.name, folder, recorded_base(folder, adapter_config), model)
     saved = adapter_config.get("modules_to_save") or []
     untrained = [key for key in missing if not _saved_by(key, saved)]
     if untrained:
@@ -175,6 +178,9 @@ def load_trained(model: PreTrainedModel, missing: list[str], config: FinetuneCon
             f"config key 'adapter': {folder} does not hold {', '.join(untrained[:4])}, which --model lacks too "
             "(the adapter's modules_to_save): its head would be scored at random."
         )
+    with torch.device("meta"):  # the base's module kinds and shapes, without its weights
+        shell = type(model)(copy.deepcopy(model.config))
+    check_adapter_fits(folder, shell, f"{config.model} ({describe_base(base_identity(model))})")
     return PeftModel.from_pretrained(model, folder), str(adapter_config.get("peft_type", "adapter")).lower()
 
 

@@ -29,6 +29,7 @@ from ..convert import import_checkpoint
 from ..data.tokenizer_training import train_tokenizer
 from ..integrations.accelerate import forget_checkpointed_objects
 from ..integrations.transformers import auto_class_has
+from ..models.checked_loading import load_checked
 from ..models.checkpoint_files import check_checkpoint_folder
 from ..presets import list_presets, preset_config
 from ..recipe_config import CONFIG_FILE
@@ -154,16 +155,11 @@ def _load_checkpoint(
     if from_scratch:
         model = auto_class.from_config(model_config, trust_remote_code=config.trust_remote_code)
         return model, family, []
-    # Safetensors only, for transformers' own models too: never unpickle a `pytorch_model.bin`.
-    model, loading = auto_class.from_pretrained(
-        source,
-        config=model_config,
-        trust_remote_code=config.trust_remote_code,
-        output_loading_info=True,
-        use_safetensors=True,
-    )
+    # Safetensors only, for transformers' own models too (never unpickle a `pytorch_model.bin`), and weights that
+    # match the config: only the task's new head may be missing.
+    model, new = load_checked(auto_class, source, config=model_config, trust_remote_code=config.trust_remote_code)
     parameters = dict(model.named_parameters())
-    return model, family, sorted(k for k in loading["missing_keys"] if k in parameters)
+    return model, family, [key for key in new if key in parameters]
 
 
 def train_task_tokenizer(
