@@ -107,8 +107,8 @@ MODEL_CODE_INTERNALS = {
     "public name exists (transformers' own modeling files read `config._attn_implementation`)",
     ("modeling_common.py", "_loss_function"): "where PreTrainedModel's `loss_function` setter stores a user's "
     "loss; the overridden getter must honour it as transformers' own getter does",
-    ("modeling_bilm.py", "_auto_class"): "set by the public `register_for_auto_class`; save_pretrained reads it to "
-    "write auto_map, and the biLM adds its bare model to that auto_map only when it is set",
+    ("modeling_common.py", "_auto_class"): "set by the public `register_for_auto_class`; save_pretrained reads it to "
+    "write auto_map, and hfzoo's save names every head of the family there only when it is set",
     ("modeling_encoder_decoder.py", "_get_resized_embeddings"): "PreTrainedModel's own resizing (mean-resizing "
     "included) applied to the unshared source embedding that the public resize_token_embeddings does not reach",
     ("weight_layout.py", "_forward_hooks"): "torch has no public way to ask whether a module has hooks; a module "
