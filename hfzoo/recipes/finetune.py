@@ -30,6 +30,7 @@ from peft import PeftModel
 from torch import nn
 from transformers import PreTrainedModel
 
+from ..adapters.peft_warnings import building_peft_model
 from ..adapters.task_adapter import BASE_RECORD, base_differences, base_identity, describe_base, save_base_identity
 from ..cards import FINETUNE_SECTIONS
 from ..models.checkpoint_files import read_json_file
@@ -175,7 +176,9 @@ def load_trained(model: PreTrainedModel, missing: list[str], config: FinetuneCon
             f"config key 'adapter': {folder} does not hold {', '.join(untrained[:4])}, which --model lacks too "
             "(the adapter's modules_to_save): its head would be scored at random."
         )
-    return PeftModel.from_pretrained(model, folder), str(adapter_config.get("peft_type", "adapter")).lower()
+    with building_peft_model():
+        adapted = PeftModel.from_pretrained(model, folder)
+    return adapted, str(adapter_config.get("peft_type", "adapter")).lower()
 
 
 def _saved_by(parameter: str, modules_to_save: list[str]) -> bool:
