@@ -1,11 +1,16 @@
 """The `hfzoo` command: `hfzoo presets`, `hfzoo convert`, `hfzoo generate`, `hfzoo quickstart`, and the recipes as
-subcommands."""
+subcommands.
+
+A refused run (a config key, a file, a row or a checkpoint hfzoo cannot use) ends with one line saying what is wrong
+and exit status 2; add --debug anywhere on the command line (or set HFZOO_DEBUG=1) for the traceback instead.
+"""
 
 import argparse
 import importlib
 import sys
 
 from .presets import PRESETS, count_preset_parameters, list_presets, preset_config, preset_family
+from .refusals import DEBUG_SWITCH, run_command
 
 
 def presets_table() -> list[dict[str, str]]:
@@ -100,6 +105,11 @@ adapted module without an exact counterpart (a bottleneck on a fused projection)
 def _convert(args: argparse.Namespace) -> None:
     from .convert.adapters import adapter_from_native, adapter_to_native
     from .convert.api import from_native, save_converted, to_native
+    from .data.corpus import missing_local_path
+
+    for folder in (args.source, getattr(args, "base", None)):  # transformers would take a mistyped path for a Hub name
+        if folder and missing_local_path(folder):
+            raise FileNotFoundError(f"{folder} does not exist")
 
     if args.direction.startswith("adapter-"):
         mapping = adapter_to_native if args.direction == "adapter-to-native" else adapter_from_native
@@ -216,11 +226,15 @@ RECIPES = {
 
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in RECIPES:
+    command = next((token for token in argv if token != DEBUG_SWITCH), "hfzoo")
+    if command in RECIPES:
         # Recipes parse their own arguments (any config key can be overridden), so hand them all over.
-        importlib.import_module(RECIPES[argv[0]][0]).main(argv[1:])
+        argv.remove(command)
+        run_command(command, argv, importlib.import_module(RECIPES[command][0]).main)
         return
-    parser = argparse.ArgumentParser(prog="hfzoo", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="hfzoo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     for name, (_, help_text) in RECIPES.items():
         commands.add_parser(name, help=help_text, add_help=False)
@@ -231,8 +245,12 @@ def main(argv: list[str] | None = None) -> None:
     quickstart.add_argument("--output_dir", default="runs/quickstart")
     quickstart.add_argument("--scale", default="full", choices=["full", "smoke"], help="smoke: a few steps per stage, a wiring check")
     quickstart.set_defaults(func=_quickstart)
-    args = parser.parse_args(argv)
-    args.func(args)
+
+    def dispatch(argv: list[str]) -> None:
+        args = parser.parse_args(argv)
+        args.func(args)
+
+    run_command(command, argv, dispatch)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ import torch
 from peft import AutoPeftModelForSequenceClassification
 from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSeq2SeqLM, AutoTokenizer
 
+from .adapters.peft_warnings import building_peft_model
 from .data.default_corpus import load_default_corpus
 from .data.stdlib_tasks import write_task_files
 from .recipes import compose, finetune, pretrain
@@ -227,7 +228,8 @@ def run_quickstart(output_dir: str | os.PathLike = "runs/quickstart", scale: str
         adapter_dir = output_dir / f"adapter-{task}-{method}"
         head = json.loads((adapter_dir / METRICS_FILE).read_text())["model_kwargs"]
         head["id2label"] = {int(index): label for index, label in head["id2label"].items()}
-        AutoPeftModelForSequenceClassification.from_pretrained(adapter_dir, **head)
+        with building_peft_model():
+            AutoPeftModelForSequenceClassification.from_pretrained(adapter_dir, **head)
     decoder_dir = output_dir / "gpt-tiny-clm"
     remote_diff = check_remote_code(decoder_dir, AutoModelForCausalLM.from_pretrained(decoder_dir))
     tokenizer = AutoTokenizer.from_pretrained(decoder_dir)

@@ -207,7 +207,11 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
 
 
 def usage(config_class: type, command: str) -> str:
-    lines = [f"usage: {command} [--config FILE] [--key value ...]", "", "keys (default):"]
+    lines = [
+        f"usage: {command} [--config FILE] [--key value ...] [--debug]", "",
+        "Input the run cannot use is refused in one line, exit status 2; --debug (or HFZOO_DEBUG=1) shows the "
+        "traceback instead.", "", "keys (default):",
+    ]  # fmt: skip
     for name, f in config_fields(config_class).items():
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
         choices = _choices(f)

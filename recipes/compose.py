@@ -17,6 +17,7 @@ lists them all with their defaults.
 """
 
 from hfzoo.recipes.compose import main
+from hfzoo.refusals import run_command
 
 if __name__ == "__main__":
-    main()
+    run_command("compose", None, main)  # as `hfzoo compose`: a refusal is one line and exit status 2

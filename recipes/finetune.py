@@ -16,6 +16,7 @@ all with their defaults.
 """
 
 from hfzoo.recipes.finetune import main
+from hfzoo.refusals import run_command
 
 if __name__ == "__main__":
-    main()
+    run_command("finetune", None, main)  # as `hfzoo finetune`: a refusal is one line and exit status 2

@@ -17,6 +17,7 @@ Any config key can be overridden on the command line (`--key value`, `--model.hi
 """
 
 from hfzoo.recipes.pretrain import main
+from hfzoo.refusals import run_command
 
 if __name__ == "__main__":
-    main()
+    run_command("pretrain", None, main)  # as `hfzoo pretrain`: a refusal is one line and exit status 2

@@ -97,7 +97,7 @@ def test_other_names_go_to_load_dataset(tmp_path):
     assert sorted(texts) == sorted(f"text {i}" for i in range(200)) and len(corpus["validation"]) > 0
     with pytest.raises(CorpusError, match="no 'content' column; the columns are: body, label"):
         load_corpus("json", data_files=str(path), text_column="content")
-    with pytest.raises(FileNotFoundError, match="no such corpus file"):
+    with pytest.raises(FileNotFoundError, match=r"\./typo/corpus does not exist"):
         load_corpus("./typo/corpus")
 
 

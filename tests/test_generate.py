@@ -12,6 +12,7 @@ from peft import LoraConfig, PeftModel, get_peft_model
 from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSeq2SeqLM, GPT2Config, GPT2LMHeadModel
 
 from hfzoo.cli import main
+from hfzoo.refusals import Refusal
 
 PROMPT = "Return a new list"
 
@@ -111,19 +112,20 @@ def test_sampling_is_repeatable_with_a_seed(decoder_with_adapters, capsys):
     ],
 )
 def test_routing_mistakes_are_refused_by_name(decoder_with_adapters, extra, message):
+    """Each a one-line refusal (exit status 2) naming the mistake."""
     model_path, adapters = decoder_with_adapters
-    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
+    with pytest.raises(Refusal, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
         main(["generate", str(model_path), "--adapter", f"a={adapters['a']}", "--adapter", f"b={adapters['b']}", *extra])
 
 
 def test_bad_adapter_argument_and_encoder_are_refused(decoder_with_adapters, tmp_path, tiny_model):
     model_path, _ = decoder_with_adapters
-    with pytest.raises(ValueError, match="write NAME=PATH"):
+    with pytest.raises(Refusal, match="write NAME=PATH"):
         main(["generate", str(model_path), "--adapter", "just-a-path", "--prompt", "x"])
-    with pytest.raises(FileNotFoundError, match="no such folder"):
+    with pytest.raises(Refusal, match="no such folder"):
         main(["generate", str(model_path), "--adapter", f"a={tmp_path / 'missing'}", "--prompt", "x"])
     tiny_model("bert-tiny", AutoModelForMaskedLM).save_pretrained(tmp_path / "bert")
-    with pytest.raises(ValueError, match="is an encoder"):
+    with pytest.raises(Refusal, match="is an encoder"):
         main(["generate", str(tmp_path / "bert"), "--prompt", "x"])
 
 

@@ -34,6 +34,7 @@ from safetensors.torch import save_file
 from torch import nn
 from transformers import PreTrainedModel
 
+from .peft_warnings import building_peft_model
 from .routing import MASK_KEYS, ComposedLayer, RoutingContext, Wrapper
 from .stacked import StackedAdapters
 from .stacking import linear_shape, output_width
@@ -209,7 +210,8 @@ def _merge_with_peft(base_model: PreTrainedModel, adapters: list[TaskAdapter], o
     merged = TaskAdapter(_MERGED, None, StackedLoRA.peft_type, {"merge": options["merge"]})
     scratch = tempfile.TemporaryDirectory(prefix="hfzoo-merge-")
     folders = [_lora_only_copy(adapter, Path(scratch.name) / adapter.name) for adapter in adapters]
-    peft_model = PeftModel.from_pretrained(base_model, folders[0], adapter_name=adapters[0].name)
+    with building_peft_model():
+        peft_model = PeftModel.from_pretrained(base_model, folders[0], adapter_name=adapters[0].name)
     try:
         for adapter, folder in zip(adapters[1:], folders[1:]):
             peft_model.load_adapter(folder, adapter_name=adapter.name)

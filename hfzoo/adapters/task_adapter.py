@@ -38,6 +38,7 @@ from ..models.checked_loading import listed_keys
 from ..models.checkpoint_files import (
     CheckpointFileError, check_safetensors_file, read_json_file, refuse_missing_safetensors,
 )  # fmt: skip
+from .peft_warnings import building_peft_model
 from .stacking import METHOD_STACKS, MethodStack
 from .stacking.base import expect_shape
 
@@ -235,7 +236,8 @@ def check_adapter_fits(folder: Path, base: nn.Module, described: str) -> None:
     on a copy of it."""
     peft_config = PeftConfig.from_pretrained(str(folder))
     peft_config.base_model_name_or_path = None  # this copy only measures: PEFT would warn that `base` is another path
-    peft_model = get_peft_model(copy.deepcopy(base), peft_config)
+    with building_peft_model():
+        peft_model = get_peft_model(copy.deepcopy(base), peft_config)
     # As hfzoo saves adapters (`save_embedding_layers=False`: the recipes never resize the vocabulary).
     state = get_peft_model_state_dict(peft_model, save_embedding_layers=False)
     expected = {key: tuple(tensor.shape) for key, tensor in state.items()}

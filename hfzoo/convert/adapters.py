@@ -33,11 +33,10 @@ from transformers import AutoConfig, PreTrainedModel
 from transformers.pytorch_utils import Conv1D
 
 from .. import models
-from ..adapters.task_adapter import ADAPTER_CONFIG, ADAPTER_WEIGHTS, KEY_PREFIX, load_safetensors
-from ..integrations.transformers import model_from_config
 from ..adapters.task_adapter import (
     ADAPTER_CONFIG, ADAPTER_WEIGHTS, KEY_PREFIX, adapter_weights_file, check_adapter_fits, load_safetensors,
 )  # fmt: skip
+from ..integrations.transformers import model_from_config
 from ..models.checkpoint_files import read_json_file
 from .api import FAMILIES, TOKENIZER_FILES, native_family, zoo_source
 from .family import Head, NativeFamily

@@ -84,10 +84,11 @@ def to_native(
     the tokenizer files of the folder the model came from (`model_or_path`, or the native folder a `from_native` model
     was imported from, else the model's `name_or_path`) when it has them.
     """
+    given = isinstance(model_or_path, PreTrainedModel)
+    config = model_or_path.config if given else AutoConfig.from_pretrained(model_or_path)
+    family, native_config = export_target(config, native_type)  # a refusal comes before any weight is read
     zoo = load_zoo(model_or_path)
-    family = native_family(zoo.config, native_type)
     head = family.head_for_zoo(type(zoo))
-    native_config = family.native_config(zoo.config)
     native_cls = getattr(transformers, head.native_class)
     native = model_from_config(native_cls, native_config, dtype=zoo.dtype, **family.head_kwargs(head, zoo.config))
     family.prepare_native(native, zoo.config)
@@ -169,6 +170,32 @@ def native_family(config: PreTrainedConfig, native_type: str | None = None) -> N
         f"No native class expresses position_embedding={config.position_embedding!r} in a {type(config).__name__}: "
         f"the native families for it need {kinds}."
     )
+
+
+def export_target(config: PreTrainedConfig, native_type: str | None = None) -> tuple[NativeFamily, PreTrainedConfig]:
+    """(family, native config) an hfzoo config exports to (`native_family`), or a `ValueError` naming a switch.
+
+    A family picked by the config's positions can refuse a switch it was not picked by (rotary positions pick Llama,
+    which refuses a GPT-2 preset's activation): then every family's refusal is named, so the message shows the switch
+    the user set (position_embedding='rotary', which GPT-2 lacks) beside the one the picked family lacks.
+    """
+    family = native_family(config, native_type)
+    try:
+        return family, family.native_config(config)
+    except ValueError as error:
+        if native_type or getattr(config, "native_model_type", None):  # the family was named: its refusal says it all
+            raise
+        picked_refusal = str(error)
+    refusals, holding = [], []
+    for candidate in (f for f in FAMILIES.values() if f.zoo_config_class is type(config)):
+        try:
+            candidate.native_config(config)
+            holding.append(candidate.model_type)
+        except ValueError as error:
+            refusals.append(str(error))
+    if holding:
+        raise ValueError(f"{picked_refusal} --native-type {holding[0]} can hold it.")
+    raise ValueError(f"No native class holds this {type(config).__name__}: {' '.join(refusals)}")
 
 
 def _agreeing_config(inferred: PreTrainedConfig, preset_or_config: str | PreTrainedConfig) -> PreTrainedConfig:

@@ -228,6 +228,26 @@ def _load_local(
     return (datasets.IterableDatasetDict if streaming else datasets.DatasetDict)(loaded)
 
 
+def missing_local_path(name: str) -> bool:
+    """Whether `name` can only be a local path (absolute, starting with `.` or `~`, more than one `/`) and nothing is
+    there: it is no Hub id either, and asking the Hub would hide the typo behind a network error."""
+    path_like = os.path.isabs(name) or name.startswith((".", "~")) or name.count("/") > 1 or "\\" in name
+    return path_like and not os.path.exists(name)
+
+
+def load_hub_dataset(name: str, *args, **kwargs) -> datasets.DatasetDict | datasets.IterableDatasetDict:
+    """`datasets.load_dataset(name, ...)`: a Hub dataset, or a local folder `datasets` reads. A missing local path
+    (`missing_local_path`, or a name with a data file's suffix) is refused before the Hub is asked; so is a name the
+    Hub cannot be asked about (offline, unreachable), rather than with a network error."""
+    if missing_local_path(name) or Path(name).suffix.lower() in FORMATS and not os.path.exists(name):
+        raise FileNotFoundError(f"{name} does not exist (no such local file or folder)")
+    try:
+        return datasets.load_dataset(name, *args, **kwargs)
+    except ConnectionError as error:
+        raise FileNotFoundError(f"{name} does not exist as a local file or folder, and the Hub cannot be asked for "
+                                f"a dataset of that name ({error})") from None  # fmt: skip
+
+
 def _heldout(batch: dict[str, list], seed: int, fraction: float, keep: bool) -> list[bool]:
     """For each text, whether it belongs to the held-out validation split (== ``keep``)."""
     threshold = int(fraction * 2**64)
@@ -263,10 +283,15 @@ def _with_validation(
         [np.asarray(_heldout(batch, seed, fraction, True), dtype=bool)
          for batch in train.select_columns("text").iter(batch_size=10_000)]
     )  # fmt: skip
+    if fraction > 0 and (mask.all() or not mask.any()):
+        raise CorpusError(
+            f"{name}: {len(train)} texts are too few to hold out a validation split (~{100 * fraction:.0f}% of them, "
+            f"chosen by a hash of each text, leaves {'no training' if mask.all() else 'no validation'} text): add "
+            "text, or give validation text of your own (a file whose name says validation, valid or dev in a corpus "
+            "folder, or data_files with a validation split)"
+        )
     corpus["validation"] = train.select(np.flatnonzero(mask))
     corpus["train"] = train.select(np.flatnonzero(~mask))
-    if len(corpus["validation"]) == 0:
-        logger.warning("%s: the held-out validation split is empty (only %d examples)", name, len(train))
     return corpus
 
 
@@ -308,11 +333,9 @@ def load_corpus(
             raise ValueError("pass a local path or data_files, not both")
         name = str(dataset if dataset is not None else data_files)
         corpus = _load_local(_local_splits(dataset, data_files), text_column, streaming)
-    elif Path(dataset).suffix.lower() in FORMATS or dataset.startswith(("/", "./", "../")):
-        raise FileNotFoundError(f"no such corpus file or folder: {dataset}")
     else:
         name = dataset
-        corpus = datasets.load_dataset(dataset, data_files=data_files, streaming=streaming)
+        corpus = load_hub_dataset(dataset, data_files=data_files, streaming=streaming)
         corpus = corpus.__class__({_SPLIT_WORDS.get(k, k): v for k, v in corpus.items()})
         for split_name, part in corpus.items():
             columns = part.column_names

@@ -32,6 +32,7 @@ from peft import PeftModel
 from torch import nn
 from transformers import PreTrainedModel
 
+from ..adapters.peft_warnings import building_peft_model
 from ..adapters.task_adapter import (
     ADAPTER_CONFIG, adapter_weights_file, base_identity, check_adapter_fits, check_recorded_base, describe_base,
     recorded_base, save_base_identity,
@@ -181,7 +182,9 @@ def load_trained(model: PreTrainedModel, missing: list[str], config: FinetuneCon
     with torch.device("meta"):  # the base's module kinds and shapes, without its weights
         shell = type(model)(copy.deepcopy(model.config))
     check_adapter_fits(folder, shell, f"{config.model} ({describe_base(base_identity(model))})")
-    return PeftModel.from_pretrained(model, folder), str(adapter_config.get("peft_type", "adapter")).lower()
+    with building_peft_model():
+        adapted = PeftModel.from_pretrained(model, folder)
+    return adapted, str(adapter_config.get("peft_type", "adapter")).lower()
 
 
 def _saved_by(parameter: str, modules_to_save: list[str]) -> bool:

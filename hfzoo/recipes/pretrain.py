@@ -36,11 +36,11 @@ from ..data.tokenizer_training import KINDS, train_tokenizer_on_corpus
 from ..presets import FAMILY_CONFIGS, list_presets, preset_config, preset_family
 from ..recipe_config import CONFIG_FILE, key, parse_config
 from ..training.checkpointing import (
-    CheckpointError,
     Progress,
     check_checkpointable,
     check_resumed_config,
     checkpoint_to_resume,
+    exit_on_checkpoint_error,
     load_checkpoint,
     save_checkpoint,
 )
@@ -51,6 +51,8 @@ from ..training.objectives import OBJECTIVES, Objective, get_objective
 from ..training.options import RunOptions
 
 logger = logging.getLogger(__name__)
+# The model config fields the run sets from its tokenizer (its length, its special ids): `model` cannot override them.
+TOKENIZER_FIELDS = ("vocab_size", "pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id")
 
 
 @dataclass
@@ -99,6 +101,10 @@ class PretrainConfig(RunOptions):
     resume: bool | str = key(False, "true = continue from the latest checkpoint in output_dir; or a checkpoint path")
 
     def check(self) -> None:
+        if decided := [name for name in TOKENIZER_FIELDS if name in self.model]:
+            how = ("to size the vocabulary, set the top-level key vocab_size (what a trained tokenizer gets)"
+                   if decided[0] == "vocab_size" else "give a tokenizer with the special tokens you want (--tokenizer)")
+            raise ValueError(f"config key 'model': {decided[0]} is taken from the tokenizer, not set by hand; {how}.")
         try:
             model_config = preset_config(self.preset, **self.model)
         except (ValueError, TypeError) as error:  # an unknown field or a bad value; the message says which
@@ -192,17 +198,18 @@ def pretrain(config: PretrainConfig) -> Path:
     if config.save_every < config.max_steps or resume_from is not None:
         check_checkpointable(accelerator)
     set_seed(config.seed)  # same initial weights on every process
-    if accelerator.is_main_process:
-        output_dir.mkdir(parents=True, exist_ok=True)
-        (output_dir / CONFIG_FILE).write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
 
-    # --- Corpus: `train` and `validation` splits of raw text.
+    # --- Corpus: `train` and `validation` splits of raw text; read before anything is written, so a missing or
+    # malformed file leaves no output folder behind.
     with accelerator.main_process_first():  # the main process fills datasets' cache, the others read it
         corpus = load_corpus(
             config.dataset, data_files=config.data_files, text_column=config.text_column, seed=config.seed
         )
     train_texts = _first(corpus["train"], config.max_train_samples)
     eval_texts = _first(corpus["validation"], config.max_eval_samples)
+    if accelerator.is_main_process:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        (output_dir / CONFIG_FILE).write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
 
     # --- Tokenizer, then the corpus as examples of at most block_size tokens: packed into fixed-length blocks, or
     # (next-sentence prediction) pairs of consecutive segments of each document.
@@ -336,7 +343,5 @@ def main(argv: Sequence[str] | None = None) -> Path:
     """Entry point of `recipes/pretrain.py` and `hfzoo pretrain`: parse `argv`, then `pretrain`. A checkpoint that
     cannot resume the run (a file missing or altered, a changed config) exits with what is wrong, not a traceback."""
     config = start_recipe(PretrainConfig, argv, "pretrain")
-    try:
+    with exit_on_checkpoint_error("pretrain"):
         return pretrain(config)
-    except CheckpointError as error:
-        raise SystemExit(f"pretrain: {error}") from None

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..data.corpus import CorpusError, _decoded_lines, _split_of
+from ..data.corpus import CorpusError, _decoded_lines, _split_of, load_hub_dataset
 
 if TYPE_CHECKING:
     from .options import TaskOptions
@@ -112,7 +112,7 @@ def hub_records(name: str, config_name: str | None, split: str) -> list[Record] 
     """The rows of a Hub dataset's split (None if it has no such split), class-label ids replaced by names."""
     import datasets
 
-    loaded = datasets.load_dataset(name, config_name)
+    loaded = load_hub_dataset(name, config_name)
     aliases = {"validation": ("validation", "dev", "valid", "val")}.get(split, (split,))
     found = next((s for s in aliases if s in loaded), None)
     if found is None:

@@ -9,6 +9,7 @@ otherwise) and Matthews correlation.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,7 +69,11 @@ class SequenceClassification(Task):
     def from_records(self, records: list[Record]) -> list[ClassificationExample]:
         examples = []
         for where, fields in records:
-            label = str(column(where, fields, self.label_column)).strip()
+            value = column(where, fields, self.label_column)
+            if isinstance(value, (list, dict)):  # multi-label data, or a nested record: one label per row here
+                raise DataError(f"{where}: {self.label_column!r} is {json.dumps(value)}, not one label (a string or a "
+                                "number): sequence classification takes a single label per row")  # fmt: skip
+            label = "" if value is None else str(value).strip()
             if not label:
                 raise DataError(f"{where}: {self.label_column!r} is empty")
             pair = text(where, fields, self.pair_column) if self.pair_column else None

@@ -34,8 +34,7 @@ import os
 import random
 import re
 import shutil
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,6 +47,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, load_model, save_file, save_model
 
 from ..integrations.accelerate import checkpointed_objects, prepared_models, prepared_optimizers
+from ..refusals import refusing
 
 logger = logging.getLogger(__name__)
 
@@ -408,14 +408,10 @@ def resume_state(
     return resume_from, load_checkpoint(accelerator, resume_from)
 
 
-@contextmanager
-def exit_on_checkpoint_error(command: str) -> Iterator[None]:
+def exit_on_checkpoint_error(command: str) -> AbstractContextManager[None]:
     """A recipe's `main`: a checkpoint that cannot resume the run (a file missing or altered, a changed config)
-    ends it with what is wrong, prefixed by `command`, not a traceback."""
-    try:
-        yield
-    except CheckpointError as error:
-        raise SystemExit(f"{command}: {error}") from None
+    ends it with one line saying what is wrong, prefixed by `command`, not a traceback (`hfzoo.refusals`)."""
+    return refusing(command, CheckpointError)
 
 
 def checkpoint_to_resume(output_dir: str | os.PathLike, resume: bool | str) -> Path | None:

@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 from tqdm.auto import tqdm
 
 from ..recipe_config import parse_config
+from ..refusals import refusing, take_debug_switch
 
 logger = logging.getLogger(__name__)
 Config = TypeVar("Config")
@@ -144,10 +145,10 @@ class RunLogger:
 
 def start_recipe(config_class: type[Config], argv: Sequence[str] | None, command: str) -> Config:
     """What every recipe's `main` does first: hfzoo's progress messages on, and the config parsed from `argv`. A bad
-    config (or a missing file it names) exits with what is wrong, prefixed by `command`, not a parser traceback."""
+    config (or a missing file it names) exits with one line saying what is wrong, prefixed by `command`, not a
+    parser traceback (`hfzoo.refusals`)."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("hfzoo").setLevel(logging.INFO)
-    try:
+    argv = take_debug_switch(argv)
+    with refusing(command):
         return parse_config(config_class, argv, command)
-    except (ValueError, FileNotFoundError) as error:
-        raise SystemExit(f"{command}: {error}") from None

@@ -20,8 +20,10 @@ from peft import IA3Config, LoraConfig, PeftConfig, PrefixTuningConfig, TaskType
 from peft.mapping import PEFT_TYPE_TO_CONFIG_MAPPING
 from peft.utils.peft_types import PeftType
 from torch import nn
+from transformers.pytorch_utils import Conv1D
 
 from ..adapters import BottleneckConfig
+from ..adapters.peft_warnings import building_peft_model
 from ..data.tokenizer_training import KINDS
 from ..recipe_config import key
 
@@ -146,7 +148,11 @@ def apply_method(model: nn.Module, peft_config: PeftConfig | None) -> nn.Module:
             f"{type(model).__name__} does not take: hfzoo decoders and encoder-decoders, GPT-2, Llama and T5 do, "
             "hfzoo encoders and BERT do not. Use --method lora, ia3 or bottleneck."
         )
-    return get_peft_model(model, peft_config)
+    if isinstance(peft_config, LoraConfig) and any(isinstance(module, Conv1D) for module in model.modules()):
+        # GPT-2 keeps its projections [in, out] (Conv1D): say so, as PEFT would otherwise do itself, with a warning.
+        peft_config.fan_in_fan_out = True
+    with building_peft_model():
+        return get_peft_model(model, peft_config)
 
 
 def _takes_past_key_values(model: nn.Module) -> bool:

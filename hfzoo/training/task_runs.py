@@ -26,6 +26,7 @@ from transformers import (
 
 from ..cards import RunRecord, Section, finetune_metadata, write_card
 from ..convert import import_checkpoint
+from ..data.corpus import missing_local_path
 from ..data.tokenizer_training import train_tokenizer
 from ..integrations.accelerate import forget_checkpointed_objects
 from ..integrations.transformers import auto_class_has
@@ -185,16 +186,19 @@ def prepare_run(
     config is checked against its checkpoint's first, so a refused change writes nothing. Returns (task, training
     examples, validation examples, model, the parameters the checkpoint did not provide)."""
     task = TASK_CLASSES[config.task](config)
+    for key in ("model", "tokenizer"):  # transformers would take a mistyped path for a Hub name
+        if getattr(config, key) and missing_local_path(getattr(config, key)):
+            raise FileNotFoundError(f"config key {key!r}: {getattr(config, key)} does not exist")
     if config.do_train:  # before anything is written: a fresh run over checkpoints, or a changed config, is refused
         resume_from = checkpoint_to_resume(config.output_dir, config.resume)
         if resume_from is not None:
             check_resumed_config(resume_from, config.to_dict(), resumable_keys(config.save_best))
+    train_examples, eval_examples = load_examples(task, config)  # a missing file or a bad row: nothing written yet
+    task.fit_labels(train_examples, eval_examples)
     set_seed(config.seed)  # the new head's initialisation: the same on every process
     if accelerator.is_main_process:
         Path(config.output_dir).mkdir(parents=True, exist_ok=True)
         (Path(config.output_dir) / CONFIG_FILE).write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
-    train_examples, eval_examples = load_examples(task, config)
-    task.fit_labels(train_examples, eval_examples)
     vocab_size = None
     if tokenizing is not None and tokenizing.train_tokenizer:
         tokenizer = train_task_tokenizer(config, task, train_examples, tokenizing.tokenizer_kind,
@@ -210,19 +214,32 @@ def prepare_run(
     return task, train_examples, eval_examples, model, missing
 
 
+# transformers' models whose token at index i reads position row pad_token_id + 1 + i (RoBERTa's embeddings).
+POSITIONS_AFTER_PAD = ("roberta", "xlm-roberta", "xlm-roberta-xl", "camembert", "roberta-prelayernorm", "data2vec-text",
+                       "longformer", "ibert", "xmod", "luke")  # fmt: skip
+
+
 def check_max_length(config: TaskOptions, model_config) -> None:
     """Refuse a `max_length` beyond the positions the model has learned, before training: such inputs would train
     (with shorter rows) and then fail on the first long validation input, after all the steps. Rotary and relative
-    positions have no table to run past; T5 has no `max_position_embeddings`."""
+    positions have no table to run past; T5 has no `max_position_embeddings`; RoBERTa's table starts with
+    pad_token_id + 1 rows no token reads."""
     limit = getattr(model_config, "max_position_embeddings", None)
     if hasattr(model_config, "position_embedding"):  # hfzoo's models say which
         learned = model_config.position_embedding == "learned"
     else:  # transformers' own: rotary ones have a rope setting
         learned = not any(hasattr(model_config, name) for name in ("rope_theta", "rope_parameters", "rope_scaling"))
-    if limit is not None and learned and config.max_length > limit:
+    if limit is None or not learned:
+        return
+    source = "max_position_embeddings"
+    if getattr(model_config, "model_type", None) in POSITIONS_AFTER_PAD and model_config.pad_token_id is not None:
+        offset = model_config.pad_token_id + 1
+        source = f"max_position_embeddings {limit} less pad_token_id + 1 = {offset}: positions start after the pad id"
+        limit -= offset
+    if config.max_length > limit:
         raise ValueError(
             f"config key 'max_length' is {config.max_length}, but {config.model} has learned positions for at most "
-            f"{limit} tokens (max_position_embeddings); use max_length <= {limit}."
+            f"{limit} tokens ({source}); use max_length <= {limit}."
         )
 
 
