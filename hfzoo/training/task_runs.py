@@ -41,6 +41,7 @@ from .loop import (
 )  # fmt: skip
 from .methods import MethodOptions
 from .options import RunOptions, TaskSavingOptions, TaskTrainingOptions, ULMFiTOptions
+from .run_inputs import check_resumed_inputs, run_inputs, tokenizer_file_names
 from .ulmfit import GradualUnfreezing, discriminative_learning_rates, layer_groups
 
 logger = logging.getLogger(__name__)
@@ -174,6 +175,18 @@ def train_task_tokenizer(
     return train_tokenizer(task.training_texts(examples), kind, vocab_size, family, num_sentinels=0)
 
 
+def _local_folder(path: str | None) -> Path | None:
+    return Path(path) if path and Path(path).is_dir() else None
+
+
+def data_sources(config: TaskOptions) -> list[str | None]:
+    """The local paths a task run reads its examples from, for `run_inputs` (parallel text: `<file>.<column>`)."""
+    files = [config.train_file, config.validation_file]
+    sides = [f"{file}.{column}" for file in files if file for column in (config.text_column, config.target_column)
+             if column]  # fmt: skip
+    return [config.dataset, *files, *sides]
+
+
 def prepare_run(
     config: TaskRunOptions,
     accelerator: Accelerator,
@@ -191,6 +204,10 @@ def prepare_run(
         resume_from = checkpoint_to_resume(config.output_dir, config.resume)
         if resume_from is not None:
             check_resumed_config(resume_from, config.to_dict(), resumable_keys(config.save_best))
+            # The tokenizer's files (none when the run trains its own: the data decides it) and the data files.
+            trained = tokenizing is not None and tokenizing.train_tokenizer
+            folder = None if trained else _local_folder(config.tokenizer or config.model)
+            check_resumed_inputs(resume_from, folder, data_sources(config))
     set_seed(config.seed)  # the new head's initialisation: the same on every process
     if accelerator.is_main_process:
         Path(config.output_dir).mkdir(parents=True, exist_ok=True)
@@ -337,6 +354,8 @@ def train_and_evaluate(
             "and optimizer, so a checkpoint could not resume it exactly; train AdaLoRA without checkpoints"
         )
     resume_from, progress = resume_state(accelerator, output_dir, config.resume, config.save_every is not None)
+    tokenizer = task.tokenizer  # what `prepare_run` checked a resumed run's against
+    inputs = run_inputs(_local_folder(tokenizer.name_or_path), tokenizer_file_names(tokenizer), data_sources(config))
     after_step = reallocate
     if ulmfit.gradual_unfreezing:
         # Frozen parameters would break DDP's gradient all-reduce, which expects every registered parameter.
@@ -366,7 +385,7 @@ def train_and_evaluate(
         Intervals(max_steps, config.log_every, config.eval_every, config.save_every), log, progress,
         max_grad_norm=config.max_grad_norm, evaluate=evaluate,
         checkpoint=lambda progress: save_checkpoint(
-            accelerator, output_dir, progress, None, config.keep_checkpoints, config.to_dict()
+            accelerator, output_dir, progress, None, config.keep_checkpoints, config.to_dict(), inputs
         ),
         after_optimizer_step=after_step,
         on_trained=lambda: save_trained(model, output_dir),
