@@ -461,7 +461,7 @@ def report(
     payload = {
         "benchmark": benchmark,
         "environment": started,
-        "settings": {key: (str(value) if isinstance(value, Path) else value) for key, value in vars(args).items()},
+        "settings": {key: (_shown(value) if isinstance(value, Path) else value) for key, value in vars(args).items()},
         "attn_implementation": {variant: attn_implementation(first_pair[variant].config) for variant in VARIANTS},
         "parameters": parameters,
         "results": rows,
@@ -476,6 +476,13 @@ def report(
     write_json(args.output, payload)
     print(f"wrote {args.output}")
     return payload
+
+
+def _shown(path: Path) -> str:
+    """A path of the settings as the results record it: relative to the repository when inside it (the committed
+    results hold no path of the machine that measured them)."""
+    absolute = Path(os.path.abspath(path))
+    return absolute.relative_to(REPO_ROOT).as_posix() if absolute.is_relative_to(REPO_ROOT) else path.name
 
 
 def write_json(path: Path, payload: dict) -> None:

@@ -29,7 +29,7 @@ from typing import Any
 
 from generate_finetune_results import RECIPE, TASKS, baselines, run_once
 from generate_results import record, summarize
-from recording import REPO_ROOT, RUN_RECORD, shown
+from recording import REPO_ROOT, RUN_RECORD, run_metrics, shown
 
 from hfzoo.cards import CARD, RunRecord, Section, markdown_table, model_card_data, render_card, write_text_atomic
 
@@ -71,7 +71,7 @@ def collect(runs_dir: Path, card_command: str) -> dict[str, Any]:
         summary["last_evaluation"] = [r for r in read_log(pretrained) if r["event"] == "eval"][-1]
         summary["load"] = _load(pretrained)
         finetune_record = json.loads((finetuned / RUN_RECORD).read_text())
-        metrics = json.loads((finetuned / "metrics.json").read_text())
+        metrics = run_metrics(finetuned)
         results["objectives"][objective] = {
             "pretraining": summary,
             "sst2": {**{k: v for k, v in metrics.items() if k != "model_kwargs"},

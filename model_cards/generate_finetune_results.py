@@ -43,7 +43,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from recording import REPO_ROOT, RUN_RECORD, run_recorded, shown
+from recording import REPO_ROOT, RUN_RECORD, run_metrics, run_recorded, shown
 
 from hfzoo.cards import (
     CARD, FINETUNE_METRICS, LOSS_CURVE, RunRecord, Section, markdown_table, model_card_data, render_card,
@@ -200,7 +200,7 @@ def collect(runs_dir: Path, compare: Path | None = None) -> dict[str, Any]:
     for metrics_file in sorted(runs_dir.glob("*/metrics.json")):
         run_dir = metrics_file.parent
         task, _, method = run_dir.name.partition("-")
-        metrics = json.loads(metrics_file.read_text())
+        metrics = run_metrics(run_dir)
         record = json.loads((run_dir / RUN_RECORD).read_text())
         loads = [sample[1] for sample in record["load_average_samples"]]
         entry = tasks.setdefault(task, {"task": metrics["task"], "methods": {}})

@@ -2,16 +2,16 @@
 
 Three subcommands, in the order a result is made:
 
-    # 1. A fixed character split of a plain-text corpus, written OUTSIDE the repository (third-party data is
+    # 1. A fixed character split of a plain-text corpus, written under runs/ (ignored by git: third-party data is
     #    never committed); `split.yaml` beside the two files says where they came from.
-    python model_cards/generate_results.py split-text /work/shared/data/tinyshakespeare/input.txt \
-        /tmp/hfzoo-data/tinyshakespeare
+    python model_cards/generate_results.py split-text ../shared/data/tinyshakespeare/input.txt \
+        runs/data/tinyshakespeare
 
     # 2. A pretraining run of recipes/pretrain.py under `nice -n 10` with the malloc thresholds, recording the exact
     #    command, the machine and its load average (sampled every 15 s) in `run_record.json`, then the unigram
     #    baseline in `baseline.json`. Everything after `--` goes to the recipe unchanged.
     python model_cards/generate_results.py record runs/results/gpt-small-clm-tinyshakespeare -- \
-        --config recipes/configs/gpt-small-clm.yaml --dataset /tmp/hfzoo-data/tinyshakespeare --max_steps 150
+        --config recipes/configs/gpt-small-clm.yaml --dataset runs/data/tinyshakespeare --max_steps 150
 
     # 3. The card: README.md + loss_vs_time.png + results.json (small files only; the weights stay in the run folder).
     python model_cards/generate_results.py card runs/results/gpt-small-clm-tinyshakespeare \
@@ -72,7 +72,7 @@ def split_text(source: Path, out_dir: Path, train_fraction: float) -> dict[str, 
             f.writelines(json.dumps({"text": p}) + "\n" for p in paragraphs)
         counts[split] = {"characters": len(part), "paragraphs": len(paragraphs)}
     info = {
-        "source": str(source),
+        "source": shown(str(source)),  # relative to the repository: no path of the machine in the card
         "source_sha256": hashlib.sha256(raw).hexdigest(),
         "source_characters": len(text),
         "train_fraction": train_fraction,

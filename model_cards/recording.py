@@ -18,6 +18,8 @@ from typing import Any
 
 import torch
 
+from hfzoo.data.recorded_paths import recorded_path, resolve_recorded
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RUN_RECORD = "run_record.json"
 LOAD_SAMPLE_SECONDS = 15
@@ -60,9 +62,29 @@ def _load_sample(start: float) -> list[float]:
 
 
 def shown(path: str) -> str:
-    """`path` relative to the repository when inside it, so the recorded command runs in any checkout."""
+    """`path` as a record shows it, never a path of the machine: relative to the repository (so the recorded command
+    runs in any checkout), the interpreter outside it as `python`, installed data by its package (`recorded_path`)."""
     path = os.path.abspath(path)  # not resolve(): a virtualenv's python is a symlink out of the repository
-    return os.path.relpath(path, REPO_ROOT) if Path(path).is_relative_to(REPO_ROOT) else path
+    if path == os.path.abspath(sys.executable) and not Path(path).is_relative_to(REPO_ROOT):
+        return "python"
+    return recorded_path(path, REPO_ROOT).removeprefix("./")
+
+
+def run_metrics(run_dir: Path) -> dict[str, Any]:
+    """The run's `metrics.json`, its paths (recorded relative to the run folder; absolute in older runs) shown
+    relative to the repository like the commands: the base model and the composed adapters' folders."""
+
+    def repository_path(value: str) -> str:
+        local = value.startswith(("./", "../")) or os.path.isabs(value)
+        return shown(resolve_recorded(value, run_dir)) if local else value
+
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    for key in ("model", "imported_from"):
+        if key in metrics:
+            metrics[key] = repository_path(metrics[key])
+    for adapter in metrics.get("composition", {}).get("adapters", []):
+        adapter["folder"] = repository_path(adapter["folder"])
+    return metrics
 
 
 def run_recorded(run_dir: Path, recipe: str, recipe_args: list[str], env: dict[str, str] | None = None) -> int:

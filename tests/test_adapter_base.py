@@ -3,6 +3,8 @@ LoRA's tensors fit a bert-tiny; hfzoo saves the base's identity beside PEFT's fi
 `compose`/`load_composition` check it, naming both bases. Layer-count mismatches are refused without the record."""
 
 import json
+import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -10,6 +12,7 @@ from peft import LoraConfig, get_peft_model
 
 from hfzoo.adapters import compose, load_composition
 from hfzoo.adapters.task_adapter import BASE_RECORD, save_base_identity
+from hfzoo.data.recorded_paths import resolve_recorded
 from hfzoo.presets import build_preset_model
 
 LORA = dict(r=4, target_modules=["qkv_proj"], init_lora_weights=False)
@@ -43,7 +46,9 @@ def test_the_record_names_the_base(bases, tmp_path):
     folder = _save_adapter(_load(bases, "gpt-tiny"), tmp_path / "gpt", record=True)
     record = json.loads((folder / BASE_RECORD).read_text())
     assert record["model_type"] == "hfzoo_decoder" and record["num_hidden_layers"] == 4
-    assert record["base_model"] == str(bases / "gpt-tiny") and len(record["config_sha256"]) == 64
+    assert not os.path.isabs(record["base_model"])  # no path of the machine; relative to the adapter folder
+    assert Path(resolve_recorded(record["base_model"], folder)) == bases / "gpt-tiny"
+    assert len(record["config_sha256"]) == 64
 
 
 def test_a_gpt_adapter_is_refused_on_a_bert_base_naming_both(bases, tmp_path):

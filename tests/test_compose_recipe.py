@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 from collections import Counter
 from pathlib import Path
 
@@ -25,6 +26,7 @@ import hfzoo
 from hfzoo.adapters import compose, load_composition
 from hfzoo.adapters.task_adapter import save_base_identity
 from hfzoo.cli import main as hfzoo_main
+from hfzoo.data.recorded_paths import resolve_recorded
 from hfzoo.data.stdlib_tasks import write_task_files
 from hfzoo.data.tokenizer_training import train_tokenizer
 from hfzoo.recipes import compose as recipe
@@ -88,16 +90,18 @@ def read_run(output_dir: Path) -> tuple[dict, list[dict]]:
     return metrics, predictions
 
 
-def fresh_base(setup: dict[str, Path], metrics: dict):
-    """The base with a head of the trained one's shape, as the card's usage loads it (its head random, from `seed`)."""
+def fresh_base(output_dir: Path, metrics: dict):
+    """The base with a head of the trained one's shape, as the card's usage loads it (its head random, from `seed`);
+    metrics.json names the base relative to the run folder."""
     kwargs = dict(metrics["model_kwargs"])
     kwargs["id2label"] = {int(k): v for k, v in kwargs["id2label"].items()}
-    return AutoModelForSequenceClassification.from_pretrained(metrics["model"], **kwargs).eval()
+    base = resolve_recorded(metrics["model"], output_dir)
+    return AutoModelForSequenceClassification.from_pretrained(base, **kwargs).eval()
 
 
 def reloaded_predictions(setup: dict[str, Path], output_dir: Path, metrics: dict, texts: list[str]) -> list[str]:
     """Labels predicted by the saved composition rebuilt on a fresh base, one text at a time (no padding)."""
-    model = load_composition(fresh_base(setup, metrics), output_dir / "composition").eval()
+    model = load_composition(fresh_base(output_dir, metrics), output_dir / "composition").eval()
     tokenizer = AutoTokenizer.from_pretrained(output_dir)
     labels = model.config.id2label
     with torch.no_grad():
@@ -109,9 +113,9 @@ def assert_only_trainable_parts_changed(setup: dict[str, Path], output_dir: Path
     """Against the same adapters freshly composed on the base checkpoint: the base and every adapter weight are
     identical, and only router/fusion and head tensors may differ; the saved weights are exactly the trainable ones.
     Returns {key: (trained, fresh)} of the composition's own tensors."""
-    trained = load_composition(fresh_base(setup, metrics), output_dir / "composition").state_dict()
+    trained = load_composition(fresh_base(output_dir, metrics), output_dir / "composition").state_dict()
     options = {"granularity": "sequence"} if strategy == "soft" else {}
-    fresh = compose(fresh_base(setup, metrics), {"module": setup["module"], "area": setup["area"]}, strategy,
+    fresh = compose(fresh_base(output_dir, metrics), {"module": setup["module"], "area": setup["area"]}, strategy,
                     trainable_modules=HEADS, **options).state_dict()  # fmt: skip
     assert trained.keys() == fresh.keys()
     head = ("base_model.classifier.", "base_model.model.pooler.")
@@ -185,6 +189,10 @@ def test_average_trains_the_head_alone(setup, tmp_path):
     assert sorted(saved) == head  # nothing but the head: an average has no parameters of its own
     assert metrics["reload_check"] == {"parameters_equal": True, "predictions_equal": True}
     assert "| majority class |" in (out / "README.md").read_text(encoding="utf-8")
+    # The adapters' folders are recorded relative to the run folder (they were absolute paths of the machine).
+    adapters = metrics["composition"]["adapters"]
+    assert not any(os.path.isabs(adapter["folder"]) for adapter in adapters)
+    assert [Path(resolve_recorded(a["folder"], out)) for a in adapters] == [setup["module"], setup["area"]]
 
 
 # ------------------------------------------------------------------------------------------ errors users see
@@ -233,7 +241,8 @@ def test_the_recipe_records_the_base_and_refuses_adapters_of_another(setup, tmp_
     """Fine-tuning writes hfzoo_base.json beside the adapter; a gpt-tiny adapter (whose tensors would fit the
     bert-tiny base: same module names and sizes) is refused with both bases named, before any data loads."""
     record = json.loads((setup["module"] / "hfzoo_base.json").read_text())
-    assert record["model_type"] == "hfzoo_encoder" and record["base_model"] == str(setup["base"])
+    assert record["model_type"] == "hfzoo_encoder" and not os.path.isabs(record["base_model"])
+    assert Path(resolve_recorded(record["base_model"], setup["module"])) == setup["base"]
     gpt = AutoModelForSequenceClassification.from_config(hfzoo.preset_config("gpt-tiny", vocab_size=1000))
     torch.manual_seed(0)
     get_peft_model(gpt, LoraConfig(r=4, target_modules=["qkv_proj"], task_type="SEQ_CLS")).save_pretrained(

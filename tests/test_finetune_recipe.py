@@ -30,6 +30,7 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
+from hfzoo.data.recorded_paths import resolve_recorded
 from hfzoo.recipes.finetune import main
 from hfzoo.training.task_runs import METRICS_FILE, PREDICTIONS_FILE
 from hfzoo.training.logging import read_log
@@ -61,7 +62,7 @@ def reload_adapter(output_dir: Path, auto_class, seed: int) -> PeftModel:
     if "id2label" in kwargs:
         kwargs["id2label"] = {int(k): v for k, v in kwargs["id2label"].items()}
     torch.manual_seed(seed)
-    base = auto_class.from_pretrained(summary["model"], **kwargs)
+    base = auto_class.from_pretrained(resolve_recorded(summary["model"], output_dir), **kwargs)  # relative to the run
     return PeftModel.from_pretrained(base, output_dir).eval()
 
 

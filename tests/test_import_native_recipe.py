@@ -19,6 +19,7 @@ from test_finetune_formatting import DATA, checkpoints  # noqa: F401 (the sessio
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 from hfzoo.convert import adapter_to_native, from_native, to_native
+from hfzoo.data.recorded_paths import resolve_recorded
 from hfzoo.recipes import compose, finetune
 from hfzoo.training.task_runs import METRICS_FILE
 
@@ -65,7 +66,8 @@ def native_folders(checkpoints, tmp_path_factory) -> dict[str, Path]:  # noqa: F
 def test_full_fine_tuning_of_a_native_bert_saves_an_hfzoo_checkpoint(native_folders, tmp_path):
     out = tmp_path / "full"
     metrics = run(finetune, out, "--model", str(native_folders["bert"]), "--import_native", "true", *SST2)
-    assert metrics["imported_from"] == metrics["model"] == str(native_folders["bert"].resolve())
+    assert metrics["imported_from"] == metrics["model"]  # relative to the run folder: no path of the machine
+    assert Path(resolve_recorded(metrics["model"], out)).resolve() == native_folders["bert"].resolve()
     saved = json.loads((out / "config.json").read_text())
     assert saved["model_type"] == "hfzoo_encoder" and saved["native_model_type"] == "bert"
     model = AutoModelForSequenceClassification.from_pretrained(out).eval()  # the Auto classes, as any checkpoint
@@ -84,7 +86,7 @@ def test_full_fine_tuning_of_a_native_bert_saves_an_hfzoo_checkpoint(native_fold
 def test_a_lora_trained_on_the_imported_model_gives_equal_logits_on_the_native_model(family, native_folders, tmp_path):
     folder, out = native_folders[family], tmp_path / "lora"
     metrics = run(finetune, out, "--model", str(folder), "--import_native", "true", "--method", "lora", *SST2)
-    assert metrics["method"] == "lora" and metrics["imported_from"] == str(folder.resolve())
+    assert metrics["method"] == "lora" and Path(resolve_recorded(metrics["imported_from"], out)) == folder.resolve()
     card = (out / "README.md").read_text(encoding="utf-8")
     assert "from_native(AutoModelForSequenceClassification.from_pretrained(" in card  # how to rebuild the base
 
@@ -112,7 +114,7 @@ def test_compose_takes_import_native_too(native_folders, tmp_path):
     run(finetune, tmp_path / "lora", "--model", str(folder), "--import_native", "true", "--method", "lora", *SST2)
     adapters = ["--adapters", f"sst2={tmp_path / 'lora'}", "--strategy", "average", "--baseline", "false"]
     metrics = run(compose, tmp_path / "composed", "--model", str(folder), "--import_native", "true", *SST2, *adapters)
-    assert metrics["imported_from"] == str(folder.resolve())
+    assert Path(resolve_recorded(metrics["imported_from"], tmp_path / "composed")) == folder.resolve()
     assert metrics["reload_check"] == {"parameters_equal": True, "predictions_equal": True}
     assert "from_native(" in (tmp_path / "composed" / "README.md").read_text(encoding="utf-8")
 

@@ -34,6 +34,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file
 from torch import nn
 
+from ..data.recorded_paths import recorded_path, resolve_recorded
 from ..models.checked_loading import listed_keys
 from ..models.checkpoint_files import (
     CheckpointFileError, check_safetensors_file, read_json_file, refuse_missing_safetensors,
@@ -181,7 +182,10 @@ def recorded_base(folder: Path, config: dict) -> dict | None:
     """The adapter's base identity: its `BASE_RECORD`, else read from the `config.json` of the local folder PEFT
     recorded as `base_model_name_or_path` (when it still exists), else None."""
     if (folder / BASE_RECORD).is_file():
-        return read_json_file(folder / BASE_RECORD)
+        recorded = read_json_file(folder / BASE_RECORD)
+        if isinstance(recorded.get("base_model"), str):  # relative to the adapter folder, wherever it now is
+            recorded["base_model"] = resolve_recorded(recorded["base_model"], folder)
+        return recorded
     base = config.get("base_model_name_or_path")
     config_file = Path(base) / "config.json" if base else None
     if config_file is None or not config_file.is_file():
@@ -195,8 +199,12 @@ def recorded_base(folder: Path, config: dict) -> dict | None:
 
 
 def save_base_identity(folder: str | Path, model: nn.Module) -> None:
-    """Write `BASE_RECORD` into the adapter folder `folder`: the identity of `model`, the adapter's base."""
-    text = json.dumps(base_identity(model), indent=2, sort_keys=True)
+    """Write `BASE_RECORD` into the adapter folder `folder`: the identity of `model`, the adapter's base (a local
+    base by its path relative to `folder`: no path of the machine, and it holds when both are moved together)."""
+    identity = base_identity(model)
+    if identity["base_model"] is not None:
+        identity["base_model"] = recorded_path(identity["base_model"], folder)
+    text = json.dumps(identity, indent=2, sort_keys=True)
     (Path(folder) / BASE_RECORD).write_text(text + "\n", encoding="utf-8")
 
 

@@ -8,7 +8,7 @@ import json
 
 from ..adapters import STRATEGIES
 from .finetuning import PARAMETERS, RESULTS, TITLE, TRAINING, base_loading, reported_metrics
-from .render import CONFIGURATION, RunRecord, Section, markdown_table, shown_path
+from .render import CONFIGURATION, RunRecord, Section, markdown_table, shown_recorded_path
 
 BASELINE_NAMES = {"average": "uniform average of the same adapters, head trained", "majority_class": "majority class"}
 
@@ -19,7 +19,7 @@ def _composition(record: RunRecord) -> str:
     adapters = markdown_table(
         ("adapter", "kind", "rank / width", "modules", "folder"),
         [
-            (a["name"], a["kind"], a["rank"], a["modules"], f"`{shown_path(a['folder'], record)}`")
+            (a["name"], a["kind"], a["rank"], a["modules"], f"`{shown_recorded_path(a['folder'], record)}`")
             for a in composition["adapters"]
         ],
     )

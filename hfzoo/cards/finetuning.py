@@ -11,7 +11,10 @@ import os
 
 from huggingface_hub import ModelCardData
 
-from .render import CONFIGURATION, LOSS_CURVE, RunRecord, Section, markdown_table, model_card_data, shown_path
+from ..data.recorded_paths import MINILM_PACKAGE
+from .render import (
+    CONFIGURATION, LOSS_CURVE, RunRecord, Section, markdown_table, model_card_data, shown_path, shown_recorded_path,
+)  # fmt: skip
 
 # Validation metrics a fine-tuning run can report, with their display names, in display order.
 FINETUNE_METRICS = {
@@ -36,8 +39,9 @@ def task_data(record: RunRecord) -> str:
 
 
 def _is_local(path: str) -> bool:
-    """A local path rather than a Hub name: it exists here, or is absolute (it existed where the run was made)."""
-    return os.path.isabs(path) or os.path.exists(path)
+    """A local path or installed data rather than a Hub name: it exists here, is absolute (it existed where the run
+    was made), is recorded relative to a folder (`recorded_path`) or names the package holding it."""
+    return os.path.isabs(path) or path.startswith(("./", "../")) or path == MINILM_PACKAGE or os.path.exists(path)
 
 
 def finetune_metadata(record: RunRecord) -> ModelCardData:
@@ -59,8 +63,8 @@ def _intro(record: RunRecord) -> str:
     s = record.summary
     imported = " (a native transformers checkpoint, imported into hfzoo)" if "imported_from" in s else ""
     return (
-        f"`{shown_path(s['model'], record)}`{imported} fine-tuned for {s['task']} with hfzoo's fine-tuning recipe "
-        f"(method: {s['method']}; {100 * s['trainable_fraction']:.3f}% of the parameters trained)."
+        f"`{shown_recorded_path(s['model'], record)}`{imported} fine-tuned for {s['task']} with hfzoo's fine-tuning "
+        f"recipe (method: {s['method']}; {100 * s['trainable_fraction']:.3f}% of the parameters trained)."
     )
 
 
@@ -69,7 +73,7 @@ def base_loading(record: RunRecord) -> tuple[str, str]:
     checkpoint imported into hfzoo (`--import_native`) is imported again with `from_native`."""
     s = record.summary
     kwargs = "".join(f", {key}={value!r}" for key, value in s["model_kwargs"].items())
-    auto_class, path = s["auto_class"], shown_path(s["model"], record)
+    auto_class, path = s["auto_class"], shown_recorded_path(s["model"], record)
     imports = f"from transformers import {auto_class}, AutoTokenizer"
     if "imported_from" not in s:
         return imports, f'base = {auto_class}.from_pretrained("{path}"{kwargs})'
@@ -98,9 +102,9 @@ def _parameters(record: RunRecord) -> str:
 def _training(record: RunRecord) -> str:
     s, train = record.summary, record.events("train")
     rows = [
-        ("base model", f"`{shown_path(s['model'], record)}` ({s['family']})"),
-        *([("imported from", f"`{shown_path(s['imported_from'], record)}`, a native transformers checkpoint, with "
-            "`hfzoo.convert.from_native` (`--import_native true`)")] if "imported_from" in s else []),
+        ("base model", f"`{shown_recorded_path(s['model'], record)}` ({s['family']})"),
+        *([("imported from", f"`{shown_recorded_path(s['imported_from'], record)}`, a native transformers checkpoint, "
+            "with `hfzoo.convert.from_native` (`--import_native true`)")] if "imported_from" in s else []),
         ("data", f"{task_data(record)}: {s['train_examples']} training, {s['eval_examples']} validation "
                  "examples"),
         ("optimizer steps", f"{s['steps']} ({s['epochs']} epochs)"),

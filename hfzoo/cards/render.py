@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 from huggingface_hub import EvalResult, ModelCardData
 
+from ..data.recorded_paths import resolve_recorded
 from ..recipe_config import CONFIG_FILE
 
 CARD = "README.md"
@@ -50,6 +51,12 @@ def shown_path(path: str, record: RunRecord) -> str:
         return path
     run_folder = Path(record.config.get("output_dir") or record.name).resolve()
     return Path(os.path.relpath(path, run_folder.parent)).as_posix()
+
+
+def shown_recorded_path(path: str, record: RunRecord) -> str:
+    """A path from the run's `metrics.json` as a card shows it (see `shown_path`): a local one is recorded relative
+    to the run folder (`hfzoo.data.recorded_paths`), an older run's is absolute; a Hub or package name as it is."""
+    return shown_path(resolve_recorded(path, record.name), record)
 
 
 def shown_paths(value: Any, record: RunRecord) -> Any:

@@ -10,9 +10,9 @@ trained on an imported model attaches to the native one, and back.
 
 from .adapters import adapter_from_native, adapter_to_native
 from .api import FAMILIES, from_native, import_checkpoint, native_family, native_model, to_native
-from .pretrained import minilm_model_path
+from .pretrained import installed_model_path, minilm_model_path
 
 __all__ = [
-    "FAMILIES", "adapter_from_native", "adapter_to_native", "from_native", "import_checkpoint", "minilm_model_path",
-    "native_family", "native_model", "to_native",
+    "FAMILIES", "adapter_from_native", "adapter_to_native", "from_native", "import_checkpoint", "installed_model_path",
+    "minilm_model_path", "native_family", "native_model", "to_native",
 ]

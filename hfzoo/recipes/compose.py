@@ -38,6 +38,7 @@ from transformers import PreTrainedModel
 from ..adapters import STRATEGIES, ComposedModel, compose, load_composition, read_adapter
 from ..adapters.task_adapter import base_differences, describe_base
 from ..cards import FINETUNE_METRICS, composition_sections
+from ..data.recorded_paths import recorded_path
 from ..recipe_config import key, parse_config
 from ..tasks import Task
 from ..tasks.baselines import majority_class_accuracy
@@ -223,8 +224,8 @@ def train_composition(config: ComposeConfig, accelerator: Accelerator, baseline:
     reload = check_reload(config, task, trained, eval_examples, eval_features, run.records, accelerator)
     method = f"{config.strategy}-composition"
     summary = run_summary(task, base_model, method, parameters, run, len(train_examples), len(eval_examples),
-                          config.import_native)  # fmt: skip
-    summary["composition"] = describe(trained, config.strategy)
+                          output_dir, config.import_native)  # fmt: skip
+    summary["composition"] = describe(trained, config.strategy, output_dir)
     summary["baselines"] = baselines(baseline, majority_class_accuracy(train_examples, eval_examples))
     summary["reload_check"] = reload
     if accelerator.is_main_process:
@@ -249,8 +250,8 @@ def evaluate_composition(config: ComposeConfig, accelerator: Accelerator) -> dic
     )  # fmt: skip
     method = f"{composed.strategy}-composition"
     summary = run_summary(task, base_model, method, parameters, run, len(train_examples), len(eval_examples),
-                          config.import_native)  # fmt: skip
-    summary["composition"] = describe(composed, composed.strategy)
+                          config.output_dir, config.import_native)  # fmt: skip
+    summary["composition"] = describe(composed, composed.strategy, config.output_dir)
     if accelerator.is_main_process:
         write_results(Path(config.output_dir), task.tokenizer, config, summary, run.records, None)
     accelerator.wait_for_everyone()
@@ -295,14 +296,15 @@ def check_reload(
     return {"parameters_equal": same_parameters, "predictions_equal": reloaded_records == records}
 
 
-def describe(composed: ComposedModel, strategy: str) -> dict[str, Any]:
-    """metrics.json's account of the composition: strategy, options, adapters, what trained where."""
+def describe(composed: ComposedModel, strategy: str, output_dir: str | Path) -> dict[str, Any]:
+    """metrics.json's account of the composition: strategy, options, adapters (their folders relative to
+    `output_dir`, which holds metrics.json), what trained where."""
     return {
         "strategy": strategy,
         "options": composed.options,
         "adapters": [
             {"name": a.name, "kind": a.kind, "rank": a.rank, "modules": len(a.modules),
-             "folder": str(a.folder.resolve())}
+             "folder": recorded_path(a.folder, output_dir)}
             for a in composed.adapters
         ],
         "composed_modules": len(composed.composed_layers),

@@ -146,7 +146,7 @@ def finetune(config: FinetuneConfig) -> Path:
     accelerator.wait_for_everyone()
     if run is not None:  # None: resumed from a checkpoint at the last step, nothing done
         summary = run_summary(task, base_model, method, parameters, run, len(train_examples), len(eval_examples),
-                              config.import_native)  # fmt: skip
+                              output_dir, config.import_native)  # fmt: skip
         if accelerator.is_main_process:
             sections = FINETUNE_SECTIONS if config.do_train else None
             write_results(output_dir, tokenizer, config, summary, run.records, sections)

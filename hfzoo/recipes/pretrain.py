@@ -48,6 +48,7 @@ from ..training.evaluation import EvalShard, evaluate, parameter_checksum
 from ..training.logging import RunLogger, read_log, start_recipe
 from ..training.loop import Intervals, build_optimizer, build_scheduler, train
 from ..training.objectives import OBJECTIVES, Objective, get_objective
+from ..training.run_inputs import check_resumed_inputs, run_inputs, tokenizer_file_names
 from ..training.options import RunOptions
 
 logger = logging.getLogger(__name__)
@@ -152,6 +153,14 @@ def _tokenizer(
     return AutoTokenizer.from_pretrained(output_dir)
 
 
+def _tokenizer_folder(config: PretrainConfig, output_dir: Path) -> Path | None:
+    """Where the run's tokenizer files are: the output folder (trained there), a local `tokenizer` folder, or none (a
+    Hub name)."""
+    if config.tokenizer is None:
+        return output_dir
+    return Path(config.tokenizer) if Path(config.tokenizer).is_dir() else None
+
+
 def _special_token_ids(tokenizer: PreTrainedTokenizerBase, family: str) -> dict[str, int]:
     """The tokenizer's special ids as model config fields (T5's convention: decoding starts from pad)."""
     ids = {
@@ -185,6 +194,8 @@ def pretrain(config: PretrainConfig) -> Path:
     if resume_from is not None:
         # Before anything is written: a changed config (another preset, batch size, seed...) is refused by key.
         saved_step = check_resumed_config(resume_from, config.to_dict()).step
+        # ... and so are a changed tokenizer file or data file, by name (they are not in the checkpoint).
+        check_resumed_inputs(resume_from, _tokenizer_folder(config, output_dir), (config.dataset, config.data_files))
         if saved_step >= config.max_steps:
             logger.warning(
                 "nothing to do: %s is at step %d and max_steps is %d; the run's outputs are left as they are "
@@ -214,6 +225,8 @@ def pretrain(config: PretrainConfig) -> Path:
     # --- Tokenizer, then the corpus as examples of at most block_size tokens: packed into fixed-length blocks, or
     # (next-sentence prediction) pairs of consecutive segments of each document.
     tokenizer = _tokenizer(config, family, train_texts, output_dir, accelerator, resuming=resume_from is not None)
+    inputs = run_inputs(_tokenizer_folder(config, output_dir), tokenizer_file_names(tokenizer),
+                        (config.dataset, config.data_files))  # what each checkpoint records, to check on resume
     with accelerator.main_process_first():
         train_blocks = objective.examples(train_texts, tokenizer, config.block_size)
         eval_blocks = objective.examples(eval_texts, tokenizer, config.block_size)
@@ -297,7 +310,7 @@ def pretrain(config: PretrainConfig) -> Path:
         max_grad_norm=config.max_grad_norm,
         evaluate=lambda: _validate(model, eval_loader, objective, tokenizer, config, accelerator),
         checkpoint=lambda progress: save_checkpoint(
-            accelerator, output_dir, progress, collator_generator, config.keep_checkpoints, config.to_dict()
+            accelerator, output_dir, progress, collator_generator, config.keep_checkpoints, config.to_dict(), inputs
         ),
     )  # fmt: skip
 

