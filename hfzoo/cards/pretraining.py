@@ -79,6 +79,8 @@ def pretraining_metadata(record: RunRecord) -> ModelCardData:
         final = evals[-1]
         metrics = [("perplexity", "Perplexity", round(final["perplexity"], 4)),
                    ("loss", "Validation loss", round(final["eval_loss"], 4))]  # fmt: skip
+        if "eval_next_sentence_accuracy" in final:
+            metrics.append(("accuracy", "Next-sentence accuracy", round(final["eval_next_sentence_accuracy"], 4)))
     return model_card_data(
         record.name, ["hfzoo", preset, preset_family(preset), summary["objective"], "pretraining"],
         pipeline_tag=summary["pipeline_tag"], task_name=summary["task_name"], dataset=(dataset_type, dataset_name),
@@ -93,11 +95,19 @@ def _intro(record: RunRecord) -> str:
     )
 
 
+def _accuracy(evaluation: dict) -> str:
+    """Next-sentence prediction's held-out accuracy, where the objective has it (chance: 0.5)."""
+    if "eval_next_sentence_accuracy" not in evaluation:
+        return ""
+    return f", next-sentence accuracy {evaluation['eval_next_sentence_accuracy']:.3f}"
+
+
 def _results(record: RunRecord) -> str:
     evals = record.events("eval")
     results = "No evaluation was run."
     if evals:
-        rows = [(f"step {r['step']}", f"loss {r['eval_loss']:.4f}, perplexity {r['perplexity']:.2f}") for r in evals]
+        rows = [(f"step {r['step']}", f"loss {r['eval_loss']:.4f}, perplexity {r['perplexity']:.2f}{_accuracy(r)}")
+                for r in evals]  # fmt: skip
         results = markdown_table(("evaluation", "validation"), rows)
     return f"{results}\n\n![loss curve]({LOSS_CURVE})"
 

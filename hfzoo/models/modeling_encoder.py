@@ -50,6 +50,8 @@ class ZooPreTrainingOutput(ModelOutput):
 
     `prediction_logits` are the masked-LM logits, shaped as `ZooMaskedLMOutput.logits` (the labelled positions only
     in training with `labels`); `seq_relationship_logits` are `[batch, 2]`: B follows A (0) or is random (1).
+    `masked_lm_loss` and `next_sentence_loss` are the two parts of `loss`, reported apart so that an evaluation can
+    give the masked LM's own perplexity.
     """
 
     loss: torch.FloatTensor | None = None
@@ -59,6 +61,8 @@ class ZooPreTrainingOutput(ModelOutput):
     attentions: tuple[torch.FloatTensor, ...] | None = None
     aux_loss: torch.FloatTensor | None = None
     router_logits: tuple[torch.FloatTensor, ...] | None = None
+    masked_lm_loss: torch.FloatTensor | None = None
+    next_sentence_loss: torch.FloatTensor | None = None
 
 
 @dataclass
@@ -298,8 +302,9 @@ class ZooEncoderForPreTraining(ZooEncoderForMaskedLM):
 
     def head(self, outputs: ZooEncoderModelOutput, targets, inputs: dict, **kwargs) -> ZooPreTrainingOutput:
         labels, next_sentence_label = targets
-        prediction_logits, loss = self.masked_lm(outputs.last_hidden_state, labels, **kwargs)
+        prediction_logits, masked_lm_loss = self.masked_lm(outputs.last_hidden_state, labels, **kwargs)
         seq_relationship_logits = self.seq_relationship(sentence_representation(outputs))
+        loss, nsp_loss = masked_lm_loss, None
         if next_sentence_label is not None:
             nsp_loss = F.cross_entropy(
                 seq_relationship_logits, next_sentence_label.view(-1).to(seq_relationship_logits.device)
@@ -311,6 +316,8 @@ class ZooEncoderForPreTraining(ZooEncoderForMaskedLM):
             outputs,
             prediction_logits=prediction_logits,
             seq_relationship_logits=seq_relationship_logits,
+            masked_lm_loss=masked_lm_loss,
+            next_sentence_loss=nsp_loss,
         )
 
 

@@ -181,7 +181,7 @@ def _validate(model, loader, objective: Objective, tokenizer, config: PretrainCo
     collator = objective.make_collator(tokenizer, config.collator, torch.Generator().manual_seed(config.seed))
     return evaluate(
         model, loader, collator, accelerator, shifts_labels=objective.shifts_labels, max_batches=config.eval_batches,
-        perplexity_of=objective.perplexity_of,
+        perplexity_of=objective.perplexity_of, accuracy_of=objective.accuracy_of,
     )  # fmt: skip
 
 

@@ -59,8 +59,11 @@ def evaluate(
     shifts_labels: bool,
     max_batches: int | None = None,
     perplexity_of: str = "loss",
+    accuracy_of: tuple[str, str, str] | None = None,
 ) -> dict[str, float]:
-    """Validation loss (mean over target tokens, all processes), its parts and a perplexity.
+    """Validation loss (mean over target tokens, all processes), its parts, a perplexity and, with
+    `accuracy_of=(name, logits field, label key)`, the accuracy of a sequence-level prediction (`eval_<name>`: e.g.
+    next-sentence prediction, whose loss alone cannot say whether the pairs are told apart).
 
     `dataloader` yields lists of (example, real) from an `EvalShard`. Each batch's mean loss is
     weighted by its number of targets (labels != -100; a causal LM has no target at the first
@@ -73,13 +76,19 @@ def evaluate(
     model.eval()
     unwrapped = accelerator.unwrap_model(model)
     parts, sums = [], None  # sums: loss x targets, each part x targets, targets
+    correct = torch.zeros(2, dtype=torch.float64, device=accelerator.device)  # right predictions, real examples
     for index, items in enumerate(dataloader):
         if max_batches is not None and index >= max_batches:
             break
         features, real = zip(*items)
         batch = to_device(collator(list(features)), accelerator.device)
-        batch["labels"][~torch.tensor(real, device=accelerator.device)] = -100  # padding entries: no targets
+        real = torch.tensor(real, device=accelerator.device)
+        batch["labels"][~real] = -100  # padding entries: no targets
         outputs = model(**batch)
+        if accuracy_of is not None:
+            _, logits_field, label_key = accuracy_of
+            right = outputs[logits_field].argmax(-1) == batch[label_key]
+            correct += torch.stack([(right & real).sum(), real.sum()]).double()
         if sums is None:
             parts = [name for name in outputs.keys() if name.endswith("_loss") and name != "aux_loss"]
             sums = torch.zeros(len(parts) + 2, dtype=torch.float64, device=accelerator.device)
@@ -93,6 +102,9 @@ def evaluate(
     loss, *part_losses = (loss_sum / max(targets, 1) for loss_sum in loss_sums)
     metrics = {"eval_loss": loss, **{f"eval_{name}": value for name, value in zip(parts, part_losses)}}
     perplexity = math.exp(min(metrics["eval_loss" if perplexity_of == "loss" else f"eval_{perplexity_of}"], 700.0))
+    if accuracy_of is not None:
+        right, examples = accelerator.reduce(correct, reduction="sum").tolist()
+        metrics[f"eval_{accuracy_of[0]}"] = right / max(examples, 1)
     return {**metrics, "perplexity": perplexity, "eval_targets": int(targets)}
 
 

@@ -53,6 +53,8 @@ class Objective:
     training_model: type | None = None
     # The output loss whose exponential is the validation perplexity (`loss`, or the language-model part of it).
     perplexity_of: str = "loss"
+    # A sequence-level prediction whose validation accuracy is reported: (metric name, logits field, label key).
+    accuracy_of: tuple[str, str, str] | None = None
 
     def check_collator_options(self, options: dict) -> None:
         """Raise if `options` (config key `collator`) holds an argument the collator does not take, or changes one
@@ -116,6 +118,8 @@ OBJECTIVES: dict[str, Objective] = {o.name: o for o in (
         "Masked language modeling and next-sentence prediction (BERT)", shifts_labels=False,
         scored_targets="the masked positions (the loss adds next-sentence prediction's cross-entropy per pair)",
         examples=sentence_pairs, fixed_collator_options={"next_sentence_prediction": True},
+        perplexity_of="masked_lm_loss",
+        accuracy_of=("next_sentence_accuracy", "seq_relationship_logits", "next_sentence_label"),
     ),
     Objective(
         "electra", "encoder", AutoModelForPreTraining, MaskedLMCollator, "feature-extraction",
