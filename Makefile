@@ -14,21 +14,16 @@ export TOKENIZERS_PARALLELISM ?= false
 
 .PHONY: quickstart test test-slow install install-dev clean
 
-# One pip run installs the torch build of TORCH_SPEC and hfzoo (editable) with the given extras: a second run
-# would resolve and build hfzoo again (`make test` from a clean clone goes straight to the dev install).
-define install_venv
+$(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q "$(TORCH_SPEC)" -e ".$(1)"
-endef
-
-$(VENV)/.installed: pyproject.toml
-	$(call install_venv,)
+	$(PY) -m pip install -q "$(TORCH_SPEC)"
+	$(PY) -m pip install -q -e .
 	touch $@
 
-$(VENV)/.installed-dev: pyproject.toml
-	$(call install_venv,[dev])
-	touch $(VENV)/.installed $@
+$(VENV)/.installed-dev: $(VENV)/.installed
+	$(PY) -m pip install -q -e ".[dev]"
+	touch $@
 
 install: $(VENV)/.installed
 
