@@ -12,7 +12,7 @@ export HF_HUB_OFFLINE ?= 1
 export HF_EVALUATE_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: quickstart test install install-dev clean
+.PHONY: quickstart test test-slow install install-dev clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,8 +32,17 @@ install-dev: $(VENV)/.installed-dev
 quickstart: install
 	$(VENV)/bin/hfzoo quickstart $(QUICKSTART_ARGS)
 
+# Two workers, one per core, with one torch thread each (tests/conftest.py). Each test file runs whole in one
+# worker: its module fixtures are built once and the README's blocks run in order (`--dist loadgroup` would be
+# finer, but pytest 9.2 drops its groups: pytest-xdist issue 1386). The slow tests are each covered by a faster
+# one in `make test`; CI (.ci/run) runs both.
+PYTEST := $(PY) -m pytest -q -n 2 --dist loadfile --timeout=900 --durations=15
+
 test: install-dev
-	$(PY) -m pytest -q -m "not slow" --timeout=900 --durations=15 tests
+	$(PYTEST) -m "not slow" tests
+
+test-slow: install-dev
+	$(PYTEST) -m slow tests
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

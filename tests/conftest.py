@@ -5,10 +5,23 @@ tiny models from the presets, and the shared real data sets when they are presen
 """
 
 import ast
+import atexit
 import copy
 import importlib
+import os
+import shutil
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
+
+# `make test` runs two xdist workers, one per core: the processes tests start (recipes, benchmarks, README commands)
+# get one OpenMP thread too, unless they set their own, so they do not fight the other worker for its core.
+os.environ["OMP_NUM_THREADS"] = "1"
+if "PYTEST_XDIST_WORKER" in os.environ and "HF_MODULES_CACHE" not in os.environ:
+    # transformers copies a checkpoint's code into HF_MODULES_CACHE under the folder's name: two workers loading
+    # folders of the same name at once could import a half-copied file. Each worker gets its own (read at import).
+    os.environ["HF_MODULES_CACHE"] = tempfile.mkdtemp(prefix=f"hfzoo-modules-{os.environ['PYTEST_XDIST_WORKER']}-")
+    atexit.register(shutil.rmtree, os.environ["HF_MODULES_CACHE"], ignore_errors=True)
 
 import pytest
 import torch

@@ -33,15 +33,16 @@ def _commands(block: str) -> list[str]:
     return [line.split(" #")[0].strip() for line in block.splitlines() if line.strip()]
 
 
-def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(cwd / "modules"),
+def _run(args: list[str], cwd: Path, workdir: Path) -> subprocess.CompletedProcess:
+    """`args` in `cwd`; the code of loaded checkpoints is cached in the workspace, never in the repository."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(workdir / "modules"),
            "PATH": f"{BIN}:{os.environ['PATH']}"}  # fmt: skip
     return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
 
 
 def _execute(kind: str, body: str, workdir: Path) -> None:
     if kind == "python":
-        result = _run([sys.executable, "-c", body], workdir)
+        result = _run([sys.executable, "-c", body], workdir, workdir)
         assert result.returncode == 0, f"README block failed:\n{body}\n{result.stderr[-3000:]}"
         return
     for command in _commands(body):
@@ -49,12 +50,12 @@ def _execute(kind: str, body: str, workdir: Path) -> None:
             continue
         args = shlex.split(command)
         if command.startswith(".venv/bin/hfzoo"):
-            result = _run([str(BIN / "hfzoo"), *args[1:]], workdir)
+            result = _run([str(BIN / "hfzoo"), *args[1:]], workdir, workdir)
         elif command.startswith(RECIPE_PREFIXES):
             args[0] = str(BIN / Path(args[0]).name)  # .venv/bin/X: the X of the environment running the tests
             output_dir = workdir / "recipe-launch"
             shrink = SHRINK_FINETUNE if any(arg.endswith("finetune.py") for arg in args) else SHRINK
-            result = _run([*args, *shrink, "--output_dir", str(output_dir)], ROOT)
+            result = _run([*args, *shrink, "--output_dir", str(output_dir)], ROOT, workdir)
             assert (output_dir / "model.safetensors").is_file(), result.stderr[-3000:]
         else:
             raise AssertionError(f"README command that no test knows how to run: {command}")
