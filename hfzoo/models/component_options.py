@@ -10,8 +10,9 @@ import typing
 
 NORM_TYPES = ("layernorm", "rmsnorm")
 NORM_POSITIONS = ("pre", "post")
-# Gated variants (Shazeer, 2020) map to the activation of their gate.
-GATED_ACTIVATIONS = {"swiglu": "silu", "geglu": "gelu"}
+# Gated variants (Shazeer, 2020) map to the activation of their gate: `geglu` gates with the exact GELU,
+# `geglu_tanh` with GPT-2's tanh approximation (`gelu_new`), as T5 v1.1, Flan-T5 and mT5 do.
+GATED_ACTIVATIONS = {"swiglu": "silu", "geglu": "gelu", "geglu_tanh": "gelu_new"}
 ACTIVATIONS = ("gelu", "gelu_new", "relu", "silu", *GATED_ACTIVATIONS)
 POSITION_EMBEDDINGS = ("learned", "sinusoidal", "rotary", "alibi", "relative", "disentangled", "none")
 # DeBERTa's position terms of disentangled attention: content-to-position, position-to-content.

@@ -22,7 +22,7 @@ class ZooTransformerConfig(PreTrainedConfig):
             attention (Ainslie et al., 2023), 1 gives multi-query attention (Shazeer, 2019). Defaults to the query heads.
         intermediate_size (`int`, defaults to 1024): inner width of the feed-forward block.
         activation (`str`, defaults to `"gelu"`): `gelu`, `gelu_new` (GPT-2's tanh approximation), `relu`, `silu`, or
-            the gated `swiglu` / `geglu` (Shazeer, 2020).
+            the gated `swiglu` / `geglu` (Shazeer, 2020) / `geglu_tanh` (gated by GPT-2's tanh GELU: T5 v1.1, mT5).
         norm_type (`str`, defaults to `"layernorm"`): `layernorm` (Ba et al., 2016) or `rmsnorm` (Zhang & Sennrich, 2019).
         norm_position (`str`, defaults to `"pre"`): `pre` (GPT-2, Llama, T5) or `post` (the original Transformer, BERT).
         norm_eps (`float`, defaults to 1e-5): epsilon of every norm.
