@@ -44,8 +44,10 @@ _BERT = dict(
     add_pooling_layer=True, max_position_embeddings=512,
 )
 # RoBERTa: BERT's architecture; type_vocab_size=0 because its single token-type row is a constant the learned
-# positions absorb, and 0 makes a BERT-style tokenizer's segment ids harmless instead of out of range.
-_ROBERTA = {**_BERT, "type_vocab_size": 0, "norm_eps": 1e-5}
+# positions absorb, and 0 makes a BERT-style tokenizer's segment ids harmless instead of out of range. Its token ids
+# (<s>=0, <pad>=1, </s>=2) come with it: RoBERTa numbers positions from the pad token, so a model built from the
+# preset exports to RoBERTa as it is (a recipe sets the ids of the tokenizer it trains with).
+_ROBERTA = {**_BERT, "type_vocab_size": 0, "norm_eps": 1e-5, "pad_token_id": 1, "bos_token_id": 0, "eos_token_id": 2}
 # ModernBERT without its alternating sliding-window attention (every layer attends globally here).
 _MODERNBERT = dict(
     activation="geglu", norm_type="layernorm", norm_bias=False, norm_position="pre", norm_eps=1e-5,

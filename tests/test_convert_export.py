@@ -20,7 +20,7 @@ EXPORTS = {
     "gpt-tiny": ({"max_position_embeddings": 64, "pad_token_id": 0}, "gpt2", transformers.AutoModelForCausalLM),
     "llama-tiny": ({"num_key_value_heads": 2, "pad_token_id": 0}, "llama", transformers.AutoModelForCausalLM),
     "bert-tiny": ({"max_position_embeddings": 64, "pad_token_id": 0}, "bert", transformers.AutoModelForMaskedLM),
-    "roberta-tiny": ({"max_position_embeddings": 66, "pad_token_id": 1}, "roberta", transformers.AutoModelForMaskedLM),
+    "roberta-tiny": ({"max_position_embeddings": 66}, "roberta", transformers.AutoModelForMaskedLM),
     "t5-tiny": ({"hidden_size": 64}, "t5", transformers.AutoModelForSeq2SeqLM),
     "bart-tiny": ({"max_position_embeddings": 66}, "bart", transformers.AutoModelForSeq2SeqLM),
 }
@@ -110,3 +110,19 @@ def test_cli_help_documents_both_directions(capsys):
         hfzoo_cli(["convert", "--help"])
     text = capsys.readouterr().out
     assert "from-native" in text and "to-native" in text and "no remote code" in text
+
+
+def test_roberta_presets_export_as_built(tmp_path):
+    """A `roberta-*` preset carries RoBERTa's token ids (pad 1, which its positions count from; bos 0; eos 2), so
+    the model it builds exports without any override."""
+    for preset in ("roberta-tiny", "roberta-small", "roberta-base"):
+        config = hfzoo.preset_config(preset)
+        assert (config.pad_token_id, config.bos_token_id, config.eos_token_id) == (1, 0, 2), preset
+    zoo = hfzoo.ZooEncoderForMaskedLM(hfzoo.preset_config("roberta-tiny")).eval()
+    zoo.save_pretrained(tmp_path / "zoo")
+    hfzoo_cli(["convert", "to-native", str(tmp_path / "zoo"), str(tmp_path / "native")])
+    native = transformers.AutoModelForMaskedLM.from_pretrained(tmp_path / "native").eval()
+    assert native.config.model_type == "roberta" and native.config.pad_token_id == 1
+    inputs = {"input_ids": torch.randint(3, 4096, (2, 7), generator=torch.Generator().manual_seed(0))}
+    inputs["attention_mask"] = torch.ones_like(inputs["input_ids"])
+    assert max_difference(outputs(zoo, inputs), outputs(native, inputs), inputs) <= TOLERANCE
