@@ -11,7 +11,7 @@ from test_convert import TOLERANCE, VOCAB, max_difference, model_inputs, native_
 
 import hfzoo
 from hfzoo.cli import main as hfzoo_cli
-from hfzoo.convert import from_native, to_native
+from hfzoo.convert import FAMILIES, from_native, to_native
 from hfzoo.presets import FAMILY_CONFIGS, PRESETS
 
 SMALL = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48)
@@ -110,6 +110,18 @@ def test_cli_help_documents_both_directions(capsys):
         hfzoo_cli(["convert", "--help"])
     text = capsys.readouterr().out
     assert "from-native" in text and "to-native" in text and "no remote code" in text
+
+
+def test_cli_help_lists_every_native_type_the_converters_have(capsys):
+    with pytest.raises(SystemExit):
+        hfzoo_cli(["convert", "--help"])
+    text = capsys.readouterr().out
+    for model_type, family in FAMILIES.items():
+        line = next(line for line in text.splitlines() if line.split()[:1] == [model_type])
+        assert all(head.native_class in line for head in family.heads), line
+    with pytest.raises(SystemExit):
+        hfzoo_cli(["convert", "to-native", "--help"])
+    assert "{" + ",".join(FAMILIES) + "}" in capsys.readouterr().out
 
 
 def test_roberta_presets_export_as_built(tmp_path):

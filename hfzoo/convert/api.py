@@ -19,8 +19,22 @@ from .mapping import convert_state, load_converted
 
 FAMILIES: dict[str, NativeFamily] = {
     family.model_type: family
-    for family in (gpt2.FAMILY, llama.FAMILY, bert.FAMILY, roberta.FAMILY, t5.FAMILY, mt5.FAMILY, bart.FAMILY)
+    for family in (
+        gpt2.FAMILY, llama.FAMILY, bert.FAMILY, roberta.FAMILY, t5.FAMILY, mt5.FAMILY, bart.FAMILY,
+    )
 }
+
+
+def native_types_help() -> str:
+    """One line per native type `hfzoo convert` handles: its `model_type` and the native classes converted both
+    ways, read from `FAMILIES` so that the CLI's help cannot fall behind the converters."""
+    width = max(map(len, FAMILIES))
+    return "\n".join(
+        f"  {model_type:<{width}}  {', '.join(head.native_class for head in family.heads)}"
+        for model_type, family in FAMILIES.items()
+    )
+
+
 # Fields that do not change what a model computes in eval mode: a preset given to `from_native` may differ there
 # (and its values are kept), nowhere else.
 TRAINING_FIELDS = {
