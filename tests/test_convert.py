@@ -28,6 +28,10 @@ NATIVE_CONFIGS = {
         num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
         pad_token_id=0,
     )),
+    "qwen2": (transformers.Qwen2Config, dict(
+        vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=64, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+    )),
     "bert": (transformers.BertConfig, dict(
         vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
         max_position_embeddings=64,
@@ -63,6 +67,10 @@ HEADS = {
         "LlamaModel", "LlamaForCausalLM", "LlamaForSequenceClassification", "LlamaForTokenClassification",
         "LlamaForQuestionAnswering",
     ],
+    "qwen2": [
+        "Qwen2Model", "Qwen2ForCausalLM", "Qwen2ForSequenceClassification", "Qwen2ForTokenClassification",
+        "Qwen2ForQuestionAnswering",
+    ],
     "bert": [
         "BertModel", "BertForMaskedLM", "BertForSequenceClassification", "BertForTokenClassification",
         "BertForQuestionAnswering", "BertForMultipleChoice",
@@ -76,6 +84,7 @@ HEADS = {
     "bart": ["BartModel", "BartForConditionalGeneration", "BartForSequenceClassification", "BartForQuestionAnswering"],
 }
 CASES = [(family, head) for family, heads in HEADS.items() for head in heads]
+DECODER_FAMILIES = ("gpt2", "llama", "qwen2")
 
 
 def native_model(family: str, head: str, seed: int = 0, **overrides) -> transformers.PreTrainedModel:
@@ -83,9 +92,9 @@ def native_model(family: str, head: str, seed: int = 0, **overrides) -> transfor
     config = config_class(**{**arguments, **overrides})
     torch.manual_seed(seed)
     model = getattr(transformers, head)(config).eval()
-    with torch.no_grad():  # LayerNorms start at (1, 0): move them, so a swapped or dropped norm shows
+    with torch.no_grad():  # norms start at (1, 0), biases at 0: move them, so a swapped or dropped one shows
         for name, parameter in model.named_parameters():
-            if "norm" in name.lower():
+            if "norm" in name.lower() or name.endswith(".bias"):
                 parameter.add_(torch.randn_like(parameter) * 0.1)
     return model
 
@@ -153,7 +162,7 @@ def test_native_to_zoo_to_native(family, head, tmp_path):
 
 
 @pytest.mark.parametrize("family,head", [
-    ("gpt2", "GPT2LMHeadModel"), ("llama", "LlamaForCausalLM"),
+    ("gpt2", "GPT2LMHeadModel"), ("llama", "LlamaForCausalLM"), ("qwen2", "Qwen2ForCausalLM"),
     ("t5", "T5ForConditionalGeneration"), ("mt5", "MT5ForConditionalGeneration"),
     ("bart", "BartForConditionalGeneration"),
 ])
@@ -163,12 +172,12 @@ def test_generate_with_cache_gives_the_same_tokens(family, head, tmp_path):
     zoo = from_native(native)
     prompt = torch.randint(4, VOCAB, (2, 6), generator=torch.Generator().manual_seed(2))
     settings = dict(max_new_tokens=8, do_sample=False, use_cache=True, pad_token_id=native.config.pad_token_id)
-    if family in ("gpt2", "llama"):
+    if family in DECODER_FAMILIES:
         settings["eos_token_id"] = None  # run all steps: every one is compared
     expected = native.generate(prompt, **settings)
     assert torch.equal(zoo.generate(prompt, **settings), expected)
     to_native(zoo, tmp_path)
-    auto_class = transformers.AutoModelForCausalLM if family in ("gpt2", "llama") else transformers.AutoModelForSeq2SeqLM
+    auto_class = transformers.AutoModelForCausalLM if family in DECODER_FAMILIES else transformers.AutoModelForSeq2SeqLM
     assert torch.equal(auto_class.from_pretrained(tmp_path).generate(prompt, **settings), expected)
 
 
@@ -201,6 +210,7 @@ def test_t5_feed_forward_kinds_map_to_their_hfzoo_activation(feed_forward_proj, 
     ("t5", "T5ForConditionalGeneration", {"feed_forward_proj": "gated-relu"}, "feed_forward_proj='gated-relu'"),
     ("t5", "T5ForConditionalGeneration", {"dense_act_fn": "gelu"}, "dense_act_fn='gelu'"),
     ("llama", "LlamaForCausalLM", {"rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4}}, "rope_type='linear'"),
+    ("qwen2", "Qwen2ForCausalLM", {"use_sliding_window": True}, "use_sliding_window=True"),
     ("bert", "BertModel", {"position_embedding_type": "relative_key"}, "position_embedding_type='relative_key'"),
     ("gpt2", "GPT2Model", {"scale_attn_by_inverse_layer_idx": True}, "scale_attn_by_inverse_layer_idx=True"),
     ("bart", "BartModel", {"decoder_ffn_dim": 64}, "decoder_ffn_dim=64"),

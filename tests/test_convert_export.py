@@ -61,6 +61,7 @@ def test_preset_models_export_with_equal_outputs_and_tokens(preset, tmp_path):
     ("gpt-tiny", {"num_experts": 4}, None, "num_experts=4"),
     ("llama-tiny", {"position_embedding": "alibi"}, "llama", "position_embedding='alibi'"),
     ("llama-tiny", {"position_embedding": "alibi"}, None, "position_embedding='alibi'"),
+    ("llama-tiny", {"attention_output_bias": True}, "llama", "attention_output_bias=True"),
     ("gpt-tiny", {"norm_position": "post"}, None, "norm_position='post'"),
     ("bert-tiny", {"norm_position": "pre"}, None, "norm_position='pre'"),
     ("t5-tiny", {"num_key_value_heads": 2}, None, "num_key_value_heads=2"),
@@ -71,6 +72,16 @@ def test_components_the_native_class_cannot_express_are_refused(preset, override
     with pytest.raises(ValueError, match=named):
         to_native(zoo_model(preset, **overrides), tmp_path / "out", native_type=native_type)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_rotary_decoder_biased_on_qkv_only_exports_as_qwen2(tmp_path):
+    """`attention_output_bias=False` beside `attention_bias=True` is Qwen2's layout: the export picks it."""
+    zoo = zoo_model("llama-tiny", attention_bias=True, attention_output_bias=False)
+    assert zoo.model.layers[0].self_attn.qkv_proj.bias is not None and zoo.model.layers[0].self_attn.o_proj.bias is None
+    native = to_native(zoo, tmp_path)
+    assert type(native).__name__ == "Qwen2ForCausalLM"
+    inputs = model_inputs("qwen2", "Qwen2ForCausalLM", native.config)
+    assert max_difference(outputs(zoo, inputs), outputs(native, inputs), inputs) <= TOLERANCE
 
 
 def test_encoder_without_a_pooler_cannot_become_a_pooled_classifier(tmp_path):

@@ -43,6 +43,8 @@ class ZooTransformerConfig(PreTrainedConfig):
         position_attention_terms (`str`, defaults to `"c2p|p2c"`): the position terms of disentangled attention
             (DeBERTa's `pos_att_type`): `c2p|p2c`, `c2p` or `p2c`. Scores are scaled by 1/sqrt(head_dim * (1 + terms)).
         attention_bias (`bool`, defaults to `True`): biases on the attention projections.
+        attention_output_bias (`bool`, *optional*): a bias on the attention's output projection; defaults to
+            `attention_bias`. Qwen2 (Yang et al., 2024) biases query, key and value but not the output.
         mlp_bias (`bool`, defaults to `True`): biases on the feed-forward projections.
         hidden_dropout (`float`, defaults to 0.1): dropout on embeddings and on each residual branch.
         attention_dropout (`float`, defaults to 0.1): dropout on attention probabilities.
@@ -76,6 +78,7 @@ class ZooTransformerConfig(PreTrainedConfig):
     max_relative_positions: int = 512
     position_attention_terms: str = "c2p|p2c"
     attention_bias: bool = True
+    attention_output_bias: bool | None = None
     mlp_bias: bool = True
     hidden_dropout: float = 0.1
     attention_dropout: float = 0.1
@@ -96,6 +99,8 @@ class ZooTransformerConfig(PreTrainedConfig):
             check_field_types(self, self.field_types())
             if self.num_key_value_heads is None:
                 self.num_key_value_heads = self.num_attention_heads
+            if self.attention_output_bias is None:
+                self.attention_output_bias = self.attention_bias
             super().__post_init__(**kwargs)
             validate_components(self)
         except (TypeError, ValueError) as error:

@@ -311,7 +311,7 @@ class Attention(nn.Module):
             self.kv_proj = nn.Linear(config.hidden_size, 2 * kv_width, bias=config.attention_bias)
         else:
             self.qkv_proj = nn.Linear(config.hidden_size, q_width + 2 * kv_width, bias=config.attention_bias)
-        self.o_proj = nn.Linear(q_width, config.hidden_size, bias=config.attention_bias)
+        self.o_proj = nn.Linear(q_width, config.hidden_size, bias=config.attention_output_bias)
 
     def _heads(self, states: torch.Tensor) -> torch.Tensor:
         return states.view(*states.shape[:-1], -1, self.head_dim).transpose(1, 2)
