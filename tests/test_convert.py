@@ -28,6 +28,12 @@ NATIVE_CONFIGS = {
         num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
         pad_token_id=0,
     )),
+    # A window shorter than the test inputs and generations, so that ignoring it shows.
+    "mistral": (transformers.MistralConfig, dict(
+        vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=64, sliding_window=4, bos_token_id=1, eos_token_id=2,
+        pad_token_id=0,
+    )),
     "qwen2": (transformers.Qwen2Config, dict(
         vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, max_position_embeddings=64, bos_token_id=1, eos_token_id=2, pad_token_id=0,
@@ -67,6 +73,10 @@ HEADS = {
         "LlamaModel", "LlamaForCausalLM", "LlamaForSequenceClassification", "LlamaForTokenClassification",
         "LlamaForQuestionAnswering",
     ],
+    "mistral": [
+        "MistralModel", "MistralForCausalLM", "MistralForSequenceClassification", "MistralForTokenClassification",
+        "MistralForQuestionAnswering",
+    ],
     "qwen2": [
         "Qwen2Model", "Qwen2ForCausalLM", "Qwen2ForSequenceClassification", "Qwen2ForTokenClassification",
         "Qwen2ForQuestionAnswering",
@@ -84,7 +94,7 @@ HEADS = {
     "bart": ["BartModel", "BartForConditionalGeneration", "BartForSequenceClassification", "BartForQuestionAnswering"],
 }
 CASES = [(family, head) for family, heads in HEADS.items() for head in heads]
-DECODER_FAMILIES = ("gpt2", "llama", "qwen2")
+DECODER_FAMILIES = ("gpt2", "llama", "mistral", "qwen2")
 
 
 def native_model(family: str, head: str, seed: int = 0, **overrides) -> transformers.PreTrainedModel:
@@ -163,6 +173,7 @@ def test_native_to_zoo_to_native(family, head, tmp_path):
 
 @pytest.mark.parametrize("family,head", [
     ("gpt2", "GPT2LMHeadModel"), ("llama", "LlamaForCausalLM"), ("qwen2", "Qwen2ForCausalLM"),
+    ("mistral", "MistralForCausalLM"),
     ("t5", "T5ForConditionalGeneration"), ("mt5", "MT5ForConditionalGeneration"),
     ("bart", "BartForConditionalGeneration"),
 ])
@@ -211,6 +222,7 @@ def test_t5_feed_forward_kinds_map_to_their_hfzoo_activation(feed_forward_proj, 
     ("t5", "T5ForConditionalGeneration", {"dense_act_fn": "gelu"}, "dense_act_fn='gelu'"),
     ("llama", "LlamaForCausalLM", {"rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4}}, "rope_type='linear'"),
     ("qwen2", "Qwen2ForCausalLM", {"use_sliding_window": True}, "use_sliding_window=True"),
+    ("mistral", "MistralModel", {"layer_types": ["sliding_attention", "full_attention"]}, "layer_types="),
     ("bert", "BertModel", {"position_embedding_type": "relative_key"}, "position_embedding_type='relative_key'"),
     ("gpt2", "GPT2Model", {"scale_attn_by_inverse_layer_idx": True}, "scale_attn_by_inverse_layer_idx=True"),
     ("bart", "BartModel", {"decoder_ffn_dim": 64}, "decoder_ffn_dim=64"),

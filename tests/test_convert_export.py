@@ -74,14 +74,20 @@ def test_components_the_native_class_cannot_express_are_refused(preset, override
     assert not (tmp_path / "out").exists()
 
 
-def test_a_rotary_decoder_biased_on_qkv_only_exports_as_qwen2(tmp_path):
-    """`attention_output_bias=False` beside `attention_bias=True` is Qwen2's layout: the export picks it."""
-    zoo = zoo_model("llama-tiny", attention_bias=True, attention_output_bias=False)
-    assert zoo.model.layers[0].self_attn.qkv_proj.bias is not None and zoo.model.layers[0].self_attn.o_proj.bias is None
+@pytest.mark.parametrize("overrides,family,native_class", [
+    ({"attention_bias": True, "attention_output_bias": False}, "qwen2", "Qwen2ForCausalLM"),
+    ({"sliding_window": 3}, "mistral", "MistralForCausalLM"),
+])
+def test_a_rotary_decoder_exports_to_the_family_of_its_switches(overrides, family, native_class, tmp_path):
+    """q/k/v biased, the output not: Qwen2's layout; a sliding window: Mistral's. The export picks that family."""
+    zoo = zoo_model("llama-tiny", num_key_value_heads=2, **overrides)
     native = to_native(zoo, tmp_path)
-    assert type(native).__name__ == "Qwen2ForCausalLM"
-    inputs = model_inputs("qwen2", "Qwen2ForCausalLM", native.config)
+    assert type(native).__name__ == native_class
+    inputs = model_inputs(family, native_class, native.config)
     assert max_difference(outputs(zoo, inputs), outputs(native, inputs), inputs) <= TOLERANCE
+    prompt = torch.randint(4, VOCAB, (2, 5), generator=torch.Generator().manual_seed(3))
+    settings = dict(max_new_tokens=6, do_sample=False, pad_token_id=0, eos_token_id=None)
+    assert torch.equal(native.generate(prompt, **settings), zoo.generate(prompt, **settings))
 
 
 def test_encoder_without_a_pooler_cannot_become_a_pooled_classifier(tmp_path):

@@ -56,7 +56,7 @@ def rotary_zoo_config(model: PreTrainedModel, config_map: ConfigMap) -> dict:
 
 
 def native_config(config: ZooDecoderConfig) -> LlamaConfig:
-    require(config, "Llama", attention_output_bias=config.attention_bias)
+    require(config, "Llama", attention_output_bias=config.attention_bias, sliding_window=None)
     return rotary_native_config(config, CONFIG, "Llama", head_dim=config.head_dim)
 
 

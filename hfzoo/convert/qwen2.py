@@ -29,6 +29,7 @@ def zoo_config(model: PreTrainedModel) -> dict:
 
 
 def native_config(config: ZooDecoderConfig) -> Qwen2Config:
+    require(config, "Qwen2", sliding_window=None)
     return rotary_native_config(config, CONFIG, "Qwen2", use_sliding_window=False)
 
 

@@ -373,6 +373,7 @@ class Attention(nn.Module):
             scaling=self.scaling,
             is_causal=self.is_causal,
             position_bias=position_bias,
+            sliding_window=None if self.is_cross_attention else self.config.sliding_window,  # for flash kernels
             **kwargs,
         )
         output = output.reshape(*output.shape[:-2], -1)

@@ -10,7 +10,11 @@ import os
 import torch
 from torch import nn
 from transformers.cache_utils import Cache, EncoderDecoderCache
-from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
+from transformers.masking_utils import (
+    create_bidirectional_mask,
+    create_causal_mask,
+    create_sliding_window_causal_mask,
+)
 from transformers.modeling_flash_attention_utils import FlashAttentionKwargs
 from transformers.modeling_utils import PreTrainedModel
 from transformers.utils import ModelOutput, TransformersKwargs
@@ -292,7 +296,10 @@ class TransformerStack:
         )
         if self.is_causal:
             # The cache positionally: its keyword is `past_key_values` up to transformers 5.23, `cache` from 5.24.
-            mask = create_causal_mask(self.config, hidden_states, attention_mask, self_cache, position_ids=position_ids)
+            # A sliding window (`config.sliding_window`) is a mask too; transformers' cache keeps only its keys.
+            windowed = self.config.sliding_window is not None
+            causal_mask = create_sliding_window_causal_mask if windowed else create_causal_mask
+            mask = causal_mask(self.config, hidden_states, attention_mask, self_cache, position_ids=position_ids)
         else:
             mask = create_bidirectional_mask(config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask)
         if encoder_hidden_states is not None:
