@@ -89,9 +89,9 @@ def to_native(
 ) -> PreTrainedModel:
     """Save an hfzoo model as the native transformers class that computes the same thing, and return that model.
 
-    The native family follows the hfzoo config's switches (decoder: learned positions -> GPT-2, rotary -> Llama;
-    encoder: BERT, or RoBERTa without token types; encoder-decoder: relative bias -> T5, learned -> BART) unless
-    `native_type` names one ("gpt2", "llama", "bert", "roberta", "t5", "bart"). A component the native class cannot
+    The native family follows the hfzoo config's switches (decoder: learned positions -> GPT-2, rotary -> Llama,
+    or Mistral with a sliding window, Qwen2 with q/k/v biases only; encoder: BERT, or RoBERTa without token types;
+    encoder-decoder: relative bias -> T5, learned -> BART) unless `native_type` names one (a key of `FAMILIES`). A component the native class cannot
     express is refused, naming the switch. `out_dir` loads with the plain Auto classes (no remote code) and gets
     the tokenizer files of the folder the model came from (`model_or_path`, or the native folder a `from_native` model
     was imported from, else the model's `name_or_path`) when it has them.
