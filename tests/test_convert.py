@@ -34,6 +34,12 @@ NATIVE_CONFIGS = {
         num_key_value_heads=2, max_position_embeddings=64, sliding_window=4, bos_token_id=1, eos_token_id=2,
         pad_token_id=0,
     )),
+    # Gemma: RMSNorms scaling by 1 + weight, embeddings scaled by sqrt(hidden_size), a tanh-GELU gate.
+    "gemma": (transformers.GemmaConfig, dict(
+        vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=8, max_position_embeddings=64, bos_token_id=1, eos_token_id=2,
+        pad_token_id=0,
+    )),
     "qwen2": (transformers.Qwen2Config, dict(
         vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, max_position_embeddings=64, bos_token_id=1, eos_token_id=2, pad_token_id=0,
@@ -77,6 +83,7 @@ HEADS = {
         "MistralModel", "MistralForCausalLM", "MistralForSequenceClassification", "MistralForTokenClassification",
         "MistralForQuestionAnswering",
     ],
+    "gemma": ["GemmaModel", "GemmaForCausalLM", "GemmaForSequenceClassification", "GemmaForTokenClassification"],
     "qwen2": [
         "Qwen2Model", "Qwen2ForCausalLM", "Qwen2ForSequenceClassification", "Qwen2ForTokenClassification",
         "Qwen2ForQuestionAnswering",
@@ -94,7 +101,7 @@ HEADS = {
     "bart": ["BartModel", "BartForConditionalGeneration", "BartForSequenceClassification", "BartForQuestionAnswering"],
 }
 CASES = [(family, head) for family, heads in HEADS.items() for head in heads]
-DECODER_FAMILIES = ("gpt2", "llama", "mistral", "qwen2")
+DECODER_FAMILIES = ("gpt2", "llama", "mistral", "qwen2", "gemma")
 
 
 def native_model(family: str, head: str, seed: int = 0, **overrides) -> transformers.PreTrainedModel:
@@ -173,7 +180,7 @@ def test_native_to_zoo_to_native(family, head, tmp_path):
 
 @pytest.mark.parametrize("family,head", [
     ("gpt2", "GPT2LMHeadModel"), ("llama", "LlamaForCausalLM"), ("qwen2", "Qwen2ForCausalLM"),
-    ("mistral", "MistralForCausalLM"),
+    ("mistral", "MistralForCausalLM"), ("gemma", "GemmaForCausalLM"),
     ("t5", "T5ForConditionalGeneration"), ("mt5", "MT5ForConditionalGeneration"),
     ("bart", "BartForConditionalGeneration"),
 ])
@@ -222,6 +229,7 @@ def test_t5_feed_forward_kinds_map_to_their_hfzoo_activation(feed_forward_proj, 
     ("t5", "T5ForConditionalGeneration", {"dense_act_fn": "gelu"}, "dense_act_fn='gelu'"),
     ("llama", "LlamaForCausalLM", {"rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4}}, "rope_type='linear'"),
     ("qwen2", "Qwen2ForCausalLM", {"use_sliding_window": True}, "use_sliding_window=True"),
+    ("gemma", "GemmaModel", {"use_bidirectional_attention": True}, "use_bidirectional_attention=True"),
     ("mistral", "MistralModel", {"layer_types": ["sliding_attention", "full_attention"]}, "layer_types="),
     ("bert", "BertModel", {"position_embedding_type": "relative_key"}, "position_embedding_type='relative_key'"),
     ("gpt2", "GPT2Model", {"scale_attn_by_inverse_layer_idx": True}, "scale_attn_by_inverse_layer_idx=True"),

@@ -24,6 +24,7 @@ CASES = {
     "gpt2": ("GPT2ForSequenceClassification", "SEQ_CLS", ["qkv_proj", "o_proj", "up_proj", "down_proj"], "score"),
     "llama": ("LlamaForCausalLM", "CAUSAL_LM", ["qkv_proj", "o_proj", "up_proj", "down_proj"], None),
     "mistral": ("MistralForCausalLM", "CAUSAL_LM", ["qkv_proj", "o_proj", "down_proj"], None),
+    "gemma": ("GemmaForCausalLM", "CAUSAL_LM", ["qkv_proj", "up_proj", "down_proj"], None),
     "qwen2": ("Qwen2ForSequenceClassification", "SEQ_CLS", ["qkv_proj", "o_proj", "up_proj"], "score"),
     "bert": ("BertForSequenceClassification", "SEQ_CLS", ["qkv_proj", "o_proj", "up_proj", "down_proj"], "classifier"),
     "roberta": ("RobertaForTokenClassification", "TOKEN_CLS", ["qkv_proj", "o_proj", "down_proj"], "classifier"),

@@ -62,6 +62,7 @@ def test_preset_models_export_with_equal_outputs_and_tokens(preset, tmp_path):
     ("llama-tiny", {"position_embedding": "alibi"}, "llama", "position_embedding='alibi'"),
     ("llama-tiny", {"position_embedding": "alibi"}, None, "position_embedding='alibi'"),
     ("llama-tiny", {"attention_output_bias": True}, "llama", "attention_output_bias=True"),
+    ("llama-tiny", {"norm_unit_offset": True}, None, "scale_embeddings=False"),
     ("gpt-tiny", {"norm_position": "post"}, None, "norm_position='post'"),
     ("bert-tiny", {"norm_position": "pre"}, None, "norm_position='pre'"),
     ("t5-tiny", {"num_key_value_heads": 2}, None, "num_key_value_heads=2"),
@@ -77,9 +78,11 @@ def test_components_the_native_class_cannot_express_are_refused(preset, override
 @pytest.mark.parametrize("overrides,family,native_class", [
     ({"attention_bias": True, "attention_output_bias": False}, "qwen2", "Qwen2ForCausalLM"),
     ({"sliding_window": 3}, "mistral", "MistralForCausalLM"),
+    ({"norm_unit_offset": True, "scale_embeddings": True, "activation": "geglu_tanh"}, "gemma", "GemmaForCausalLM"),
 ])
 def test_a_rotary_decoder_exports_to_the_family_of_its_switches(overrides, family, native_class, tmp_path):
-    """q/k/v biased, the output not: Qwen2's layout; a sliding window: Mistral's. The export picks that family."""
+    """q/k/v biased, the output not: Qwen2's layout; a sliding window: Mistral's; norms scaling by 1 + weight:
+    Gemma's. The export picks that family."""
     zoo = zoo_model("llama-tiny", num_key_value_heads=2, **overrides)
     native = to_native(zoo, tmp_path)
     assert type(native).__name__ == native_class

@@ -3,7 +3,8 @@
 q, k and v are fused into hfzoo's `qkv_proj` (rows q|k|v), gate and up into `up_proj` (rows gate|up, the order
 hfzoo's `FeedForward` chunks them in). Both sides rotate with the rotate-half layout (the first half of each
 head's channels pairs with the second) and the same frequencies, so the q/k rows need no permutation.
-Mistral (`mistral`) and Qwen2 (`qwen2`) have this layout; their modules reuse its config and weight rules.
+Mistral (`mistral`), Qwen2 (`qwen2`) and Gemma (`gemma`) have this layout; their modules reuse its config and
+weight rules.
 """
 
 from transformers import LlamaConfig, PreTrainedConfig, PreTrainedModel
@@ -13,7 +14,8 @@ from .family import ConfigMap, NativeFamily, require, same_names, tied_head
 from .heads import decoder_heads
 from .mapping import joined, linear
 
-GATED = {"silu": "swiglu", "gelu": "geglu"}  # Llama's hidden_act is the gate's activation
+# Llama's hidden_act is the gate's activation; gelu_pytorch_tanh (Gemma's) is the tanh GELU, one fused kernel.
+GATED = {"silu": "swiglu", "gelu": "geglu", "gelu_pytorch_tanh": "geglu_tanh"}
 CONFIG = ConfigMap(
     LlamaConfig,
     fields={
@@ -26,7 +28,7 @@ CONFIG = ConfigMap(
     },
     fixed=dict(
         norm_type="rmsnorm", norm_position="pre", position_embedding="rotary", scale_embeddings=False,
-        embedding_norm=False, num_experts=0,
+        embedding_norm=False, num_experts=0, norm_unit_offset=False,
     ),
 )
 

@@ -41,7 +41,7 @@ CONFIG = ConfigMap(
     },
     fixed=dict(
         norm_type="rmsnorm", norm_position="pre", position_embedding="relative", attention_bias=False, mlp_bias=False,
-        attention_output_bias=False, scale_embeddings=False, embedding_norm=False, share_embeddings=True, num_experts=0,
+        attention_output_bias=False, norm_unit_offset=False, scale_embeddings=False, embedding_norm=False, share_embeddings=True, num_experts=0,
     ),
 )
 

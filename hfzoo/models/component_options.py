@@ -93,6 +93,8 @@ def validate_components(config) -> None:
         raise ValueError("max_position_embeddings must be positive for learned or sinusoidal positions.")
     if config.position_embedding == "disentangled":
         _validate_disentangled(config)
+    if config.norm_unit_offset and config.norm_type != "rmsnorm":
+        raise ValueError(f"norm_unit_offset=True is an RMSNorm switch; norm_type={config.norm_type!r} has none.")
     if config.sliding_window is not None:
         _validate_sliding_window(config)
     if config.rope_theta <= 0:

@@ -27,6 +27,8 @@ class ZooTransformerConfig(PreTrainedConfig):
         norm_position (`str`, defaults to `"pre"`): `pre` (GPT-2, Llama, T5) or `post` (the original Transformer, BERT).
         norm_eps (`float`, defaults to 1e-5): epsilon of every norm.
         norm_bias (`bool`, defaults to `True`): whether LayerNorms have a bias (RMSNorm never has one).
+        norm_unit_offset (`bool`, defaults to `False`): RMSNorm scales by `1 + weight`, its weight starting at 0
+            (Gemma, Gemma Team, 2024); with `False` it scales by `weight`, starting at 1. RMSNorm only.
         position_embedding (`str`, defaults to `"learned"`): `learned` (GPT-2, BERT), `sinusoidal` (Vaswani et al.,
             2017), `rotary` (RoFormer, Su et al., 2021), `alibi` (Press et al., 2022), `relative` (T5's bucketed
             relative bias, Raffel et al., 2020), `disentangled` (DeBERTa's content-to-position and
@@ -71,6 +73,7 @@ class ZooTransformerConfig(PreTrainedConfig):
     norm_position: str = "pre"
     norm_eps: float = 1e-5
     norm_bias: bool = True
+    norm_unit_offset: bool = False
     position_embedding: str = "learned"
     max_position_embeddings: int = 1024
     rope_theta: float = 10000.0

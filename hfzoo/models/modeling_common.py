@@ -9,6 +9,7 @@ import os
 
 import torch
 from torch import nn
+from transformers import initialization as init
 from transformers.cache_utils import Cache, EncoderDecoderCache
 from transformers.masking_utils import (
     create_bidirectional_mask,
@@ -27,6 +28,7 @@ from .layers import (
     MixtureOfExperts,
     PositionEncoding,
     PositionSignals,
+    RMSNorm,
     TransformerBlock,
     active_dropout,
     build_norm,
@@ -86,6 +88,13 @@ class ZooPreTrainedModel(ModeFollowingLayout, PreTrainedModel):
     # A head whose weights come from pretraining (a language-model or replaced-token-detection head), unlike a task
     # head that fine-tuning starts from random values: loading it from a checkpoint that has none of them is an error.
     pretrained_head: bool = False
+
+    def _init_weights(self, module: nn.Module) -> None:
+        """transformers' initialisation, except an RMSNorm stored as an offset from 1 (`norm_unit_offset`) starts
+        at 0, the identity, as every other norm starts."""
+        super()._init_weights(module)
+        if isinstance(module, RMSNorm) and module.unit_offset:
+            init.zeros_(module.weight)
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
