@@ -52,6 +52,9 @@ NATIVE_CONFIGS = {
         vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
         max_position_embeddings=66, type_vocab_size=1,
     )),
+    "distilbert": (transformers.DistilBertConfig, dict(
+        vocab_size=VOCAB, dim=32, n_layers=2, n_heads=4, hidden_dim=48, max_position_embeddings=64,
+    )),
     # T5 v1.1 / Flan-T5: a gate of the tanh GELU (transformers' gelu_new), untied head, unscaled decoder output.
     "t5": (transformers.T5Config, dict(
         vocab_size=VOCAB, d_model=64, d_kv=16, d_ff=48, num_layers=2, num_decoder_layers=3, num_heads=4,
@@ -96,6 +99,9 @@ HEADS = {
         "RobertaModel", "RobertaForMaskedLM", "RobertaForSequenceClassification", "RobertaForTokenClassification",
         "RobertaForQuestionAnswering", "RobertaForMultipleChoice",
     ],
+    "distilbert": [
+        "DistilBertModel", "DistilBertForMaskedLM", "DistilBertForTokenClassification", "DistilBertForQuestionAnswering",
+    ],
     "t5": ["T5Model", "T5ForConditionalGeneration", "T5ForSequenceClassification", "T5ForQuestionAnswering"],
     "mt5": ["MT5Model", "MT5ForConditionalGeneration", "MT5ForSequenceClassification", "MT5ForQuestionAnswering"],
     "bart": ["BartModel", "BartForConditionalGeneration", "BartForSequenceClassification", "BartForQuestionAnswering"],
@@ -122,9 +128,10 @@ def model_inputs(family: str, head: str, config) -> dict:
     generator = torch.Generator().manual_seed(1)
     ids = torch.randint(4, VOCAB, (2, 9), generator=generator)
     inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
-    if family in ("bert", "roberta"):
+    if family in ("bert", "roberta", "distilbert"):
         ids[1, -3:] = config.pad_token_id
         inputs["attention_mask"][1, -3:] = 0
+    if family in ("bert", "roberta"):
         inputs["token_type_ids"] = torch.zeros_like(ids)
         inputs["token_type_ids"][:, 5:] = config.type_vocab_size - 1
     if family in ("t5", "mt5", "bart"):
@@ -229,6 +236,7 @@ def test_t5_feed_forward_kinds_map_to_their_hfzoo_activation(feed_forward_proj, 
     ("t5", "T5ForConditionalGeneration", {"dense_act_fn": "gelu"}, "dense_act_fn='gelu'"),
     ("llama", "LlamaForCausalLM", {"rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4}}, "rope_type='linear'"),
     ("qwen2", "Qwen2ForCausalLM", {"use_sliding_window": True}, "use_sliding_window=True"),
+    ("distilbert", "DistilBertModel", {"sinusoidal_pos_embds": True}, "sinusoidal_pos_embds=True"),
     ("gemma", "GemmaModel", {"use_bidirectional_attention": True}, "use_bidirectional_attention=True"),
     ("mistral", "MistralModel", {"layer_types": ["sliding_attention", "full_attention"]}, "layer_types="),
     ("bert", "BertModel", {"position_embedding_type": "relative_key"}, "position_embedding_type='relative_key'"),

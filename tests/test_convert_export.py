@@ -66,6 +66,8 @@ def test_preset_models_export_with_equal_outputs_and_tokens(preset, tmp_path):
     ("gpt-tiny", {"norm_position": "post"}, None, "norm_position='post'"),
     ("bert-tiny", {"norm_position": "pre"}, None, "norm_position='pre'"),
     ("t5-tiny", {"num_key_value_heads": 2}, None, "num_key_value_heads=2"),
+    ("roberta-tiny", {}, "distilbert", "norm_eps=1e-05"),
+    ("roberta-tiny", {"norm_eps": 1e-12}, "distilbert", "add_pooling_layer=True"),
     ("bart-tiny", {"share_embeddings": False}, None, "share_embeddings=False"),
     ("transformer-tiny", {}, None, "position_embedding='sinusoidal'"),
 ])

@@ -13,7 +13,7 @@ from transformers import AutoConfig, PreTrainedConfig, PreTrainedModel
 
 from .. import models
 from ..presets import preset_config
-from . import bart, bert, gemma, gpt2, llama, mistral, mt5, qwen2, roberta, t5
+from . import bart, bert, distilbert, gemma, gpt2, llama, mistral, mt5, qwen2, roberta, t5
 from .family import NativeFamily
 from .mapping import convert_state, load_converted
 
@@ -21,7 +21,7 @@ FAMILIES: dict[str, NativeFamily] = {
     family.model_type: family
     for family in (
         gpt2.FAMILY, gemma.FAMILY, mistral.FAMILY, llama.FAMILY, qwen2.FAMILY, bert.FAMILY, roberta.FAMILY, t5.FAMILY,
-        mt5.FAMILY, bart.FAMILY,
+        mt5.FAMILY, bart.FAMILY, distilbert.FAMILY,
     )
 }
 
