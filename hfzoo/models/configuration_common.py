@@ -45,10 +45,10 @@ class ZooTransformerConfig(PreTrainedConfig):
         position_attention_terms (`str`, defaults to `"c2p|p2c"`): the position terms of disentangled attention
             (DeBERTa's `pos_att_type`): `c2p|p2c`, `c2p` or `p2c`. Scores are scaled by 1/sqrt(head_dim * (1 + terms)).
         attention_bias (`bool`, defaults to `True`): biases on the attention projections.
-        sliding_window (`int`, *optional*): each token attends to itself and the `sliding_window - 1` tokens before
-            it, in every layer (Mistral; Beltagy et al., 2020); `None` attends to all earlier tokens. Decoder only.
         attention_output_bias (`bool`, *optional*): a bias on the attention's output projection; defaults to
             `attention_bias`. Qwen2 (Yang et al., 2024) biases query, key and value but not the output.
+        sliding_window (`int`, *optional*): each token attends to itself and the `sliding_window - 1` tokens before
+            it, in every layer (Mistral; Beltagy et al., 2020); `None` attends to all earlier tokens. Decoder only.
         mlp_bias (`bool`, defaults to `True`): biases on the feed-forward projections.
         hidden_dropout (`float`, defaults to 0.1): dropout on embeddings and on each residual branch.
         attention_dropout (`float`, defaults to 0.1): dropout on attention probabilities.
