@@ -79,11 +79,10 @@ def _quickstart(args: argparse.Namespace) -> None:
     run_quickstart(output_dir=args.output_dir, scale=args.scale)
 
 
-CONVERT_HELP = """Convert between hfzoo checkpoints and transformers' own classes (GPT-2, Llama, BERT, RoBERTa, T5, BART).
+CONVERT_HELP = """Convert between hfzoo checkpoints and transformers' own classes (the native types listed below).
 
   hfzoo convert from-native SOURCE OUT   a native checkpoint folder -> an hfzoo checkpoint computing the same outputs
-                                         (GPT2LMHeadModel, LlamaForCausalLM, BertModel, BertForMaskedLM, ..., and the
-                                         task heads both sides have); the hfzoo config is inferred from the native one
+                                         (any class listed below); the hfzoo config is inferred from the native one
   hfzoo convert to-native SOURCE OUT     an hfzoo checkpoint folder -> the native class, loadable with the plain Auto
                                          classes and no remote code; a component the native class cannot express
                                          (e.g. a mixture of experts in GPT-2) is refused, naming the switch
@@ -125,10 +124,13 @@ def _convert(args: argparse.Namespace) -> None:
 
 
 def _add_convert(commands) -> None:
+    from .convert.api import FAMILIES, native_types_help
+
+    native_types = f"Native types (model_type, then the classes converted both ways):\n{native_types_help()}"
     convert = commands.add_parser(
         "convert",
         help="convert checkpoints between hfzoo and transformers' native classes, both directions",
-        description=CONVERT_HELP,
+        description=f"{CONVERT_HELP}\n\n{native_types}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     directions = convert.add_subparsers(
@@ -138,7 +140,7 @@ def _add_convert(commands) -> None:
     into_zoo.add_argument("--preset", help="import into this preset's config (must fit the weights; default: inferred)")
     to_native_parser = directions.add_parser("to-native", help="an hfzoo checkpoint folder -> native transformers")
     to_native_parser.add_argument(
-        "--native-type", choices=["gpt2", "llama", "bert", "roberta", "t5", "bart"],
+        "--native-type", choices=list(FAMILIES),
         help="the native family (default: the one the model was imported from, else chosen by its switches)",
     )
     for parser in (into_zoo, to_native_parser):

@@ -44,8 +44,10 @@ _BERT = dict(
     add_pooling_layer=True, max_position_embeddings=512,
 )
 # RoBERTa: BERT's architecture; type_vocab_size=0 because its single token-type row is a constant the learned
-# positions absorb, and 0 makes a BERT-style tokenizer's segment ids harmless instead of out of range.
-_ROBERTA = {**_BERT, "type_vocab_size": 0, "norm_eps": 1e-5}
+# positions absorb, and 0 makes a BERT-style tokenizer's segment ids harmless instead of out of range. Its token ids
+# (<s>=0, <pad>=1, </s>=2) come with it: RoBERTa numbers positions from the pad token, so a model built from the
+# preset exports to RoBERTa as it is (a recipe sets the ids of the tokenizer it trains with).
+_ROBERTA = {**_BERT, "type_vocab_size": 0, "norm_eps": 1e-5, "pad_token_id": 1, "bos_token_id": 0, "eos_token_id": 2}
 # ModernBERT without its alternating sliding-window attention (every layer attends globally here).
 _MODERNBERT = dict(
     activation="geglu", norm_type="layernorm", norm_bias=False, norm_position="pre", norm_eps=1e-5,
@@ -63,8 +65,9 @@ _DEBERTA = dict(
 )
 _BERT_BASE = dict(vocab_size=30522, hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072)
 # Encoder-decoder presets: the depth is per stack (num_hidden_layers encoder blocks, as many decoder blocks).
+# T5 v1.1 (and Flan-T5, mT5) gate with GPT-2's tanh GELU: T5Config's `gated-gelu` is transformers' `gelu_new`.
 _T5 = dict(
-    activation="geglu", norm_type="rmsnorm", norm_position="pre", norm_eps=1e-6, position_embedding="relative",
+    activation="geglu_tanh", norm_type="rmsnorm", norm_position="pre", norm_eps=1e-6, position_embedding="relative",
     relative_attention_num_buckets=32, relative_attention_max_distance=128, attention_bias=False, mlp_bias=False,
     share_embeddings=True, tie_word_embeddings=False, decoder_start_token_id=0,
 )
@@ -171,7 +174,7 @@ PRESETS: dict[str, tuple[str, dict, str]] = {
     ),
     "t5-tiny": (
         "encoder_decoder", {**_T5, **_SEQ2SEQ_TINY, "intermediate_size": 256},
-        "T5 v1.1 (Raffel et al., 2020): pre-RMSNorm, relative bias, GeGLU, untied head; test size",
+        "T5 v1.1 (Raffel et al., 2020): pre-RMSNorm, relative bias, GeGLU with tanh GELU, untied head; test size",
     ),
     "t5-small": (
         "encoder_decoder", {**_T5, **_SEQ2SEQ_SMALL, "intermediate_size": 1024},

@@ -28,6 +28,22 @@ NATIVE_CONFIGS = {
         num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
         pad_token_id=0,
     )),
+    # A window shorter than the test inputs and generations, so that ignoring it shows.
+    "mistral": (transformers.MistralConfig, dict(
+        vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=64, sliding_window=4, bos_token_id=1, eos_token_id=2,
+        pad_token_id=0,
+    )),
+    # Gemma: RMSNorms scaling by 1 + weight, embeddings scaled by sqrt(hidden_size), a tanh-GELU gate.
+    "gemma": (transformers.GemmaConfig, dict(
+        vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=8, max_position_embeddings=64, bos_token_id=1, eos_token_id=2,
+        pad_token_id=0,
+    )),
+    "qwen2": (transformers.Qwen2Config, dict(
+        vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=64, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+    )),
     "bert": (transformers.BertConfig, dict(
         vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
         max_position_embeddings=64,
@@ -36,9 +52,18 @@ NATIVE_CONFIGS = {
         vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
         max_position_embeddings=66, type_vocab_size=1,
     )),
+    "distilbert": (transformers.DistilBertConfig, dict(
+        vocab_size=VOCAB, dim=32, n_layers=2, n_heads=4, hidden_dim=48, max_position_embeddings=64,
+    )),
+    # T5 v1.1 / Flan-T5: a gate of the tanh GELU (transformers' gelu_new), untied head, unscaled decoder output.
     "t5": (transformers.T5Config, dict(
         vocab_size=VOCAB, d_model=64, d_kv=16, d_ff=48, num_layers=2, num_decoder_layers=3, num_heads=4,
-        feed_forward_proj="gated-silu", tie_word_embeddings=False, decoder_start_token_id=0,
+        feed_forward_proj="gated-gelu", tie_word_embeddings=False, decoder_start_token_id=0,
+    )),
+    # mT5: T5 v1.1 under its own classes, whose config always ties the head (and never scales the decoder output).
+    "mt5": (transformers.MT5Config, dict(
+        vocab_size=VOCAB, d_model=64, d_kv=16, d_ff=48, num_layers=2, num_decoder_layers=3, num_heads=4,
+        feed_forward_proj="gated-gelu", decoder_start_token_id=0,
     )),
     "bart": (transformers.BartConfig, dict(
         vocab_size=VOCAB, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
@@ -57,6 +82,15 @@ HEADS = {
         "LlamaModel", "LlamaForCausalLM", "LlamaForSequenceClassification", "LlamaForTokenClassification",
         "LlamaForQuestionAnswering",
     ],
+    "mistral": [
+        "MistralModel", "MistralForCausalLM", "MistralForSequenceClassification", "MistralForTokenClassification",
+        "MistralForQuestionAnswering",
+    ],
+    "gemma": ["GemmaModel", "GemmaForCausalLM", "GemmaForSequenceClassification", "GemmaForTokenClassification"],
+    "qwen2": [
+        "Qwen2Model", "Qwen2ForCausalLM", "Qwen2ForSequenceClassification", "Qwen2ForTokenClassification",
+        "Qwen2ForQuestionAnswering",
+    ],
     "bert": [
         "BertModel", "BertForMaskedLM", "BertForSequenceClassification", "BertForTokenClassification",
         "BertForQuestionAnswering", "BertForMultipleChoice",
@@ -65,10 +99,15 @@ HEADS = {
         "RobertaModel", "RobertaForMaskedLM", "RobertaForSequenceClassification", "RobertaForTokenClassification",
         "RobertaForQuestionAnswering", "RobertaForMultipleChoice",
     ],
+    "distilbert": [
+        "DistilBertModel", "DistilBertForMaskedLM", "DistilBertForTokenClassification", "DistilBertForQuestionAnswering",
+    ],
     "t5": ["T5Model", "T5ForConditionalGeneration", "T5ForSequenceClassification", "T5ForQuestionAnswering"],
+    "mt5": ["MT5Model", "MT5ForConditionalGeneration", "MT5ForSequenceClassification", "MT5ForQuestionAnswering"],
     "bart": ["BartModel", "BartForConditionalGeneration", "BartForSequenceClassification", "BartForQuestionAnswering"],
 }
 CASES = [(family, head) for family, heads in HEADS.items() for head in heads]
+DECODER_FAMILIES = ("gpt2", "llama", "mistral", "qwen2", "gemma")
 
 
 def native_model(family: str, head: str, seed: int = 0, **overrides) -> transformers.PreTrainedModel:
@@ -76,9 +115,9 @@ def native_model(family: str, head: str, seed: int = 0, **overrides) -> transfor
     config = config_class(**{**arguments, **overrides})
     torch.manual_seed(seed)
     model = getattr(transformers, head)(config).eval()
-    with torch.no_grad():  # LayerNorms start at (1, 0): move them, so a swapped or dropped norm shows
+    with torch.no_grad():  # norms start at (1, 0), biases at 0: move them, so a swapped or dropped one shows
         for name, parameter in model.named_parameters():
-            if "norm" in name.lower():
+            if "norm" in name.lower() or name.endswith(".bias"):
                 parameter.add_(torch.randn_like(parameter) * 0.1)
     return model
 
@@ -89,12 +128,13 @@ def model_inputs(family: str, head: str, config) -> dict:
     generator = torch.Generator().manual_seed(1)
     ids = torch.randint(4, VOCAB, (2, 9), generator=generator)
     inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
-    if family in ("bert", "roberta"):
+    if family in ("bert", "roberta", "distilbert"):
         ids[1, -3:] = config.pad_token_id
         inputs["attention_mask"][1, -3:] = 0
+    if family in ("bert", "roberta"):
         inputs["token_type_ids"] = torch.zeros_like(ids)
         inputs["token_type_ids"][:, 5:] = config.type_vocab_size - 1
-    if family in ("t5", "bart"):
+    if family in ("t5", "mt5", "bart"):
         ids[:, -1] = config.eos_token_id
         if not head.endswith(("SequenceClassification", "QuestionAnswering")):  # these shift the source
             inputs["decoder_input_ids"] = torch.randint(4, VOCAB, (2, 5), generator=generator)
@@ -146,21 +186,23 @@ def test_native_to_zoo_to_native(family, head, tmp_path):
 
 
 @pytest.mark.parametrize("family,head", [
-    ("gpt2", "GPT2LMHeadModel"), ("llama", "LlamaForCausalLM"),
-    ("t5", "T5ForConditionalGeneration"), ("bart", "BartForConditionalGeneration"),
+    ("gpt2", "GPT2LMHeadModel"), ("llama", "LlamaForCausalLM"), ("qwen2", "Qwen2ForCausalLM"),
+    ("mistral", "MistralForCausalLM"), ("gemma", "GemmaForCausalLM"),
+    ("t5", "T5ForConditionalGeneration"), ("mt5", "MT5ForConditionalGeneration"),
+    ("bart", "BartForConditionalGeneration"),
 ])
 def test_generate_with_cache_gives_the_same_tokens(family, head, tmp_path):
     # transformers' T5 sizes its generation cache by the encoder depth: equal depths here.
-    native = native_model(family, head, **({"num_decoder_layers": 2} if family == "t5" else {}))
+    native = native_model(family, head, **({"num_decoder_layers": 2} if family in ("t5", "mt5") else {}))
     zoo = from_native(native)
     prompt = torch.randint(4, VOCAB, (2, 6), generator=torch.Generator().manual_seed(2))
     settings = dict(max_new_tokens=8, do_sample=False, use_cache=True, pad_token_id=native.config.pad_token_id)
-    if family in ("gpt2", "llama"):
+    if family in DECODER_FAMILIES:
         settings["eos_token_id"] = None  # run all steps: every one is compared
     expected = native.generate(prompt, **settings)
     assert torch.equal(zoo.generate(prompt, **settings), expected)
     to_native(zoo, tmp_path)
-    auto_class = transformers.AutoModelForCausalLM if family in ("gpt2", "llama") else transformers.AutoModelForSeq2SeqLM
+    auto_class = transformers.AutoModelForCausalLM if family in DECODER_FAMILIES else transformers.AutoModelForSeq2SeqLM
     assert torch.equal(auto_class.from_pretrained(tmp_path).generate(prompt, **settings), expected)
 
 
@@ -174,17 +216,29 @@ def test_original_t5_output_scaling_is_folded_into_the_final_norm():
     assert max_difference(outputs(native, inputs), outputs(zoo, inputs), inputs) <= TOLERANCE
 
 
-def test_hfzoo_geglu_exports_as_t5_gated_exact_gelu(tmp_path):
-    native = native_model("t5", "T5ForConditionalGeneration", feed_forward_proj="gated-gelu_python")
+@pytest.mark.parametrize("feed_forward_proj,activation", [
+    ("gated-gelu", "geglu_tanh"), ("gated-gelu_python", "geglu"), ("gated-silu", "swiglu"), ("gelu_new", "gelu_new"),
+])
+def test_t5_feed_forward_kinds_map_to_their_hfzoo_activation(feed_forward_proj, activation, tmp_path):
+    """T5 v1.1's `gated-gelu` is a tanh-GELU gate (`geglu_tanh`), hfzoo's exact-GELU gate exports as
+    `gated-gelu_python`: each kind imports with equal logits and exports under its own name."""
+    native = native_model("t5", "T5ForConditionalGeneration", feed_forward_proj=feed_forward_proj)
+    inputs = model_inputs("t5", "T5ForConditionalGeneration", native.config)
     zoo = from_native(native)
-    assert zoo.config.activation == "geglu"
+    assert zoo.config.activation == activation
+    assert max_difference(outputs(native, inputs), outputs(zoo, inputs), inputs) <= TOLERANCE
     to_native(zoo, tmp_path)
-    assert json.loads((tmp_path / "config.json").read_text())["feed_forward_proj"] == "gated-gelu_python"
+    assert json.loads((tmp_path / "config.json").read_text())["feed_forward_proj"] == feed_forward_proj
 
 
 @pytest.mark.parametrize("family,head,overrides,named", [
-    ("t5", "T5ForConditionalGeneration", {"feed_forward_proj": "gated-gelu", "dense_act_fn": "gelu_new"}, "feed_forward_proj='gated-gelu'"),
+    ("t5", "T5ForConditionalGeneration", {"feed_forward_proj": "gated-relu"}, "feed_forward_proj='gated-relu'"),
+    ("t5", "T5ForConditionalGeneration", {"dense_act_fn": "gelu"}, "dense_act_fn='gelu'"),
     ("llama", "LlamaForCausalLM", {"rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4}}, "rope_type='linear'"),
+    ("qwen2", "Qwen2ForCausalLM", {"use_sliding_window": True}, "use_sliding_window=True"),
+    ("distilbert", "DistilBertModel", {"sinusoidal_pos_embds": True}, "sinusoidal_pos_embds=True"),
+    ("gemma", "GemmaModel", {"use_bidirectional_attention": True}, "use_bidirectional_attention=True"),
+    ("mistral", "MistralModel", {"layer_types": ["sliding_attention", "full_attention"]}, "layer_types="),
     ("bert", "BertModel", {"position_embedding_type": "relative_key"}, "position_embedding_type='relative_key'"),
     ("gpt2", "GPT2Model", {"scale_attn_by_inverse_layer_idx": True}, "scale_attn_by_inverse_layer_idx=True"),
     ("bart", "BartModel", {"decoder_ffn_dim": 64}, "decoder_ffn_dim=64"),

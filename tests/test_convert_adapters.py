@@ -23,9 +23,15 @@ from hfzoo.convert import adapter_from_native, adapter_to_native, from_native, m
 CASES = {
     "gpt2": ("GPT2ForSequenceClassification", "SEQ_CLS", ["qkv_proj", "o_proj", "up_proj", "down_proj"], "score"),
     "llama": ("LlamaForCausalLM", "CAUSAL_LM", ["qkv_proj", "o_proj", "up_proj", "down_proj"], None),
+    "mistral": ("MistralForCausalLM", "CAUSAL_LM", ["qkv_proj", "o_proj", "down_proj"], None),
+    "gemma": ("GemmaForCausalLM", "CAUSAL_LM", ["qkv_proj", "up_proj", "down_proj"], None),
+    "qwen2": ("Qwen2ForSequenceClassification", "SEQ_CLS", ["qkv_proj", "o_proj", "up_proj"], "score"),
     "bert": ("BertForSequenceClassification", "SEQ_CLS", ["qkv_proj", "o_proj", "up_proj", "down_proj"], "classifier"),
     "roberta": ("RobertaForTokenClassification", "TOKEN_CLS", ["qkv_proj", "o_proj", "down_proj"], "classifier"),
+    "distilbert": ("DistilBertForTokenClassification", "TOKEN_CLS", ["qkv_proj", "o_proj", "up_proj"], "classifier"),
+    "distilbert": ("DistilBertForTokenClassification", "TOKEN_CLS", ["qkv_proj", "o_proj", "up_proj"], "classifier"),
     "t5": ("T5ForConditionalGeneration", "SEQ_2_SEQ_LM", ["qkv_proj", "q_proj", "kv_proj", "up_proj", "o_proj"], None),
+    "mt5": ("MT5ForConditionalGeneration", "SEQ_2_SEQ_LM", ["qkv_proj", "up_proj", "down_proj"], None),
     "bart": ("BartForConditionalGeneration", "SEQ_2_SEQ_LM", ["qkv_proj", "kv_proj", "down_proj"], None),
 }
 requires_minilm = pytest.mark.skipif(
@@ -105,7 +111,7 @@ def test_an_adapter_on_a_model_imported_from_a_folder_saves_with_plain_peft(fami
 
 
 @pytest.mark.parametrize("targets", [None, "all-linear"], ids=["peft-default", "all-linear"])
-@pytest.mark.parametrize("family", ["gpt2", "llama", "bert"])
+@pytest.mark.parametrize("family", ["gpt2", "llama", "bert", "t5", "mt5", "mistral", "qwen2", "gemma"])
 def test_lora_trained_on_the_native_model_gives_the_same_outputs_on_hfzoo(family, targets, tmp_path):
     """PEFT's default targets (BERT query and value, Llama q_proj and v_proj: part of a fused projection) and every
     linear layer (q, k, v with their own As): both join into hfzoo's fused modules exactly."""

@@ -29,7 +29,16 @@ INVALID = {
     "top-k above experts": ({"num_experts": 2, "num_experts_per_tok": 3}, ["num_experts_per_tok"]),
     "zero kv heads": ({"num_key_value_heads": 0}, ["num_key_value_heads"]),
     "zero layers": ({"num_hidden_layers": 0}, ["num_hidden_layers"]),
+    "a unit offset on a LayerNorm": ({"norm_unit_offset": True, "norm_type": "layernorm"}, ["norm_unit_offset"]),
+    "an empty sliding window": ({"sliding_window": 0}, ["sliding_window"]),
+    "a sliding window over ALiBi": ({"sliding_window": 4, "position_embedding": "alibi"}, ["sliding_window", "alibi"]),
 }
+
+
+@pytest.mark.parametrize("preset", ["bert-tiny", "t5-tiny"])
+def test_a_sliding_window_is_a_decoder_switch(preset):
+    with pytest.raises(ValueError, match="sliding_window=4 is a decoder switch"):
+        hfzoo.preset_config(preset, sliding_window=4)
 
 
 @pytest.mark.parametrize("overrides, words", INVALID.values(), ids=INVALID.keys())

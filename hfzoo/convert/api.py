@@ -16,14 +16,29 @@ from ..integrations.transformers import model_from_config
 from ..models.checked_loading import load_checked
 from ..models.checkpoint_files import check_checkpoint_folder
 from ..presets import preset_config
-from . import bart, bert, gpt2, llama, roberta, t5
+from . import bart, bert, distilbert, gemma, gpt2, llama, mistral, mt5, qwen2, roberta, t5
 from .family import NativeFamily
 from .mapping import convert_state, load_converted
 
 FAMILIES: dict[str, NativeFamily] = {
     family.model_type: family
-    for family in (gpt2.FAMILY, llama.FAMILY, bert.FAMILY, roberta.FAMILY, t5.FAMILY, bart.FAMILY)
+    for family in (
+        gpt2.FAMILY, gemma.FAMILY, mistral.FAMILY, llama.FAMILY, qwen2.FAMILY, bert.FAMILY, roberta.FAMILY, t5.FAMILY,
+        mt5.FAMILY, bart.FAMILY, distilbert.FAMILY,
+    )
 }
+
+
+def native_types_help() -> str:
+    """One line per native type `hfzoo convert` handles: its `model_type` and the native classes converted both
+    ways, read from `FAMILIES` so that the CLI's help cannot fall behind the converters."""
+    width = max(map(len, FAMILIES))
+    return "\n".join(
+        f"  {model_type:<{width}}  {', '.join(head.native_class for head in family.heads)}"
+        for model_type, family in FAMILIES.items()
+    )
+
+
 # Fields that do not change what a model computes in eval mode: a preset given to `from_native` may differ there
 # (and its values are kept), nowhere else.
 TRAINING_FIELDS = {
@@ -77,9 +92,9 @@ def to_native(
 ) -> PreTrainedModel:
     """Save an hfzoo model as the native transformers class that computes the same thing, and return that model.
 
-    The native family follows the hfzoo config's switches (decoder: learned positions -> GPT-2, rotary -> Llama;
-    encoder: BERT, or RoBERTa without token types; encoder-decoder: relative bias -> T5, learned -> BART) unless
-    `native_type` names one ("gpt2", "llama", "bert", "roberta", "t5", "bart"). A component the native class cannot
+    The native family follows the hfzoo config's switches (decoder: learned positions -> GPT-2, rotary -> Llama,
+    or Mistral with a sliding window, Qwen2 with q/k/v biases only; encoder: BERT, or RoBERTa without token types;
+    encoder-decoder: relative bias -> T5, learned -> BART) unless `native_type` names one (a key of `FAMILIES`). A component the native class cannot
     express is refused, naming the switch. `out_dir` loads with the plain Auto classes (no remote code) and gets
     the tokenizer files of the folder the model came from (`model_or_path`, or the native folder a `from_native` model
     was imported from, else the model's `name_or_path`) when it has them.

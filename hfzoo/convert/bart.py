@@ -32,7 +32,8 @@ CONFIG = ConfigMap(
     },
     fixed=dict(
         norm_type="layernorm", norm_position="post", norm_bias=True, norm_eps=1e-5, position_embedding="learned",
-        attention_bias=True, mlp_bias=True, embedding_norm=True, share_embeddings=True, num_experts=0,
+        attention_bias=True, attention_output_bias=True, mlp_bias=True,
+        embedding_norm=True, share_embeddings=True, num_experts=0,
     ),  # norm_eps: BART's LayerNorms use torch's default epsilon
 )
 

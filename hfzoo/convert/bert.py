@@ -27,7 +27,7 @@ CONFIG = ConfigMap(
     },
     fixed=dict(
         norm_type="layernorm", norm_position="post", norm_bias=True, position_embedding="learned", attention_bias=True,
-        mlp_bias=True, embedding_norm=True, scale_embeddings=False, num_experts=0,
+        attention_output_bias=True, mlp_bias=True, embedding_norm=True, scale_embeddings=False, num_experts=0,
     ),
 )
 # Native heads built with BERT's pooler; the others (masked LM, tagging, QA) are built without one.

@@ -23,7 +23,8 @@ CONFIG = ConfigMap(
     },
     fixed=dict(
         norm_type="layernorm", norm_position="pre", norm_bias=True, position_embedding="learned", attention_bias=True,
-        mlp_bias=True, scale_embeddings=False, embedding_norm=False, num_experts=0,
+        attention_output_bias=True, mlp_bias=True, sliding_window=None, scale_embeddings=False, embedding_norm=False,
+        num_experts=0,
     ),
 )
 

@@ -27,20 +27,23 @@ from .mapping import Rule, linear
 
 
 def decoder_heads(
-    names: tuple[str, str, str, str, str], prefix: str, token_classifier: str, question_answering_prefix: str
+    names: tuple[str, ...], prefix: str, token_classifier: str, question_answering_prefix: str | None
 ) -> tuple[Head, ...]:
     """Bare model, causal LM, sequence classification (on the last non-pad token, no bias), token classification
     and extractive QA; `names` are the native classes in that order, `token_classifier` the native tagger's name,
-    `question_answering_prefix` where the native QA head keeps its bare model (`transformer.` for GPT-2 and Llama)."""
-    bare, causal_lm, sequence, token, question_answering = names
-    return (
+    `question_answering_prefix` where the native QA head keeps its bare model (`transformer.` for GPT-2 and Llama;
+    `None` for a family without a QA class, whose `names` then stop at the tagger)."""
+    bare, causal_lm, sequence, token, *question_answering = names
+    heads = (
         Head(ZooDecoderModel, bare, "", ""),
         Head(ZooDecoderForCausalLM, causal_lm, "model.", prefix, lambda zoo, native: linear("lm_head", "lm_head", False)),
         Head(ZooDecoderForSequenceClassification, sequence, "model.", prefix, lambda zoo, native: linear("score", "score", False)),
         Head(ZooDecoderForTokenClassification, token, "model.", prefix, lambda zoo, native: linear("score", token_classifier, True)),
-        Head(ZooDecoderForQuestionAnswering, question_answering, "model.", question_answering_prefix,
-             lambda zoo, native: linear("qa_outputs", "qa_outputs", True)),
     )
+    if question_answering_prefix is None:
+        return heads
+    return (*heads, Head(ZooDecoderForQuestionAnswering, question_answering[0], "model.", question_answering_prefix,
+                         lambda zoo, native: linear("qa_outputs", "qa_outputs", True)))
 
 
 def encoder_heads(name: str, prefix: str, masked_lm: list[Rule], sequence_classifier: list[Rule]) -> tuple[Head, ...]:

@@ -8,10 +8,12 @@ pre-RMSNorm and relative position buckets.
   encoder and causally in the decoder.
 - Original T5 (tied head) scales the decoder output by d_model**-0.5 before the head; hfzoo folds that factor into
   the decoder's final norm (exact in function; the export then has `scale_decoder_outputs=False` and that norm).
-- `feed_forward_proj`: relu/gelu/gelu_new/silu map to hfzoo's plain activations, gated-silu to swiglu, and
-  hfzoo's `geglu` (gated exact GELU) to `gated-gelu_python` (T5Config reads the part after "gated-" as the
-  activation's name, and transformers' `gelu_python` is the exact GELU). T5's own `gated-gelu` (T5 v1.1, Flan-T5)
-  gates with GPT-2's tanh GELU, which no hfzoo activation computes: refused, not approximated.
+- `feed_forward_proj`: relu/gelu/gelu_new/silu map to hfzoo's plain activations, gated-silu to swiglu, T5's own
+  `gated-gelu` (T5 v1.1, Flan-T5, mT5: T5Config turns it into a gate of GPT-2's tanh GELU, `gelu_new`) to
+  `geglu_tanh`, and hfzoo's `geglu` (gated exact GELU) to `gated-gelu_python` (T5Config reads the part after
+  "gated-" as the activation's name, and transformers' `gelu_python` is the exact GELU).
+- mT5 (`MT5ForConditionalGeneration`, ...) is T5 v1.1 under its own classes and `model_type`; it never scales the
+  decoder output, whatever its head (`mt5.py`).
 """
 
 from torch import nn
@@ -25,7 +27,7 @@ from .mapping import joined, linear, scaled
 
 FEED_FORWARD = {
     "relu": "relu", "gelu": "gelu", "gelu_new": "gelu_new", "silu": "silu", "gated-silu": "swiglu",
-    "gated-gelu_python": "geglu",
+    "gated-gelu": "geglu_tanh", "gated-gelu_python": "geglu",
 }
 CONFIG = ConfigMap(
     T5Config,
@@ -39,7 +41,7 @@ CONFIG = ConfigMap(
     },
     fixed=dict(
         norm_type="rmsnorm", norm_position="pre", position_embedding="relative", attention_bias=False, mlp_bias=False,
-        scale_embeddings=False, embedding_norm=False, share_embeddings=True, num_experts=0,
+        attention_output_bias=False, norm_unit_offset=False, scale_embeddings=False, embedding_norm=False, share_embeddings=True, num_experts=0,
     ),
 )
 
@@ -47,6 +49,7 @@ CONFIG = ConfigMap(
 def zoo_config(model: PreTrainedModel) -> dict:
     config = model.config
     require(config, "hfzoo's encoder-decoder", feed_forward_proj=tuple(FEED_FORWARD))
+    require(config, "hfzoo's encoder-decoder", dense_act_fn=dense_activation(config.feed_forward_proj))
     require(config, "hfzoo's encoder-decoder", d_kv=config.d_model // config.num_heads)
     kwargs = CONFIG.zoo_kwargs(config)
     if kwargs["decoder_start_token_id"] is None:
@@ -59,11 +62,22 @@ def zoo_config(model: PreTrainedModel) -> dict:
     }
 
 
+def dense_activation(feed_forward_proj: str) -> str:
+    """The activation T5Config derives from `feed_forward_proj`: a config whose `dense_act_fn` was changed after
+    that computes something its `feed_forward_proj` does not say."""
+    return "gelu_new" if feed_forward_proj == "gated-gelu" else feed_forward_proj.split("-")[-1]
+
+
 def native_config(config: ZooEncoderDecoderConfig) -> T5Config:
-    require(config, "T5", num_key_value_heads=config.num_attention_heads, activation=tuple(FEED_FORWARD.values()))
-    return CONFIG.native_config(
+    return layout_native_config(config, CONFIG, "T5")
+
+
+def layout_native_config(config: ZooEncoderDecoderConfig, config_map: ConfigMap, what: str) -> T5Config:
+    """The native config of T5's layout (T5, mT5), refusing (naming the switch) what it cannot express."""
+    require(config, what, num_key_value_heads=config.num_attention_heads, activation=tuple(FEED_FORWARD.values()))
+    return config_map.native_config(
         config,
-        "T5",
+        what,
         d_kv=config.head_dim,
         feed_forward_proj={zoo: native for native, zoo in FEED_FORWARD.items()}[config.activation],
         # T5Config reads `tie_word_embeddings=False` as "no output scaling" (T5 v1.1) and then forces it to True;

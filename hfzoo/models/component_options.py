@@ -10,8 +10,9 @@ import typing
 
 NORM_TYPES = ("layernorm", "rmsnorm")
 NORM_POSITIONS = ("pre", "post")
-# Gated variants (Shazeer, 2020) map to the activation of their gate.
-GATED_ACTIVATIONS = {"swiglu": "silu", "geglu": "gelu"}
+# Gated variants (Shazeer, 2020) map to the activation of their gate: `geglu` gates with the exact GELU,
+# `geglu_tanh` with GPT-2's tanh approximation (`gelu_new`), as T5 v1.1, Flan-T5 and mT5 do.
+GATED_ACTIVATIONS = {"swiglu": "silu", "geglu": "gelu", "geglu_tanh": "gelu_new"}
 ACTIVATIONS = ("gelu", "gelu_new", "relu", "silu", *GATED_ACTIVATIONS)
 POSITION_EMBEDDINGS = ("learned", "sinusoidal", "rotary", "alibi", "relative", "disentangled", "none")
 # DeBERTa's position terms of disentangled attention: content-to-position, position-to-content.
@@ -92,6 +93,10 @@ def validate_components(config) -> None:
         raise ValueError("max_position_embeddings must be positive for learned or sinusoidal positions.")
     if config.position_embedding == "disentangled":
         _validate_disentangled(config)
+    if config.norm_unit_offset and config.norm_type != "rmsnorm":
+        raise ValueError(f"norm_unit_offset=True is an RMSNorm switch; norm_type={config.norm_type!r} has none.")
+    if config.sliding_window is not None:
+        _validate_sliding_window(config)
     if config.rope_theta <= 0:
         raise ValueError(f"rope_theta must be positive, got {config.rope_theta}.")
     for name in ("hidden_dropout", "attention_dropout"):
@@ -106,6 +111,20 @@ def validate_components(config) -> None:
     if config.num_experts and not 1 <= config.num_experts_per_tok <= config.num_experts:
         raise ValueError(
             f"num_experts_per_tok ({config.num_experts_per_tok}) must be between 1 and num_experts ({config.num_experts})."
+        )
+
+
+def _validate_sliding_window(config) -> None:
+    if config.sliding_window < 1:
+        raise ValueError(f"sliding_window must be None (no window) or >= 1, got {config.sliding_window}.")
+    if config.model_type != "hfzoo_decoder":
+        raise ValueError(f"sliding_window={config.sliding_window} is a decoder switch; {config.model_type} has none: "
+                         "set sliding_window=None.")  # fmt: skip
+    if config.position_embedding in ("alibi", "relative", "disentangled"):
+        # Their biases span every cached key; a sliding cache keeps only the window's.
+        raise ValueError(
+            f"sliding_window={config.sliding_window} needs positions the keys carry (rotary, learned, sinusoidal or "
+            f"none), not position_embedding={config.position_embedding!r}."
         )
 
 

@@ -22,11 +22,13 @@ class ZooTransformerConfig(PreTrainedConfig):
             attention (Ainslie et al., 2023), 1 gives multi-query attention (Shazeer, 2019). Defaults to the query heads.
         intermediate_size (`int`, defaults to 1024): inner width of the feed-forward block.
         activation (`str`, defaults to `"gelu"`): `gelu`, `gelu_new` (GPT-2's tanh approximation), `relu`, `silu`, or
-            the gated `swiglu` / `geglu` (Shazeer, 2020).
+            the gated `swiglu` / `geglu` (Shazeer, 2020) / `geglu_tanh` (gated by GPT-2's tanh GELU: T5 v1.1, mT5).
         norm_type (`str`, defaults to `"layernorm"`): `layernorm` (Ba et al., 2016) or `rmsnorm` (Zhang & Sennrich, 2019).
         norm_position (`str`, defaults to `"pre"`): `pre` (GPT-2, Llama, T5) or `post` (the original Transformer, BERT).
         norm_eps (`float`, defaults to 1e-5): epsilon of every norm.
         norm_bias (`bool`, defaults to `True`): whether LayerNorms have a bias (RMSNorm never has one).
+        norm_unit_offset (`bool`, defaults to `False`): RMSNorm scales by `1 + weight`, its weight starting at 0
+            (Gemma, Gemma Team, 2024); with `False` it scales by `weight`, starting at 1. RMSNorm only.
         position_embedding (`str`, defaults to `"learned"`): `learned` (GPT-2, BERT), `sinusoidal` (Vaswani et al.,
             2017), `rotary` (RoFormer, Su et al., 2021), `alibi` (Press et al., 2022), `relative` (T5's bucketed
             relative bias, Raffel et al., 2020), `disentangled` (DeBERTa's content-to-position and
@@ -43,6 +45,10 @@ class ZooTransformerConfig(PreTrainedConfig):
         position_attention_terms (`str`, defaults to `"c2p|p2c"`): the position terms of disentangled attention
             (DeBERTa's `pos_att_type`): `c2p|p2c`, `c2p` or `p2c`. Scores are scaled by 1/sqrt(head_dim * (1 + terms)).
         attention_bias (`bool`, defaults to `True`): biases on the attention projections.
+        attention_output_bias (`bool`, *optional*): a bias on the attention's output projection; defaults to
+            `attention_bias`. Qwen2 (Yang et al., 2024) biases query, key and value but not the output.
+        sliding_window (`int`, *optional*): each token attends to itself and the `sliding_window - 1` tokens before
+            it, in every layer (Mistral; Beltagy et al., 2020); `None` attends to all earlier tokens. Decoder only.
         mlp_bias (`bool`, defaults to `True`): biases on the feed-forward projections.
         hidden_dropout (`float`, defaults to 0.1): dropout on embeddings and on each residual branch.
         attention_dropout (`float`, defaults to 0.1): dropout on attention probabilities.
@@ -67,6 +73,7 @@ class ZooTransformerConfig(PreTrainedConfig):
     norm_position: str = "pre"
     norm_eps: float = 1e-5
     norm_bias: bool = True
+    norm_unit_offset: bool = False
     position_embedding: str = "learned"
     max_position_embeddings: int = 1024
     rope_theta: float = 10000.0
@@ -76,6 +83,8 @@ class ZooTransformerConfig(PreTrainedConfig):
     max_relative_positions: int = 512
     position_attention_terms: str = "c2p|p2c"
     attention_bias: bool = True
+    attention_output_bias: bool | None = None
+    sliding_window: int | None = None
     mlp_bias: bool = True
     hidden_dropout: float = 0.1
     attention_dropout: float = 0.1
@@ -96,6 +105,8 @@ class ZooTransformerConfig(PreTrainedConfig):
             check_field_types(self, self.field_types())
             if self.num_key_value_heads is None:
                 self.num_key_value_heads = self.num_attention_heads
+            if self.attention_output_bias is None:
+                self.attention_output_bias = self.attention_bias
             super().__post_init__(**kwargs)
             validate_components(self)
         except (TypeError, ValueError) as error:

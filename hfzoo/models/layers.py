@@ -30,23 +30,30 @@ from .disentangled_attention import (
 
 # ----------------------------------------------------------------------------------------------- norms
 class RMSNorm(nn.Module):
-    """Root-mean-square norm (Zhang & Sennrich, 2019): no centring, no bias, computed in fp32."""
+    """Root-mean-square norm (Zhang & Sennrich, 2019): no centring, no bias, computed in fp32.
 
-    def __init__(self, hidden_size: int, eps: float):
+    With `unit_offset` the weight is stored as an offset from 1 and the product is taken in fp32 before the cast,
+    as Gemma computes it, so a Gemma checkpoint's weights load as they are.
+    """
+
+    def __init__(self, hidden_size: int, eps: float, unit_offset: bool = False):
         super().__init__()
-        self.weight = nn.Parameter(torch.ones(hidden_size))
+        self.unit_offset = unit_offset
+        self.weight = nn.Parameter(torch.zeros(hidden_size) if unit_offset else torch.ones(hidden_size))
         self.eps = eps
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         dtype = hidden_states.dtype
         hidden_states = hidden_states.float()
         hidden_states = hidden_states * torch.rsqrt(hidden_states.pow(2).mean(-1, keepdim=True) + self.eps)
+        if self.unit_offset:
+            return (hidden_states * (1.0 + self.weight.float())).to(dtype)
         return self.weight * hidden_states.to(dtype)
 
 
 def build_norm(config) -> nn.Module:
     if config.norm_type == "rmsnorm":
-        return RMSNorm(config.hidden_size, config.norm_eps)
+        return RMSNorm(config.hidden_size, config.norm_eps, config.norm_unit_offset)
     return nn.LayerNorm(config.hidden_size, eps=config.norm_eps, bias=config.norm_bias)
 
 
@@ -311,7 +318,7 @@ class Attention(nn.Module):
             self.kv_proj = nn.Linear(config.hidden_size, 2 * kv_width, bias=config.attention_bias)
         else:
             self.qkv_proj = nn.Linear(config.hidden_size, q_width + 2 * kv_width, bias=config.attention_bias)
-        self.o_proj = nn.Linear(q_width, config.hidden_size, bias=config.attention_bias)
+        self.o_proj = nn.Linear(q_width, config.hidden_size, bias=config.attention_output_bias)
 
     def _heads(self, states: torch.Tensor) -> torch.Tensor:
         return states.view(*states.shape[:-1], -1, self.head_dim).transpose(1, 2)
@@ -373,6 +380,7 @@ class Attention(nn.Module):
             scaling=self.scaling,
             is_causal=self.is_causal,
             position_bias=position_bias,
+            sliding_window=None if self.is_cross_attention else self.config.sliding_window,  # for flash kernels
             **kwargs,
         )
         output = output.reshape(*output.shape[:-2], -1)

@@ -9,8 +9,13 @@ import os
 
 import torch
 from torch import nn
+from transformers import initialization as init
 from transformers.cache_utils import Cache, EncoderDecoderCache
-from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
+from transformers.masking_utils import (
+    create_bidirectional_mask,
+    create_causal_mask,
+    create_sliding_window_causal_mask,
+)
 from transformers.modeling_flash_attention_utils import FlashAttentionKwargs
 from transformers.modeling_utils import PreTrainedModel
 from transformers.utils import ModelOutput, TransformersKwargs
@@ -23,6 +28,7 @@ from .layers import (
     MixtureOfExperts,
     PositionEncoding,
     PositionSignals,
+    RMSNorm,
     TransformerBlock,
     active_dropout,
     build_norm,
@@ -82,6 +88,13 @@ class ZooPreTrainedModel(ModeFollowingLayout, PreTrainedModel):
     # A head whose weights come from pretraining (a language-model or replaced-token-detection head), unlike a task
     # head that fine-tuning starts from random values: loading it from a checkpoint that has none of them is an error.
     pretrained_head: bool = False
+
+    def _init_weights(self, module: nn.Module) -> None:
+        """transformers' initialisation, except an RMSNorm stored as an offset from 1 (`norm_unit_offset`) starts
+        at 0, the identity, as every other norm starts."""
+        super()._init_weights(module)
+        if isinstance(module, RMSNorm) and module.unit_offset:
+            init.zeros_(module.weight)
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
@@ -292,7 +305,10 @@ class TransformerStack:
         )
         if self.is_causal:
             # The cache positionally: its keyword is `past_key_values` up to transformers 5.23, `cache` from 5.24.
-            mask = create_causal_mask(self.config, hidden_states, attention_mask, self_cache, position_ids=position_ids)
+            # A sliding window (`config.sliding_window`) is a mask too; transformers' cache keeps only its keys.
+            windowed = self.config.sliding_window is not None
+            causal_mask = create_sliding_window_causal_mask if windowed else create_causal_mask
+            mask = causal_mask(self.config, hidden_states, attention_mask, self_cache, position_ids=position_ids)
         else:
             mask = create_bidirectional_mask(config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask)
         if encoder_hidden_states is not None:
