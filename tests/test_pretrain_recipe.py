@@ -25,6 +25,7 @@ import pytest
 import torch
 import yaml
 from accelerate.state import AcceleratorState, GradientState
+from huggingface_hub import ModelCard
 from safetensors.torch import load_file
 from test_resume_safety import CreatesMarker
 from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSeq2SeqLM, AutoTokenizer
@@ -120,7 +121,9 @@ def test_saved_model_reloads_with_auto_classes_and_reproduces_the_logged_eval_lo
 def test_model_card_is_generated_from_the_run(reference):
     card = (reference / "README.md").read_text()
     metadata = yaml.safe_load(card.split("---\n")[1])
-    assert metadata["library_name"] == "transformers"
+    hub = ModelCard.load(reference / "README.md").data  # as the Hub reads it: the default corpus is on no Hub
+    assert hub.library_name == "transformers" and hub.datasets is None and hub.base_model is None
+    assert hub.eval_results[0].dataset_type == "hfzoo-default-corpus"
     assert metadata["pipeline_tag"] == "text-generation"
     assert {"hfzoo", "gpt-tiny", "clm"} <= set(metadata["tags"])
     final_eval = [r for r in read_log(reference) if r["event"] == "eval"][-1]
