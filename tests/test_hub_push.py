@@ -1,5 +1,5 @@
-"""Sharing a composition: `ComposedModel.save_pretrained(path, push_to_hub=True, repo_id=..., token=..., private=...)`,
-as transformers offers it for models. The upload needs a token and the network, so it is not run here: an object
+"""Sharing on the Hub: `ComposedModel.save_pretrained(path, push_to_hub=True, repo_id=..., token=..., private=...)`,
+as transformers offers it for models (and hfzoo's models, which push through `PreTrainedModel`). The upload needs a token and the network, so it is not run here: an object
 with `HfApi`'s `create_repo` and `upload_folder` stands in for the Hub and checks, when the upload is called, that
 the folder is complete and loads; and with `HF_HUB_OFFLINE=1` the real `HfApi` refuses before anything is written.
 """
@@ -77,3 +77,12 @@ def test_hub_options_without_push_to_hub_are_refused(setup, tmp_path):  # noqa: 
     with pytest.raises(ValueError, match="repo_id, private: Hub options without push_to_hub=True"):
         soft_composition(setup).save_pretrained(tmp_path / "mix", repo_id="someone/mix", private=True)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_hfzoo_model_pushes_through_transformers_which_refuses_offline_before_writing(tiny_model, tmp_path,
+                                                                                        monkeypatch):  # fmt: skip
+    """hfzoo's models inherit transformers' push: with HF_HUB_OFFLINE=1 it names the switch and writes no file."""
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(OfflineModeIsEnabled, match="HF_HUB_OFFLINE"):
+        tiny_model("gpt-tiny").save_pretrained(tmp_path / "gpt", push_to_hub=True, repo_id="someone/gpt", token="x")
+    assert [path for path in tmp_path.rglob("*") if path.is_file()] == []  # (transformers made the empty folder)
