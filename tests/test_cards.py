@@ -246,3 +246,17 @@ def test_every_committed_card_has_hub_metadata(path):
     assert data.base_model is None or hub_id(data.base_model) == data.base_model
     for result in data.eval_results or []:
         assert result.dataset_type in ("local", "hfzoo-default-corpus") or hub_id(result.dataset_type)
+
+
+def test_a_seq2seq_pretraining_card_generates_where_transformers_has_no_pipeline_for_its_hub_tag():
+    """`text2text-generation` is the Hub's tag for a seq2seq model, but transformers 5 removed that pipeline: the
+    card's code must run, so it calls `generate`."""
+    objective = {"objective": "span_corruption", "task_name": "Span corruption (T5)",
+                 "pipeline_tag": "text2text-generation", "auto_class": "AutoModelForSeq2SeqLM"}  # fmt: skip
+    config = {"preset": "t5-tiny", "dataset": None, "data_files": None, "block_size": 32}
+    record = RunRecord("t5-run", config, LOG, objective, preset_config("t5-tiny").to_dict())
+    card = render_card(record, PRETRAINING_SECTIONS, pretraining_metadata(record))
+    assert ModelCard(card).data.pipeline_tag == "text2text-generation"
+    assert "pipeline(" not in card and 'model.generate(**tokenizer("...", return_tensors="pt"))' in card
+    usage = card.split("```python\n")[1].split("```")[0].replace("import hfzoo\n", "")
+    assert "from transformers import AutoModelForSeq2SeqLM, AutoTokenizer\n" in usage

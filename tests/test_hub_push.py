@@ -1,7 +1,8 @@
 """Sharing on the Hub: `ComposedModel.save_pretrained(path, push_to_hub=True, repo_id=..., token=..., private=...)`,
-as transformers offers it for models (and hfzoo's models, which push through `PreTrainedModel`). The upload needs a token and the network, so it is not run here: an object
-with `HfApi`'s `create_repo` and `upload_folder` stands in for the Hub and checks, when the upload is called, that
-the folder is complete and loads; and with `HF_HUB_OFFLINE=1` the real `HfApi` refuses before anything is written.
+as transformers offers it for models (hfzoo's models push through `PreTrainedModel`). The upload needs a token and
+the network, so it is not run here: an object with `HfApi`'s `create_repo` and `upload_folder` stands in for the Hub
+and checks, when the upload is called, that the folder is complete and loads; and with `HF_HUB_OFFLINE=1` the real
+`HfApi` refuses before anything is written.
 """
 
 from pathlib import Path

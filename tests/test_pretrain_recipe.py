@@ -297,7 +297,9 @@ def test_two_ddp_processes_match_one_process_with_the_same_global_batch(tmp_path
         ("t5-tiny", "span_corruption", AutoModelForSeq2SeqLM, "text2text-generation"),
     ],
 )
-def test_other_objectives_train_and_reload_with_their_auto_class(tmp_path, preset, objective, auto_class, pipeline_tag):
+def test_other_objectives_train_and_reload_with_their_auto_class(
+    tmp_path, monkeypatch, preset, objective, auto_class, pipeline_tag
+):
     out = run_in_process(
         "--output_dir",
         str(tmp_path),
@@ -315,4 +317,7 @@ def test_other_objectives_train_and_reload_with_their_auto_class(tmp_path, prese
     assert AutoTokenizer.from_pretrained(out).mask_token is not None
     final_eval = read_log(out)[-1]
     assert final_eval["eval_targets"] > 0 and math.isfinite(final_eval["eval_loss"])
-    assert yaml.safe_load((out / "README.md").read_text().split("---\n")[1])["pipeline_tag"] == pipeline_tag
+    card = (out / "README.md").read_text()
+    assert yaml.safe_load(card.split("---\n")[1])["pipeline_tag"] == pipeline_tag
+    monkeypatch.chdir(out.parent)  # the card's code runs as written, beside the run folder (no text2text pipeline)
+    exec(card.split("```python\n")[1].split("```")[0], {})

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from huggingface_hub import ModelCardData
+from transformers.pipelines import get_supported_tasks
 
 from ..presets import preset_description, preset_family
 from .render import (
@@ -146,16 +147,21 @@ def _training(record: RunRecord) -> str:
 
 def _usage(record: RunRecord) -> str:
     name, model_class, pipeline_tag = record.name, record.summary["auto_class"], record.summary["pipeline_tag"]
+    imports = f"{model_class}, AutoTokenizer, pipeline"
+    use = f'pipe = pipeline("{pipeline_tag}", model=model, tokenizer=tokenizer)'
+    if pipeline_tag not in get_supported_tasks():  # a Hub tag transformers 5 has no pipeline for (text2text-generation)
+        imports = f"{model_class}, AutoTokenizer"
+        use = 'output_ids = model.generate(**tokenizer("...", return_tensors="pt"))'
     return f"""With hfzoo installed (`import hfzoo` registers the architecture with the Auto classes):
 
 ```python
 import hfzoo
-from transformers import {model_class}, AutoTokenizer, pipeline
+from transformers import {imports}
 
 path = "{name}"  # this folder, or its Hub repository id
 model = {model_class}.from_pretrained(path)
 tokenizer = AutoTokenizer.from_pretrained(path)
-pipe = pipeline("{pipeline_tag}", model=model, tokenizer=tokenizer)
+{use}
 ```
 
 Without hfzoo: the modeling code is saved next to the weights, so transformers runs it when you allow it:
