@@ -44,7 +44,7 @@ from recording import LOAD_SAMPLE_SECONDS, REPO_ROOT, RUN_RECORD, run_recorded, 
 
 from hfzoo.cards import (
     CARD, DEFAULT_CORPUS, Curve, RunRecord, Section, architecture_rows, markdown_table, model_card_data, plot_losses,
-    render_card, write_text_atomic,
+    render_card, training_data, write_text_atomic,
 )  # fmt: skip
 
 BASELINE = "baseline.json"
@@ -377,9 +377,10 @@ def _machine_table(record: RunRecord) -> str:
 def render(summary: dict[str, Any]) -> str:
     """The card's Markdown, with Hub metadata (model-index: validation loss and perplexity) as front matter."""
     s, final = summary, summary["final"]
+    _, dataset_type, datasets = training_data(RunRecord(s["name"], s["config"]))  # a Hub id, else no local path
     metadata = model_card_data(
         s["name"], ["hfzoo", s["preset"], s["objective"], "pretraining", "results"], pipeline_tag=s["pipeline_tag"],
-        task_name=s["task"], dataset=(s["data"]["name"], s["data"]["name"]),
+        task_name=s["task"], dataset=(dataset_type, s["data"]["name"]), datasets=datasets,
         metrics=[("loss", "Validation loss", round(final["eval_loss"], 4)),
                  ("perplexity", "Perplexity", round(final["perplexity"], 3))],
     )  # fmt: skip

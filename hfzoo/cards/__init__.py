@@ -8,7 +8,7 @@ plain data built by the recipe.
 """
 
 from .composition import composition_sections
-from .finetuning import FINETUNE_METRICS, FINETUNE_SECTIONS, finetune_metadata
+from .finetuning import FINETUNE_METRICS, FINETUNE_SECTIONS, finetune_metadata, library
 from .pretraining import (
     ARCHITECTURE_FIELDS,
     DEFAULT_CORPUS,
@@ -16,13 +16,17 @@ from .pretraining import (
     architecture_rows,
     describe_objective,
     pretraining_metadata,
+    training_data,
 )
 from .render import (
     CARD,
+    LIBRARIES,
+    LOCAL_DATA,
     LOSS_CURVE,
     Curve,
     RunRecord,
     Section,
+    hub_id,
     markdown_table,
     model_card_data,
     plot_loss_curve,
@@ -33,8 +37,9 @@ from .render import (
 )
 
 __all__ = [
-    "ARCHITECTURE_FIELDS", "CARD", "DEFAULT_CORPUS", "FINETUNE_METRICS", "FINETUNE_SECTIONS", "LOSS_CURVE",
-    "PRETRAINING_SECTIONS", "Curve", "RunRecord", "Section", "architecture_rows", "composition_sections",
-    "describe_objective", "finetune_metadata", "markdown_table", "model_card_data", "plot_loss_curve", "plot_losses",
-    "pretraining_metadata", "render_card", "write_card", "write_text_atomic",
+    "ARCHITECTURE_FIELDS", "CARD", "DEFAULT_CORPUS", "FINETUNE_METRICS", "FINETUNE_SECTIONS", "LIBRARIES",
+    "LOCAL_DATA", "LOSS_CURVE", "PRETRAINING_SECTIONS", "Curve", "RunRecord", "Section", "architecture_rows",
+    "composition_sections", "describe_objective", "finetune_metadata", "hub_id", "library", "markdown_table",
+    "model_card_data", "plot_loss_curve", "plot_losses", "pretraining_metadata", "render_card", "training_data",
+    "write_card", "write_text_atomic",
 ]  # fmt: skip

@@ -7,13 +7,13 @@ why the pieces are separate sections rather than one template.
 
 from __future__ import annotations
 
-import os
+from pathlib import Path
 
 from huggingface_hub import ModelCardData
 
-from ..data.recorded_paths import MINILM_PACKAGE
 from .render import (
-    CONFIGURATION, LOSS_CURVE, RunRecord, Section, markdown_table, model_card_data, shown_path, shown_recorded_path,
+    CONFIGURATION, LOCAL_DATA, LOSS_CURVE, RunRecord, Section, hub_id, markdown_table, model_card_data, shown_path,
+    shown_recorded_path,
 )  # fmt: skip
 
 # Validation metrics a fine-tuning run can report, with their display names, in display order.
@@ -38,24 +38,27 @@ def task_data(record: RunRecord) -> str:
     return shown_path(record.config.get("dataset") or record.config.get("train_file"), record)
 
 
-def _is_local(path: str) -> bool:
-    """A local path or installed data rather than a Hub name: it exists here, is absolute (it existed where the run
-    was made), is recorded relative to a folder (`recorded_path`) or names the package holding it."""
-    return os.path.isabs(path) or path.startswith(("./", "../")) or path == MINILM_PACKAGE or os.path.exists(path)
+def library(summary: dict) -> str:
+    """The library that loads the run folder: a composition's through `hfzoo.adapters.load_composition` (it is not
+    one PEFT adapter), a single adapter through PEFT, a fully fine-tuned model through transformers."""
+    if "composition" in summary:
+        return "hfzoo"
+    return "transformers" if summary["method"] == "full" else "peft"
 
 
 def finetune_metadata(record: RunRecord) -> ModelCardData:
-    """PEFT or transformers as the library (an adapter loads through PEFT), the base model when it is on the
-    Hub, tags (task, method) and every reported validation metric as the model-index."""
-    summary, dataset = record.summary, task_data(record)
-    hub_dataset = record.config.get("dataset")
+    """The library that loads the folder (`library`), the base model when it is on the Hub (none from scratch:
+    only the architecture came from it), the data set when it is on the Hub, tags (task, method) and every reported
+    validation metric as the model-index (on the Hub data set, or on `LOCAL_DATA` named as the card shows it)."""
+    summary, dataset = record.summary, hub_id(record.config.get("dataset"))
+    base_model = None if record.config.get("from_scratch") else hub_id(summary["model"])
+    method = Path(summary["method"]).stem  # a PEFT config file (`--peft_config`) by its name, not its path
     return model_card_data(
-        record.name, ["hfzoo", "fine-tuning", summary["task"], summary["method"]],
-        pipeline_tag=summary["pipeline_tag"], task_name=summary["task"], dataset=(dataset, dataset),
+        record.name, ["hfzoo", "fine-tuning", summary["task"], method],
+        pipeline_tag=summary["pipeline_tag"], task_name=summary["task"],
+        dataset=(dataset, dataset) if dataset else (LOCAL_DATA, task_data(record)),
         metrics=[(key, FINETUNE_METRICS[key], round(summary[key], 4)) for key in reported_metrics(summary)],
-        library_name="transformers" if summary["method"] == "full" else "peft",
-        base_model=None if _is_local(summary["model"]) else summary["model"],
-        datasets=[hub_dataset] if hub_dataset is not None and not _is_local(hub_dataset) else None,
+        library_name=library(summary), base_model=base_model, datasets=[dataset] if dataset else None,
     )  # fmt: skip
 
 

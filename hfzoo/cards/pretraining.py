@@ -6,15 +6,18 @@ from the training package: an objective is anything with a name, a task name, a 
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from huggingface_hub import ModelCardData
+from transformers.pipelines import get_supported_tasks
 
 from ..presets import preset_description, preset_family
-from .render import CONFIGURATION, LOSS_CURVE, RunRecord, Section, markdown_table, model_card_data, shown_paths
+from .render import (
+    CONFIGURATION, LOCAL_DATA, LOSS_CURVE, RunRecord, Section, hub_id, markdown_table, model_card_data, shown_paths,
+)  # fmt: skip
 
 DEFAULT_CORPUS = "hfzoo default corpus (Python standard-library docstrings)"
+DEFAULT_CORPUS_TYPE = "hfzoo-default-corpus"  # its model-index type: it ships inside hfzoo, on no Hub
 
 # Config fields shown in the architecture table, in this order, when the model config has them.
 ARCHITECTURE_FIELDS = (
@@ -58,14 +61,15 @@ def architecture_rows(model_config: dict[str, Any]) -> list[tuple[str, Any]]:
 
 
 def training_data(record: RunRecord) -> tuple[str, str, list[str] | None]:
-    """(name, type, Hub `datasets` metadata) of the training corpus; a local path as `shown_path` shows it."""
+    """(name, model-index type, Hub `datasets` metadata) of the training corpus; a local path as `shown_path` shows
+    it and typed `LOCAL_DATA`."""
     dataset, data_files = record.config.get("dataset"), record.config.get("data_files")
     if dataset is None and data_files is None:
-        return DEFAULT_CORPUS, "hfzoo-default-corpus", None
-    if dataset is not None and not os.path.exists(dataset):  # a Hub dataset name
+        return DEFAULT_CORPUS, DEFAULT_CORPUS_TYPE, None
+    if hub_id(dataset) is not None:
         return dataset, dataset, [dataset]
     files = shown_paths(dataset if dataset is not None else data_files, record)
-    return f"local files: {files}", "local", None
+    return f"local files: {files}", LOCAL_DATA, None
 
 
 def pretraining_metadata(record: RunRecord) -> ModelCardData:
@@ -143,16 +147,21 @@ def _training(record: RunRecord) -> str:
 
 def _usage(record: RunRecord) -> str:
     name, model_class, pipeline_tag = record.name, record.summary["auto_class"], record.summary["pipeline_tag"]
+    imports = f"{model_class}, AutoTokenizer, pipeline"
+    use = f'pipe = pipeline("{pipeline_tag}", model=model, tokenizer=tokenizer)'
+    if pipeline_tag not in get_supported_tasks():  # a Hub tag transformers 5 has no pipeline for (text2text-generation)
+        imports = f"{model_class}, AutoTokenizer"
+        use = 'output_ids = model.generate(**tokenizer("...", return_tensors="pt"))'
     return f"""With hfzoo installed (`import hfzoo` registers the architecture with the Auto classes):
 
 ```python
 import hfzoo
-from transformers import {model_class}, AutoTokenizer, pipeline
+from transformers import {imports}
 
 path = "{name}"  # this folder, or its Hub repository id
 model = {model_class}.from_pretrained(path)
 tokenizer = AutoTokenizer.from_pretrained(path)
-pipe = pipeline("{pipeline_tag}", model=model, tokenizer=tokenizer)
+{use}
 ```
 
 Without hfzoo: the modeling code is saved next to the weights, so transformers runs it when you allow it:

@@ -17,12 +17,18 @@ from typing import Any
 
 import yaml
 from huggingface_hub import EvalResult, ModelCardData
+from huggingface_hub.errors import HFValidationError
+from huggingface_hub.utils import validate_repo_id
 
-from ..data.recorded_paths import resolve_recorded
+from ..data.recorded_paths import MINILM_PACKAGE, resolve_recorded
 from ..recipe_config import CONFIG_FILE
 
 CARD = "README.md"
 LOSS_CURVE = "loss_curve.png"
+# The libraries a card may name: the one that loads the folder it describes (a model through transformers' Auto
+# classes, a single adapter through PEFT, a composition through `hfzoo.adapters.load_composition`).
+LIBRARIES = ("transformers", "peft", "hfzoo")
+LOCAL_DATA = "local"  # the model-index dataset type of data that is not on the Hub
 
 
 @dataclass
@@ -70,6 +76,20 @@ def shown_paths(value: Any, record: RunRecord) -> Any:
     return value
 
 
+def hub_id(name: str | None) -> str | None:
+    """`name` if it can only be a Hub repository id, else None: the Hub metadata (`datasets`, `base_model`) may name
+    only what the Hub holds. Not one: a path that exists here, an absolute one (it existed where the run was made),
+    one recorded relative to a folder (`./`, `../`), one deeper than `owner/name` (`runs/data/x`), the package name
+    a record gives the installed all-MiniLM-L6-v2, or anything the Hub would refuse as a repository id."""
+    if not name or os.path.isabs(name) or name.startswith(("./", "../")) or name == MINILM_PACKAGE:
+        return None
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        return None
+    return None if os.path.exists(name) else name
+
+
 Text = str | Callable[[RunRecord], str]
 
 
@@ -109,7 +129,13 @@ def model_card_data(
     datasets: list[str] | None = None,
 ) -> ModelCardData:
     """The Hub metadata of a card. `metrics` are (type, display name, value) validation results on `dataset`
-    (type, name); they become the `model-index` that the Hub shows as the model's evaluation."""
+    (type: a Hub dataset id or `LOCAL_DATA`, name); they become the `model-index` that the Hub shows as the model's
+    evaluation. `library_name` is one of `LIBRARIES`; `base_model` and `datasets` hold Hub ids only (`hub_id`)."""
+    if library_name not in LIBRARIES:
+        raise ValueError(f"library_name {library_name!r}: a card names the library that loads it, one of {LIBRARIES}")
+    not_on_hub = [name for name in [base_model, *(datasets or [])] if name is not None and hub_id(name) is None]
+    if not_on_hub:
+        raise ValueError(f"{not_on_hub}: not Hub ids; the Hub metadata names a base model or data set on the Hub only")
     results = []
     if metrics:
         dataset_type, dataset_name = dataset or (None, None)
