@@ -44,8 +44,9 @@ from recording import LOAD_SAMPLE_SECONDS, REPO_ROOT, RUN_RECORD, run_recorded, 
 
 from hfzoo.cards import (
     CARD, DEFAULT_CORPUS, Curve, RunRecord, Section, architecture_rows, markdown_table, model_card_data, plot_losses,
-    render_card, write_text_atomic,
+    render_card,
 )  # fmt: skip
+from hfzoo.files import write_atomic
 
 BASELINE = "baseline.json"
 SPLIT_INFO = "split.yaml"  # beside the split files; not a corpus format, so load_corpus ignores it
@@ -402,8 +403,8 @@ def card(run_dir: Path, card_dir: Path) -> Path:
     summary = summarize(run_dir, card_command)
     card_dir.mkdir(parents=True, exist_ok=True)
     plot(summary, read_log(run_dir), card_dir / CURVE)
-    write_text_atomic(card_dir / RESULTS, json.dumps(summary, indent=1) + "\n")
-    return write_text_atomic(card_dir / CARD, render(summary))
+    write_atomic(card_dir / RESULTS, json.dumps(summary, indent=1) + "\n")
+    return write_atomic(card_dir / CARD, render(summary))
 
 
 def main(argv: list[str] | None = None) -> None:

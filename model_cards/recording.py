@@ -18,6 +18,8 @@ from typing import Any
 
 import torch
 
+from hfzoo.files import write_atomic
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RUN_RECORD = "run_record.json"
 LOAD_SAMPLE_SECONDS = 15
@@ -99,7 +101,7 @@ def run_recorded(run_dir: Path, recipe: str, recipe_args: list[str], env: dict[s
         exit_code=process.returncode,
         load_average_samples=samples + [_load_sample(start)],
     )
-    (run_dir / RUN_RECORD).write_text(json.dumps(info, indent=1), encoding="utf-8")
+    write_atomic(run_dir / RUN_RECORD, json.dumps(info, indent=1))
     return process.returncode
 
 

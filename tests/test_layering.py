@@ -2,7 +2,7 @@
 
 Layers, lowest first. A module may import from its own layer or a lower one:
 1. `models/`: saved next to every checkpoint, so it imports only its flat siblings (`from .x import y`).
-2. presets, registration, metrics, the recipe config machinery.
+2. presets, registration, metrics, the recipe config machinery, files (atomic writes, output folders).
 3. data, adapters and features (which reach models only through transformers/PEFT), cards, convert (hfzoo <->
    native transformers weights).
 4. tasks (fine-tuning tasks and their data).
@@ -18,7 +18,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "hfzoo"
 LAYERS = (
     {"models"},
-    {"presets", "registration", "metrics", "recipe_config"},
+    {"presets", "registration", "metrics", "recipe_config", "files"},
     {"data", "adapters", "features", "cards", "convert"},
     {"tasks"},
     {"training"},

@@ -26,6 +26,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 from torch import nn
 
+from ..files import write_atomic
 from ..models.checkpoint_files import CheckpointFileError, check_safetensors_file, read_json_file
 from .stacking import METHOD_STACKS, MethodStack
 from .stacking.base import expect_shape
@@ -178,7 +179,7 @@ def _recorded_base(folder: Path, config: dict) -> dict | None:
 def save_base_identity(folder: str | Path, model: nn.Module) -> None:
     """Write `BASE_RECORD` into the adapter folder `folder`: the identity of `model`, the adapter's base."""
     text = json.dumps(base_identity(model), indent=2, sort_keys=True)
-    (Path(folder) / BASE_RECORD).write_text(text + "\n", encoding="utf-8")
+    write_atomic(Path(folder) / BASE_RECORD, text + "\n")
 
 
 def describe_base(identity: dict) -> str:

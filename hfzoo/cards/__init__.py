@@ -29,12 +29,11 @@ from .render import (
     plot_losses,
     render_card,
     write_card,
-    write_text_atomic,
 )
 
 __all__ = [
     "ARCHITECTURE_FIELDS", "CARD", "DEFAULT_CORPUS", "FINETUNE_METRICS", "FINETUNE_SECTIONS", "LOSS_CURVE",
     "PRETRAINING_SECTIONS", "Curve", "RunRecord", "Section", "architecture_rows", "composition_sections",
     "describe_objective", "finetune_metadata", "markdown_table", "model_card_data", "plot_loss_curve", "plot_losses",
-    "pretraining_metadata", "render_card", "write_card", "write_text_atomic",
+    "pretraining_metadata", "render_card", "write_card",
 ]  # fmt: skip
