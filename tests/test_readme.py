@@ -11,6 +11,7 @@ import re
 import shlex
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -51,7 +52,7 @@ def _execute(kind: str, body: str, workdir: Path) -> None:
             result = _run([str(BIN / "hfzoo"), *args[1:]], workdir)
         elif command.startswith(RECIPE_PREFIXES):
             args[0] = sys.executable if args[0] == "python" else str(BIN / args[0])
-            output_dir = workdir / "recipe-launch"
+            output_dir = Path(tempfile.mkdtemp(prefix="recipe-launch-", dir=workdir))  # a new folder per launch
             shrink = SHRINK_FINETUNE if any(arg.endswith("finetune.py") for arg in args) else SHRINK
             result = _run([*args, *shrink, "--output_dir", str(output_dir)], ROOT)
             assert (output_dir / "model.safetensors").is_file(), result.stderr[-3000:]

@@ -33,6 +33,7 @@ from transformers import AutoTokenizer, PreTrainedTokenizerBase
 from ..cards import PRETRAINING_SECTIONS, RunRecord, describe_objective, pretraining_metadata, write_card
 from ..data.corpus import load_corpus
 from ..data.tokenizer_training import KINDS, train_tokenizer_on_corpus
+from ..files import check_output_folder, write_atomic
 from ..presets import FAMILY_CONFIGS, list_presets, preset_config, preset_family
 from ..recipe_config import CONFIG_FILE, key, parse_config
 from ..training.checkpointing import (
@@ -191,10 +192,13 @@ def pretrain(config: PretrainConfig) -> Path:
     accelerator = config.accelerator(seedable_data=True)
     if config.save_every < config.max_steps or resume_from is not None:
         check_checkpointable(accelerator)
+    # A new run writes into a new or empty folder; a finished run's is refused unless overwrite_output_dir.
+    check_output_folder(output_dir, "pretrain", overwrite=config.overwrite_output_dir, reusable=resume_from is not None)
+    accelerator.wait_for_everyone()  # no process writes before every one has looked
     set_seed(config.seed)  # same initial weights on every process
     if accelerator.is_main_process:
         output_dir.mkdir(parents=True, exist_ok=True)
-        (output_dir / CONFIG_FILE).write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
+        write_atomic(output_dir / CONFIG_FILE, yaml.safe_dump(config.to_dict(), sort_keys=False))
 
     # --- Corpus: `train` and `validation` splits of raw text.
     with accelerator.main_process_first():  # the main process fills datasets' cache, the others read it
