@@ -44,6 +44,7 @@ from ..training.checkpointing import (
     checkpoint_to_resume,
     load_checkpoint,
     save_checkpoint,
+    stopped_before_training,
 )
 from ..training.evaluation import EvalShard, evaluate, parameter_checksum
 from ..training.logging import RunLogger, read_log, start_recipe
@@ -192,8 +193,10 @@ def pretrain(config: PretrainConfig) -> Path:
     accelerator = config.accelerator(seedable_data=True)
     if config.save_every < config.max_steps or resume_from is not None:
         check_checkpointable(accelerator)
-    # A new run writes into a new or empty folder; a finished run's is refused unless overwrite_output_dir.
-    check_output_folder(output_dir, "pretrain", overwrite=config.overwrite_output_dir, reusable=resume_from is not None)
+    # A new run writes into a new or empty folder (or one where a run stopped before training); a finished run's is
+    # refused unless overwrite_output_dir.
+    reusable = resume_from is not None or stopped_before_training(output_dir)
+    check_output_folder(output_dir, "pretrain", overwrite=config.overwrite_output_dir, reusable=reusable)
     accelerator.wait_for_everyone()  # no process writes before every one has looked
     set_seed(config.seed)  # same initial weights on every process
     if accelerator.is_main_process:

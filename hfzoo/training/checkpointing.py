@@ -48,7 +48,9 @@ from accelerate.utils import DistributedType
 from safetensors import SafetensorError
 from safetensors.torch import load_file, load_model, save_file, save_model
 
-from ..files import publish_folder, write_atomic
+from ..convert.api import TOKENIZER_FILES
+from ..files import holds_other_files, publish_folder, write_atomic
+from ..recipe_config import CONFIG_FILE
 
 logger = logging.getLogger(__name__)
 
@@ -376,6 +378,14 @@ def exit_on_checkpoint_error(command: str) -> Iterator[None]:
         yield
     except CheckpointError as error:
         raise SystemExit(f"{command}: {error}") from None
+
+
+def stopped_before_training(output_dir: str | os.PathLike) -> bool:
+    """Whether `output_dir` holds only what a run writes before its first step (its resolved config, the tokenizer
+    it trained): a run stopped by an error in its setup, which a new run may replace without overwrite_output_dir."""
+    output_dir = Path(output_dir)
+    setup = {CONFIG_FILE, *TOKENIZER_FILES}
+    return holds_other_files(output_dir) and {entry.name for entry in output_dir.iterdir()} <= setup
 
 
 def checkpoint_to_resume(output_dir: str | os.PathLike, resume: bool | str) -> Path | None:

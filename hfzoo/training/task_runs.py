@@ -36,6 +36,7 @@ from ..tasks import TASK_CLASSES, Task, TaskOptions, load_examples, model_family
 from .best_model import BestModel, ranking_metric, resumable_keys, save_published
 from .checkpointing import (
     Progress, check_resumed_config, checkpoint_to_resume, latest_checkpoint, resume_state, save_checkpoint,
+    stopped_before_training,
 )  # fmt: skip
 from .evaluation import predict_all, task_loss
 from .logging import RunLogger, read_log
@@ -84,14 +85,15 @@ def run_output(config: Options, command: str, accelerator: Accelerator, resumabl
 
     A training run writes into `output_dir` when it is new or empty, or holds checkpoints (`--resume` continues
     them; without it the run is refused, by `checkpoint_to_resume`); so may a run whose `resumable` folders hold
-    them (compose's baseline). A folder holding anything else (a finished run) is refused, naming it, unless
-    `overwrite_output_dir`. An evaluation-only run writes into `output_dir/eval/` instead (returned as the
+    them (compose's baseline), and one where a run stopped before training (`stopped_before_training`). A folder
+    holding anything else (a finished run) is refused, naming it, unless `overwrite_output_dir`. An evaluation-only run writes into `output_dir/eval/` instead (returned as the
     config's `output_dir`), beside the record of the run it evaluates, never over it; an earlier evaluation there is
     replaced."""
     output_dir = Path(config.output_dir)
     if config.do_train:
         resuming = any(latest_checkpoint(folder) is not None for folder in (output_dir, *resumable))
-        check_output_folder(output_dir, command, overwrite=config.overwrite_output_dir, reusable=resuming)
+        reusable = resuming or stopped_before_training(output_dir)
+        check_output_folder(output_dir, command, overwrite=config.overwrite_output_dir, reusable=reusable)
     else:
         output_dir = output_dir / EVAL_DIR
         earlier = (output_dir / CONFIG_FILE).is_file() and yaml.safe_load((output_dir / CONFIG_FILE).read_text())
