@@ -200,8 +200,8 @@ def check_output_folder(
     """Refuse, before anything is read or written, an output `folder` that is an input's folder, inside one or holding
     one (`inputs`: folders or Hub names; names that are no folder here are skipped); then a `folder` that holds
     files unless `overwrite`, or it is `reusable` (the caller's own earlier output: a run to resume), or it holds the
-    record of an earlier `command`. `command` names what refuses (`hfzoo convert to-native`); the message suggests
-    `overwrite_flag` (None: the command has none)."""
+    record of an earlier `command` (`hfzoo convert to-native`); the message suggests `overwrite_flag` (None: the
+    command has none). The messages name the folders, not the command: the command line prefixes its name."""
     given = folder
     folder = Path(os.path.abspath(folder))
     for source in inputs:
@@ -210,10 +210,10 @@ def check_output_folder(
         a, b = Path(source).resolve(), folder.resolve()
         if a == b or a in b.parents or b in a.parents:
             relation = "the same folder" if a == b else "one inside the other"
-            raise ValueError(f"{command}: the input {source} and the output {given} are {relation}; write the "
-                             "output to a folder outside the input.")  # fmt: skip
+            raise ValueError(f"the input {source} and the output {given} are {relation}; write the output to a "
+                             "folder outside the input.")  # fmt: skip
     if folder.exists() and not folder.is_dir():
-        raise FileExistsError(f"{command}: the output {given} is a file, not a folder.")
+        raise FileExistsError(f"the output {given} is a file, not a folder.")
     if overwrite or reusable or not holds_other_files(folder):
         return
     record = read_output_record(folder)
@@ -225,5 +225,5 @@ def check_output_folder(
     if overwrite_flag is not None:
         remedy = f", or pass {overwrite_flag} to write into it (files of other names there are kept)"
     raise FileExistsError(
-        f"{command}: the output folder {given} is not empty (it holds {shown}); choose a new or empty folder{remedy}."
+        f"the output folder {given} is not empty (it holds {shown}); choose a new or empty folder{remedy}."
     )

@@ -211,7 +211,7 @@ def test_a_new_run_into_a_finished_runs_folder_is_refused_unless_overwrite(base,
     out = _copy(references["lora"], tmp_path)
     shutil.rmtree(out / "checkpoints")  # finished: nothing to resume
     record = _files(out)
-    refused = rf"finetune: the output folder {out} is not empty .*--overwrite_output_dir"
+    refused = rf"the output folder {out} is not empty .*--overwrite_output_dir"
     with pytest.raises(FileExistsError, match=refused):
         run(*args(base, out, "lora"))
     assert _files(out) == record

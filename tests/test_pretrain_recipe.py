@@ -198,7 +198,7 @@ def test_a_new_run_into_a_finished_runs_folder_is_refused_unless_overwrite(refer
     out = _copy_of(reference, tmp_path)
     shutil.rmtree(out / "checkpoints")
     record = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
-    refused = rf"pretrain: the output folder {out} is not empty .*--overwrite_output_dir"
+    refused = rf"the output folder {out} is not empty .*--overwrite_output_dir"
     with pytest.raises(FileExistsError, match=refused):
         run_in_process("--output_dir", str(out), "--max_steps", "2")
     assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == record

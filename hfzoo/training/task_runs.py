@@ -97,7 +97,7 @@ def run_output(config: Options, command: str, accelerator: Accelerator, resumabl
     else:
         output_dir = output_dir / EVAL_DIR
         earlier = (output_dir / CONFIG_FILE).is_file() and yaml.safe_load((output_dir / CONFIG_FILE).read_text())
-        check_output_folder(output_dir, f"{command} (do_train false)", overwrite=config.overwrite_output_dir,
+        check_output_folder(output_dir, command, overwrite=config.overwrite_output_dir,
                             reusable=isinstance(earlier, dict) and earlier.get("do_train") is False)  # fmt: skip
         config = dataclasses.replace(config, output_dir=str(output_dir))
     accelerator.wait_for_everyone()  # no process writes before every one has looked
