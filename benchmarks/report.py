@@ -9,6 +9,8 @@ import json
 import sys
 from pathlib import Path
 
+from hfzoo.files import write_atomic
+
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 README = HERE / "README.md"
@@ -161,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
             print("benchmarks/README.md is stale: run python benchmarks/report.py", file=sys.stderr)
             return 1
         return 0
-    README.write_text(text)
+    write_atomic(README, text)
     print(f"wrote {README}")
     return 0
 

@@ -97,29 +97,35 @@ CONVERT_HELP = """Convert between hfzoo checkpoints and transformers' own classe
                                          from-native makes of it (LoRAs on q, k, v join into one on qkv_proj)
 
 Weights are mapped exactly (the round trip native -> hfzoo -> native is bit-identical) and SOURCE's tokenizer
-files are copied to OUT. For adapters, BASE is the native or the hfzoo base model (either side: a folder), and an
-adapted module without an exact counterpart (a bottleneck on a fused projection) is refused, naming it."""
+files are copied to OUT. OUT must be new, empty or an earlier output of the same command (--overwrite_output_dir
+writes into another folder, keeping its files of other names), and may not be SOURCE, inside it or around it;
+only OUT's converted files change, each written atomically. For adapters, BASE is the native or the hfzoo base
+model (either side: a folder), and an adapted module without an exact counterpart (a bottleneck on a fused
+projection) is refused, naming it."""
 
 
 def _convert(args: argparse.Namespace) -> None:
     from .convert.adapters import adapter_from_native, adapter_to_native
-    from .convert.api import from_native, save_converted, to_native
+    from .convert.api import FROM_NATIVE, from_native, save_converted, to_native
     from .data.corpus import missing_local_path
+    from .files import check_output_folder
 
     for folder in (args.source, getattr(args, "base", None)):  # transformers would take a mistyped path for a Hub name
         if folder and missing_local_path(folder):
             raise FileNotFoundError(f"{folder} does not exist")
 
+    overwrite = args.overwrite_output_dir
     if args.direction.startswith("adapter-"):
         mapping = adapter_to_native if args.direction == "adapter-to-native" else adapter_from_native
-        mapping(args.source, args.out, args.base)
+        mapping(args.source, args.out, args.base, overwrite)
         print(f"adapter {args.source} mapped to {args.out} ({args.direction.removeprefix('adapter-')})")
         return
     if args.direction == "from-native":
+        check_output_folder(args.out, FROM_NATIVE, overwrite=overwrite, inputs=[args.source])  # before loading
         model = from_native(args.source, args.preset)
-        save_converted(model, args.out, args.source)
+        save_converted(model, args.out, args.source, FROM_NATIVE, overwrite)
     else:
-        model = to_native(args.source, args.out, native_type=args.native_type)
+        model = to_native(args.source, args.out, native_type=args.native_type, overwrite=overwrite)
     print(f"{type(model).__name__} ({model.num_parameters() / 1e6:.1f}M parameters) written to {args.out}")
 
 
@@ -145,7 +151,7 @@ def _add_convert(commands) -> None:
     )
     for parser in (into_zoo, to_native_parser):
         parser.add_argument("source", help="folder of the checkpoint to convert")
-        parser.add_argument("out", help="folder to write (replaced atomically)")
+        parser.add_argument("out", help="folder to write: new, empty, or an earlier output of this command")
     adapter_directions = {
         "adapter-to-native": "a PEFT adapter trained on an hfzoo model -> the native model",
         "adapter-from-native": "a PEFT adapter trained on a native model -> hfzoo",
@@ -153,8 +159,11 @@ def _add_convert(commands) -> None:
     for direction, help_text in adapter_directions.items():
         parser = directions.add_parser(direction, help=help_text)
         parser.add_argument("source", help="the PEFT adapter folder (adapter_config.json, adapter_model.safetensors)")
-        parser.add_argument("out", help="folder to write the mapped adapter to")
+        parser.add_argument("out", help="folder to write the mapped adapter to (as OUT above)")
         parser.add_argument("--base", required=True, help="the native or hfzoo base model folder (either side)")
+    for parser in directions.choices.values():
+        parser.add_argument("--overwrite_output_dir", action="store_true",
+                            help="write into OUT although it holds other files (those of other names are kept)")
     convert.set_defaults(func=_convert)
 
 

@@ -27,6 +27,7 @@ from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelFo
 from .adapters.peft_warnings import building_peft_model
 from .data.default_corpus import load_default_corpus
 from .data.stdlib_tasks import write_task_files
+from .files import check_output_folder, write_atomic
 from .recipes import compose, finetune, pretrain
 from .training.task_runs import METRICS_FILE
 
@@ -67,6 +68,7 @@ METHOD_OPTIONS = {"lora": ["--method_options.target_modules", "[qkv_proj, down_p
 # uniform-average baseline that every learned composition must beat).
 COMPOSITION_TASK = "area"
 STRATEGIES = ("fusion", "soft")
+SUMMARY_FILE = "summary.json"
 
 
 def unigram_perplexity(train_ids: torch.Tensor, validation_ids: torch.Tensor, vocab_size: int) -> float:
@@ -146,12 +148,17 @@ def run_quickstart(output_dir: str | os.PathLike = "runs/quickstart", scale: str
         raise ValueError(f"Unknown scale {scale!r}; choose one of {', '.join(SCALES)}.")
     steps = SCALES[scale]
     output_dir = Path(output_dir)
+    # The tour's folders are its own: an earlier tour there is replaced (its runs overwritten), anything else refused.
+    ours = {artefact for artefact, *_ in PRETRAINING} | {f"adapter-{task}-{method}" for task, method in ADAPTERS}
+    ours |= {f"compose-{strategy}" for strategy in STRATEGIES} | {"data", SUMMARY_FILE}
+    earlier = output_dir.is_dir() and {entry.name for entry in output_dir.iterdir()} <= ours
+    check_output_folder(output_dir, "hfzoo quickstart", overwrite=False, reusable=earlier, overwrite_flag=None)
     output_dir.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     rows: list[dict] = []
-    limits = []
+    shared = ["--overwrite_output_dir", "true"]
     if steps.max_train_samples:
-        limits = ["--max_train_samples", str(steps.max_train_samples), "--max_eval_samples", str(steps.max_eval_samples)]
+        shared += ["--max_train_samples", str(steps.max_train_samples), "--max_eval_samples", str(steps.max_eval_samples)]
 
     print("== 1. the embedded default corpus: standard-library docstrings")
     corpus = load_default_corpus()
@@ -165,7 +172,7 @@ def run_quickstart(output_dir: str | os.PathLike = "runs/quickstart", scale: str
              "--max_steps", str(steps.pretrain_steps), "--tokenizer_kind", tokenizer_kind, "--vocab_size", "4096",
              "--block_size", "128", "--per_device_batch_size", "16", "--learning_rate", PRETRAIN_LEARNING_RATE,
              "--warmup_steps", str(max(1, steps.pretrain_steps // 10)), "--eval_every", str(steps.pretrain_steps),
-             "--save_every", str(steps.pretrain_steps), "--tensorboard", "false", "--seed", str(seed), *limits]
+             "--save_every", str(steps.pretrain_steps), "--tensorboard", "false", "--seed", str(seed), *shared]
         )  # fmt: skip
         model = auto_class.from_pretrained(run_dir)
         evaluation = _last_eval(run_dir)
@@ -186,7 +193,7 @@ def run_quickstart(output_dir: str | os.PathLike = "runs/quickstart", scale: str
              "--validation_file", str(files["validation"]), "--text_column", "text", "--label_column", "label",
              "--method", method, *METHOD_OPTIONS[method], "--learning_rate", ADAPTER_LEARNING_RATE,
              "--max_steps", str(steps.finetune_steps), "--output_dir",
-             str(output_dir / f"adapter-{task}-{method}"), "--seed", str(seed), *limits]
+             str(output_dir / f"adapter-{task}-{method}"), "--seed", str(seed), *shared]
         )  # fmt: skip
         metrics = json.loads((run_dir / METRICS_FILE).read_text())
         rows.append(
@@ -208,7 +215,7 @@ def run_quickstart(output_dir: str | os.PathLike = "runs/quickstart", scale: str
              "--validation_file", str(files["validation"]), "--text_column", "text", "--label_column", "label",
              "--adapters", adapters, "--strategy", strategy, "--baseline", str(average is None).lower(),
              "--max_steps", str(steps.compose_steps), "--output_dir", str(output_dir / f"compose-{strategy}"),
-             "--seed", str(seed), *limits]
+             "--seed", str(seed), *shared]
         )  # fmt: skip
         metrics = json.loads((run_dir / METRICS_FILE).read_text())
         if average is None:  # the first strategy trained the baseline
@@ -240,7 +247,7 @@ def run_quickstart(output_dir: str | os.PathLike = "runs/quickstart", scale: str
     total = time.perf_counter() - started
     summary = {"scale": scale, "rows": rows, "remote_code_max_logit_diff": remote_diff, "sample": sample,
                "seconds": total}  # fmt: skip
-    (output_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    write_atomic(output_dir / SUMMARY_FILE, json.dumps(summary, indent=2))
     print_summary(summary)
     return rows
 

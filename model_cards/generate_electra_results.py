@@ -31,7 +31,8 @@ from generate_finetune_results import RECIPE, TASKS, baselines, run_once
 from generate_results import record, summarize
 from recording import REPO_ROOT, RUN_RECORD, run_metrics, shown
 
-from hfzoo.cards import CARD, RunRecord, Section, markdown_table, model_card_data, render_card, write_text_atomic
+from hfzoo.cards import CARD, RunRecord, Section, markdown_table, model_card_data, render_card
+from hfzoo.files import write_atomic
 
 OBJECTIVES = ("mlm", "electra")
 RESULTS = "results.json"
@@ -187,8 +188,8 @@ def card(runs_dir: Path, card_dir: Path) -> Path:
     started = runs_dir / "command.json"  # written by `run`
     results["command"] = json.loads(started.read_text()) if started.is_file() else None
     card_dir.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(card_dir / RESULTS, json.dumps(results, indent=1) + "\n")
-    return write_text_atomic(card_dir / CARD, render(results, command))
+    write_atomic(card_dir / RESULTS, json.dumps(results, indent=1) + "\n")
+    return write_atomic(card_dir / CARD, render(results, command))
 
 
 def main(argv: list[str] | None = None) -> None:

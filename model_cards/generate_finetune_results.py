@@ -47,8 +47,8 @@ from recording import REPO_ROOT, RUN_RECORD, run_metrics, run_recorded, shown
 
 from hfzoo.cards import (
     CARD, FINETUNE_METRICS, LOSS_CURVE, RunRecord, Section, markdown_table, model_card_data, render_card,
-    write_text_atomic,
 )  # fmt: skip
+from hfzoo.files import write_atomic
 
 RECIPE = "recipes/finetune.py"
 COMPOSE_RECIPE = "recipes/compose.py"
@@ -448,9 +448,9 @@ def card(runs_dir: Path, card_dir: Path, compare: Path | None = None, targets: b
             if "loss_plot" in run:
                 shutil.copyfile(runs_dir / run["loss_plot"].removesuffix("-loss.png") / LOSS_CURVE,
                                 card_dir / run["loss_plot"])  # fmt: skip
-    write_text_atomic(card_dir / RESULTS, json.dumps(results, indent=1) + "\n")
+    write_atomic(card_dir / RESULTS, json.dumps(results, indent=1) + "\n")
     command = card_command(results["runs_dir"], card_dir, results.get("compare", {}).get("card"), targets)
-    return write_text_atomic(card_dir / CARD, render(results, command))
+    return write_atomic(card_dir / CARD, render(results, command))
 
 
 def main(argv: list[str] | None = None) -> None:

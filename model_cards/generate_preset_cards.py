@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from hfzoo.cards import RunRecord, Section, markdown_table, model_card_data, render_card
+from hfzoo.files import write_atomic
 from hfzoo.presets import FAMILY_LM_AUTO_CLASS, PRESETS, count_preset_parameters, list_presets, preset_config
 
 OUT = Path(__file__).resolve().parent / "presets"
@@ -66,8 +67,7 @@ def main(argv: list[str] | None = None) -> int:
             if not path.is_file() or path.read_text() != text:
                 stale.append(name)
         else:
-            OUT.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
+            write_atomic(path, text)
     if stale:
         print(f"stale preset cards: {', '.join(stale)}; run python model_cards/generate_preset_cards.py",
               file=sys.stderr)  # fmt: skip

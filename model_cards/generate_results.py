@@ -40,12 +40,13 @@ from typing import Any
 
 import torch
 import yaml
-from recording import LOAD_SAMPLE_SECONDS, REPO_ROOT, RUN_RECORD, run_recorded, shown
+from recording import LOAD_SAMPLE_SECONDS, RECORDER_ARGS, REPO_ROOT, RUN_RECORD, run_recorded, shown
 
 from hfzoo.cards import (
     CARD, DEFAULT_CORPUS, Curve, RunRecord, Section, architecture_rows, markdown_table, model_card_data, plot_losses,
-    render_card, training_data, write_text_atomic,
+    render_card, training_data,
 )  # fmt: skip
+from hfzoo.files import write_atomic
 
 BASELINE = "baseline.json"
 SPLIT_INFO = "split.yaml"  # beside the split files; not a corpus format, so load_corpus ignores it
@@ -210,7 +211,9 @@ def summarize(run_dir: Path, card_command: str) -> dict[str, Any]:
     commands = {"data": None, "record": None, "run": run.get("command"), "card": card_command}
     if run.get("command"):  # `record` appended `--output_dir RUN_DIR` to the arguments it was given
         words = shlex.split(run["command"])
-        recipe_args = words[words.index("recipes/pretrain.py") + 1 : -2]
+        first = words.index("recipes/pretrain.py") + 1
+        first += len(RECORDER_ARGS) if tuple(words[first : first + len(RECORDER_ARGS)]) == RECORDER_ARGS else 0
+        recipe_args = words[first:-2]  # without the recorder's own arguments
         commands["record"] = shlex.join(["python", Path(__file__).relative_to(REPO_ROOT).as_posix(), "record",
                                          words[-1], "--", *recipe_args])  # fmt: skip
     if (run_dir / DATA_SPLIT).exists():
@@ -403,8 +406,8 @@ def card(run_dir: Path, card_dir: Path) -> Path:
     summary = summarize(run_dir, card_command)
     card_dir.mkdir(parents=True, exist_ok=True)
     plot(summary, read_log(run_dir), card_dir / CURVE)
-    write_text_atomic(card_dir / RESULTS, json.dumps(summary, indent=1) + "\n")
-    return write_text_atomic(card_dir / CARD, render(summary))
+    write_atomic(card_dir / RESULTS, json.dumps(summary, indent=1) + "\n")
+    return write_atomic(card_dir / CARD, render(summary))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from hfzoo.data.recorded_paths import recorded_path, resolve_recorded
+from hfzoo.files import write_atomic
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RUN_RECORD = "run_record.json"
@@ -87,13 +88,18 @@ def run_metrics(run_dir: Path) -> dict[str, Any]:
     return metrics
 
 
+# The recorder writes stdout.log (and the data split) into the run's folder before the recipe starts, and its callers
+# refuse a folder that holds a run: the recipe may write into that folder of files.
+RECORDER_ARGS = ("--overwrite_output_dir", "true")
+
+
 def run_recorded(run_dir: Path, recipe: str, recipe_args: list[str], env: dict[str, str] | None = None) -> int:
     """Run `recipe` (a script path relative to the repository) with `recipe_args` under `nice -n 10` with the malloc
     thresholds (and `env`, e.g. OMP_NUM_THREADS), its output in `run_dir/stdout.log`; write the command, the machine,
     the code's commit and the load average (sampled every 15 s) to `run_dir/run_record.json`. Returns the recipe's
     exit code."""
     malloc = [f"{key}={value}" for key, value in {**(env or {}), **MALLOC_TUNED}.items()]
-    command = ["nice", "-n", "10", "env", *malloc, shown(sys.executable), recipe, *recipe_args]
+    command = ["nice", "-n", "10", "env", *malloc, shown(sys.executable), recipe, *RECORDER_ARGS, *recipe_args]
     info = {
         "command": shlex.join(command),
         "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -121,7 +127,7 @@ def run_recorded(run_dir: Path, recipe: str, recipe_args: list[str], env: dict[s
         exit_code=process.returncode,
         load_average_samples=samples + [_load_sample(start)],
     )
-    (run_dir / RUN_RECORD).write_text(json.dumps(info, indent=1), encoding="utf-8")
+    write_atomic(run_dir / RUN_RECORD, json.dumps(info, indent=1))
     return process.returncode
 
 

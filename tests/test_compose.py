@@ -300,12 +300,15 @@ def test_fusion_at_init_is_the_mean_and_its_shortcut_is_exact(setup):
 def test_save_load_round_trip_is_self_contained(setup, tmp_path, strategy):
     composed = compose(causal_base(setup), setup.folders, strategy)
     composed.print_trainable_parameters()
-    (tmp_path / "composition").mkdir()  # an existing folder is replaced whole
-    (tmp_path / "composition" / "stale.txt").write_text("old")
+    (tmp_path / "composition").mkdir()  # an existing folder: the files saved replace theirs, others stay
+    (tmp_path / "composition" / "notes.txt").write_text("mine")
     composed.save_pretrained(tmp_path / "composition")
     saved = tmp_path / "composition"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["composition"]
-    assert sorted(p.name for p in saved.iterdir()) == ["adapters", "composition.json", "composition.safetensors"]
+    assert sorted(p.name for p in saved.iterdir()) == [
+        "adapters", "composition.json", "composition.safetensors", "notes.txt"
+    ]  # fmt: skip
+    assert (saved / "notes.txt").read_text() == "mine"
     spec = json.loads((saved / "composition.json").read_text())
     assert spec["strategy"] == strategy and [a["name"] for a in spec["adapters"]] == list(TASKS)
     assert [a["kind"] for a in spec["adapters"]] == ["lora", "lora", "bottleneck"]

@@ -101,9 +101,9 @@ def test_resume_refuses_another_strategy_naming_the_key(setup, reference, tmp_pa
 
 def test_evaluation_only_scores_a_saved_composition_without_changing_it(setup, reference, tmp_path):  # noqa: F811
     saved = (reference / WEIGHTS).read_bytes()
-    out = tmp_path / "eval"
     composition = reference / "composition"
-    run_recipe(recipe.main, *compose_args(setup, out, "--do_train", "false", "--composition", composition))
+    run_recipe(recipe.main, *compose_args(setup, tmp_path, "--do_train", "false", "--composition", composition))
+    out = tmp_path / "eval"  # an evaluation writes beside the run in output_dir, into eval/
     (metrics, predictions), (expected, expected_predictions) = read_run(out), read_run(reference)
     assert metrics["accuracy"] == expected["accuracy"] and metrics["steps"] == 0
     assert metrics["method"] == "soft-composition" and predictions == expected_predictions

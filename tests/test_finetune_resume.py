@@ -149,20 +149,21 @@ def test_save_best_keeps_the_step_with_the_best_score(references):
     best = json.loads((reference / "metrics.json").read_text())["best"]
     assert best == {"metric": "accuracy", "higher_is_better": True, "step": best_step, "score": top, "folder": "best"}
     assert (reference / "best" / "model.safetensors").is_file() and (reference / "best" / "tokenizer.json").is_file()
-    assert not list(reference.glob(".tmp-*"))  # published atomically, nothing left aside
+    assert not list(reference.glob(".*"))  # published atomically, no staging folder left behind
 
 
 def _evaluate_only(base: dict[str, Path], out: Path, *model_args: str) -> dict:
+    """An evaluation-only run with `--output_dir out`; its metrics.json, which it writes into `out/eval/`."""
     run("--task", "sequence-classification", "--train_file", str(base["train"]), "--validation_file",
         str(base["validation"]), "--max_train_samples", "64", "--max_eval_samples", "32", "--max_length", "48",
         "--per_device_batch_size", "8", "--do_train", "false", "--output_dir", str(out), *model_args)  # fmt: skip
-    return json.loads((out / "metrics.json").read_text())
+    return json.loads((out / "eval" / "metrics.json").read_text())
 
 
 def test_evaluation_only_scores_the_best_model_as_its_run_did_without_changing_it(base, references, tmp_path):
     best = references["full"] / "best"
     weights = (best / "model.safetensors").read_bytes()
-    metrics = _evaluate_only(base, tmp_path / "eval", "--model", str(best))
+    metrics = _evaluate_only(base, tmp_path, "--model", str(best))
     recorded = json.loads((references["full"] / "metrics.json").read_text())["best"]
     assert metrics["accuracy"] == recorded["score"] and metrics["steps"] == 0
     assert (best / "model.safetensors").read_bytes() == weights
@@ -173,7 +174,7 @@ def test_evaluation_only_scores_the_best_model_as_its_run_did_without_changing_i
 def test_evaluation_only_of_an_adapter_reproduces_its_runs_predictions(base, references, tmp_path):
     trained = references["lora"]
     adapter = (trained / "adapter_model.safetensors").read_bytes()
-    metrics = _evaluate_only(base, tmp_path / "eval", "--model", str(base["base"]), "--adapter", str(trained))
+    metrics = _evaluate_only(base, tmp_path, "--model", str(base["base"]), "--adapter", str(trained))
     expected = json.loads((trained / "metrics.json").read_text())
     keys = ("accuracy", "f1", "method")
     assert {k: metrics[k] for k in keys} == {k: expected[k] for k in keys}
@@ -183,11 +184,42 @@ def test_evaluation_only_of_an_adapter_reproduces_its_runs_predictions(base, ref
 
 def test_evaluation_only_refuses_a_model_without_a_trained_head(base, tmp_path):
     with pytest.raises(ValueError, match=r"holds no trained weights for .*classifier.*--adapter"):
-        _evaluate_only(base, tmp_path / "eval", "--model", str(base["base"]))
+        _evaluate_only(base, tmp_path, "--model", str(base["base"]))
 
 
 def _copy(reference: Path, tmp_path: Path) -> Path:
     return Path(shutil.copytree(reference, tmp_path / "run"))
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_evaluation_only_in_the_trained_runs_folder_leaves_its_record_untouched(base, references, tmp_path):
+    """`--do_train false` into a trained run's folder (both commands keeping the default output_dir) cut its
+    log.jsonl to the evaluation's 3 records and rewrote metrics.json (steps 0) and training_config.yaml."""
+    out = _copy(references["lora"], tmp_path)
+    record = _files(out)
+    metrics = _evaluate_only(base, out, "--model", str(base["base"]), "--adapter", str(out))
+    assert _files(out).items() >= record.items()  # every file of the run, byte for byte
+    assert metrics["steps"] == 0 and [r["event"] for r in read_log(out / "eval")] == ["start", "eval", "end"]
+    assert _evaluate_only(base, out, "--model", str(base["base"]), "--adapter", str(out)) == metrics  # again
+
+
+def test_a_new_run_into_a_finished_runs_folder_is_refused_unless_overwrite(base, references, tmp_path):
+    """A fresh fine-tune into a finished folder without checkpoints silently replaced the trained adapter."""
+    out = _copy(references["lora"], tmp_path)
+    shutil.rmtree(out / "checkpoints")  # finished: nothing to resume
+    record = _files(out)
+    refused = rf"the output folder {out} is not empty .*--overwrite_output_dir"
+    with pytest.raises(FileExistsError, match=refused):
+        run(*args(base, out, "lora"))
+    assert _files(out) == record
+    (out / "notes.txt").write_bytes(b"mine")
+    run(*args(base, out, "lora", "--max_steps", "4", "--overwrite_output_dir", "true"))
+    assert (out / "notes.txt").read_bytes() == b"mine"
+    assert json.loads((out / "metrics.json").read_text())["steps"] == 4
+    assert [r["step"] for r in read_log(out) if r["event"] == "start"] == [0]
 
 
 # With save_best the evaluation steps and the run length are kept too: the best model must be chosen among the same
@@ -213,6 +245,16 @@ def test_resume_at_the_last_checkpoint_has_nothing_to_do_and_a_fresh_run_never_o
     assert {name: (out / name).read_bytes() for name in before} == before
     with pytest.raises(FileExistsError, match="already holds checkpoints.*--resume"):
         run(*args(base, out, "lora", *short))
+
+
+def test_a_run_stopped_before_training_may_start_again_in_its_folder(base, tmp_path):
+    """What a run writes before its first step (its config) is no finished run: running again needs no overwrite."""
+    out, short = tmp_path / "run", ["--save_best", "false", "--max_steps", "2"]
+    with pytest.raises(ValueError, match="max_length"):
+        run(*args(base, out, "lora", *short, "--max_length", "100000"))
+    assert [p.name for p in out.iterdir()] == ["training_config.yaml"]
+    run(*args(base, out, "lora", *short))
+    assert json.loads((out / "metrics.json").read_text())["steps"] == 2
 
 
 def test_checkpoints_of_adalora_are_refused_before_training(base, tmp_path):

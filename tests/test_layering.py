@@ -4,7 +4,8 @@ Layers, lowest first. A module may import from its own layer or a lower one:
 1. `models/`: saved next to every checkpoint, so it imports only its flat siblings (`from .x import y`).
 2. `integrations/`: every use of a third-party library's internals (private attributes, global mutations), each
    behind a version guard. Nothing else in hfzoo, the recipes, benchmarks or card generators touches them.
-3. presets, registration, metrics, the recipe config machinery, refusals (how the commands report bad input).
+3. presets, registration, metrics, the recipe config machinery, refusals (how the commands report bad input),
+   files (atomic writes, output folders).
 4. data, adapters and features (which reach models only through transformers/PEFT), cards, convert (hfzoo <->
    native transformers weights).
 5. tasks (fine-tuning tasks and their data), generation (`hfzoo generate`, which formats prompts as the tasks do).
@@ -21,7 +22,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "hfzoo"
 LAYERS = (
     {"models"},
     {"integrations"},
-    {"presets", "registration", "metrics", "recipe_config", "refusals"},
+    {"presets", "registration", "metrics", "recipe_config", "refusals", "files"},
     {"data", "adapters", "features", "cards", "convert"},
     {"tasks", "generation"},
     {"training"},

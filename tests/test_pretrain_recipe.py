@@ -196,6 +196,20 @@ def _copy_of(reference: Path, tmp_path: Path) -> Path:
     return Path(shutil.copytree(reference, tmp_path / "run"))
 
 
+def test_a_new_run_into_a_finished_runs_folder_is_refused_unless_overwrite(reference, tmp_path):
+    """Without checkpoints to resume, a new run silently replaced a finished run's model, log and card."""
+    out = _copy_of(reference, tmp_path)
+    shutil.rmtree(out / "checkpoints")
+    record = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    refused = rf"the output folder {out} is not empty .*--overwrite_output_dir"
+    with pytest.raises(FileExistsError, match=refused):
+        run_in_process("--output_dir", str(out), "--max_steps", "2")
+    assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == record
+    (out / "notes.txt").write_text("mine")
+    run_in_process("--output_dir", str(out), "--max_steps", "2", "--eval_every", "2", "--overwrite_output_dir", "true")
+    assert (out / "notes.txt").read_text() == "mine" and read_log(out)[-1]["step"] == 2
+
+
 def test_resume_never_loads_a_planted_pickle_and_stays_exact(reference, tmp_path):
     """accelerate reloaded `custom_checkpoint_0.pkl` (the scheduler) with pickle: a crafted one ran code on resume."""
     out, marker = _copy_of(reference, tmp_path), tmp_path / "code-ran"

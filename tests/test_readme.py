@@ -12,6 +12,7 @@ import re
 import shlex
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -53,7 +54,7 @@ def _execute(kind: str, body: str, workdir: Path) -> None:
             result = _run([str(BIN / "hfzoo"), *args[1:]], workdir, workdir)
         elif command.startswith(RECIPE_PREFIXES):
             args[0] = str(BIN / Path(args[0]).name)  # .venv/bin/X: the X of the environment running the tests
-            output_dir = workdir / "recipe-launch"
+            output_dir = Path(tempfile.mkdtemp(prefix="recipe-launch-", dir=workdir))  # a new folder per launch
             shrink = SHRINK_FINETUNE if any(arg.endswith("finetune.py") for arg in args) else SHRINK
             result = _run([*args, *shrink, "--output_dir", str(output_dir)], ROOT, workdir)
             assert (output_dir / "model.safetensors").is_file(), result.stderr[-3000:]

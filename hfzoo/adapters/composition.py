@@ -41,6 +41,7 @@ from .stacked import StackedAdapters
 from .stacking import linear_shape, output_width
 from .stacking.lora import LoraFactors, StackedLoRA
 from .strategies import STRATEGIES
+from ..files import staged
 from ..models.checkpoint_files import read_json_file
 from .task_adapter import (
     ADAPTER_CONFIG, ADAPTER_WEIGHTS, BASE_RECORD, KEY_PREFIX, TaskAdapter, check_base, check_fits, load_safetensors,
@@ -282,6 +283,19 @@ def _check_fingerprint(saved: dict, model: PreTrainedModel) -> None:
 
 
 # ----------------------------------------------------------------------------------------------- the model
+def _saved_files(path: Path) -> list[str]:
+    """The files an earlier `ComposedModel.save_pretrained` wrote into `path`, from its `composition.json` (none when
+    `path` holds no composition): what a new save there may replace or remove."""
+    try:
+        adapters = json.loads((path / COMPOSITION_CONFIG).read_text(encoding="utf-8")).get("adapters", [])
+        names = [adapter["name"] for adapter in adapters if isinstance(adapter.get("name"), str)]
+    except (OSError, ValueError, AttributeError, TypeError, KeyError):
+        return []
+    per_adapter = (ADAPTER_CONFIG, ADAPTER_WEIGHTS, BASE_RECORD)
+    adapter_files = [f"adapters/{name}/{file}" for name in names for file in per_adapter]
+    return [COMPOSITION_CONFIG, COMPOSITION_WEIGHTS, *adapter_files]
+
+
 class ComposedModel(Wrapper):
     """A base model with composed adapters; behaves like the transformers model it wraps.
 
@@ -408,14 +422,13 @@ class ComposedModel(Wrapper):
 
     def save_pretrained(self, path: str | os.PathLike, *, push_to_hub: bool = False, **hub_options: Any) -> None:
         """Write `composition.json`, `composition.safetensors` and `adapters/<name>/` (a copy of each adapter
-        folder) to `path`, atomically: everything goes to a temporary folder beside it, which then replaces it.
-        `push_to_hub`: then upload it as transformers' `save_pretrained` does (`hub_options`: `repo_id`, `token`,
-        `private`, `commit_message`, `api`; see `hfzoo.adapters.hub`)."""
+        folder) to `path`, atomically (`hfzoo.files.publish_folder`): built in a staging folder, then published with
+        `composition.json` last. Other files in `path` stay; of an earlier composition saved there, only the files
+        this one no longer has (an adapter it lacks) are removed. `push_to_hub`: then upload it as transformers'
+        `save_pretrained` does (`hub_options`: `repo_id`, `token`, `private`, `commit_message`, `api`; see
+        `hfzoo.adapters.hub`)."""
         hub = prepare_upload(path, push_to_hub, **hub_options)
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
-        try:
+        with staged(path, marker=COMPOSITION_CONFIG, previous=_saved_files(Path(path))) as staging:
             spec = json.dumps(self.spec(), indent=2, sort_keys=True)
             (staging / COMPOSITION_CONFIG).write_text(spec, encoding="utf-8")
             state = self.composition_state()
@@ -427,17 +440,8 @@ class ComposedModel(Wrapper):
                 for file in (ADAPTER_CONFIG, ADAPTER_WEIGHTS, BASE_RECORD):
                     if file != BASE_RECORD or (adapter.folder / file).is_file():
                         shutil.copy2(adapter.folder / file, target / file)
-            if path.exists():
-                retired = Path(tempfile.mkdtemp(prefix=f".{path.name}.old.", dir=path.parent))
-                os.replace(path, retired / path.name)
-                os.replace(staging, path)
-                shutil.rmtree(retired)
-            else:
-                os.replace(staging, path)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
         if hub is not None:
-            hub.upload(path)
+            hub.upload(Path(path))
 
     def _load_state(self, tensors: dict[str, torch.Tensor]) -> None:
         expected = self.composition_state()

@@ -35,6 +35,7 @@ from safetensors.torch import load_file
 from torch import nn
 
 from ..data.recorded_paths import recorded_path, resolve_recorded
+from ..files import write_atomic
 from ..models.checked_loading import listed_keys
 from ..models.checkpoint_files import (
     CheckpointFileError, check_safetensors_file, read_json_file, refuse_missing_safetensors,
@@ -205,7 +206,7 @@ def save_base_identity(folder: str | Path, model: nn.Module) -> None:
     if identity["base_model"] is not None:
         identity["base_model"] = recorded_path(identity["base_model"], folder)
     text = json.dumps(identity, indent=2, sort_keys=True)
-    (Path(folder) / BASE_RECORD).write_text(text + "\n", encoding="utf-8")
+    write_atomic(Path(folder) / BASE_RECORD, text + "\n")
 
 
 def describe_base(identity: dict) -> str:

@@ -33,7 +33,6 @@ from .render import (
     plot_losses,
     render_card,
     write_card,
-    write_text_atomic,
 )
 
 __all__ = [
@@ -41,5 +40,5 @@ __all__ = [
     "LOCAL_DATA", "LOSS_CURVE", "PRETRAINING_SECTIONS", "Curve", "RunRecord", "Section", "architecture_rows",
     "composition_sections", "describe_objective", "finetune_metadata", "hub_id", "library", "markdown_table",
     "model_card_data", "plot_loss_curve", "plot_losses", "pretraining_metadata", "render_card", "training_data",
-    "write_card", "write_text_atomic",
+    "write_card",
 ]  # fmt: skip

@@ -21,6 +21,7 @@ from huggingface_hub.errors import HFValidationError
 from huggingface_hub.utils import validate_repo_id
 
 from ..data.recorded_paths import MINILM_PACKAGE, resolve_recorded
+from ..files import write_atomic
 from ..recipe_config import CONFIG_FILE
 
 CARD = "README.md"
@@ -168,15 +169,6 @@ def render_card(record: RunRecord, sections: Sequence[Section], metadata: ModelC
     return "\n\n".join(parts) + "\n"
 
 
-def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
-    """Write `text` to `path` through a temporary file, so a reader never sees half a card."""
-    path = Path(path)
-    temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_text(text, encoding="utf-8")
-    os.replace(temporary, path)
-    return path
-
-
 def write_card(
     output_dir: str | os.PathLike,
     record: RunRecord,
@@ -190,7 +182,7 @@ def write_card(
     output_dir = Path(output_dir)
     if loss_curve:
         plot_loss_curve(record, output_dir / LOSS_CURVE)
-    return write_text_atomic(output_dir / CARD, render_card(record, sections, metadata))
+    return write_atomic(output_dir / CARD, render_card(record, sections, metadata))
 
 
 @dataclass(frozen=True)

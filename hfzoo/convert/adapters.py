@@ -36,6 +36,7 @@ from .. import models
 from ..adapters.task_adapter import (
     ADAPTER_CONFIG, ADAPTER_WEIGHTS, KEY_PREFIX, adapter_weights_file, check_adapter_fits, load_safetensors,
 )  # fmt: skip
+from ..files import check_output_folder, staged
 from ..integrations.transformers import model_from_config
 from ..models.checkpoint_files import read_json_file
 from .api import FAMILIES, TOKENIZER_FILES, native_family, zoo_source
@@ -43,6 +44,7 @@ from .family import Head, NativeFamily
 from .mapping import Rule, convert_state
 
 Tensor = torch.Tensor
+ADAPTER_TO_NATIVE, ADAPTER_FROM_NATIVE = "hfzoo convert adapter-to-native", "hfzoo convert adapter-from-native"
 # The head an adapter was trained with, from its PEFT task type: the suffix of the hfzoo class's name.
 TASK_HEADS = {
     "SEQ_CLS": "ForSequenceClassification", "TOKEN_CLS": "ForTokenClassification",
@@ -81,7 +83,10 @@ class Pairing:
 
 
 def adapter_to_native(
-    adapter_dir: str | os.PathLike, out_dir: str | os.PathLike, base: PreTrainedModel | str | os.PathLike
+    adapter_dir: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    base: PreTrainedModel | str | os.PathLike,
+    overwrite: bool = False,
 ) -> Path:
     """Map a PEFT adapter (LoRA or bottleneck) trained on an hfzoo model to the native model's module names, so that
     `PeftModel.from_pretrained(native_model, out_dir)` computes what the hfzoo model with the adapter computes.
@@ -90,17 +95,22 @@ def adapter_to_native(
     is the one the adapter's PEFT `task_type` trains (else `base`'s). An adapter that does not fit `base` by its keys
     and shapes (another depth or width) is refused before anything is written, and so is a module whose adapter has
     no exact native counterpart, naming it. `out_dir` gets `adapter_config.json`, `adapter_model.safetensors` and the
-    adapter folder's tokenizer files; returns it.
+    adapter folder's tokenizer files; returns it. A folder of other files is refused unless `overwrite` (only the
+    mapped adapter's files change there), and so are the adapter's and the base's folders and folders inside or
+    around them, all before anything is read.
     """
-    return _map_adapter(Path(adapter_dir), Path(out_dir), base, to_native=True)
+    return _map_adapter(Path(adapter_dir), Path(out_dir), base, True, overwrite)
 
 
 def adapter_from_native(
-    adapter_dir: str | os.PathLike, out_dir: str | os.PathLike, base: PreTrainedModel | str | os.PathLike
+    adapter_dir: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    base: PreTrainedModel | str | os.PathLike,
+    overwrite: bool = False,
 ) -> Path:
     """The reverse of `adapter_to_native`: a PEFT adapter trained on a native model (GPT-2, Llama, BERT, ...) mapped
     to the hfzoo model `from_native` makes of it, for `PeftModel.from_pretrained(zoo_model, out_dir)`."""
-    return _map_adapter(Path(adapter_dir), Path(out_dir), base, to_native=False)
+    return _map_adapter(Path(adapter_dir), Path(out_dir), base, False, overwrite)
 
 
 def pairing(base: PreTrainedModel | str | os.PathLike, task_type: str | None) -> Pairing:
@@ -147,7 +157,10 @@ def _task_head(family: NativeFamily, task_type: str | None) -> Head | None:
     return heads[0]
 
 
-def _map_adapter(adapter_dir: Path, out_dir: Path, base, to_native: bool) -> Path:
+def _map_adapter(adapter_dir: Path, out_dir: Path, base, to_native: bool, overwrite: bool) -> Path:
+    command = ADAPTER_TO_NATIVE if to_native else ADAPTER_FROM_NATIVE
+    base_folder = None if isinstance(base, PreTrainedModel) else base
+    check_output_folder(out_dir, command, overwrite=overwrite, inputs=[adapter_dir, base_folder])
     config = read_json_file(adapter_dir / ADAPTER_CONFIG)
     peft_type = config.get("peft_type")
     if peft_type not in METHOD_PARTS:
@@ -178,7 +191,7 @@ def _map_adapter(adapter_dir: Path, out_dir: Path, base, to_native: bool) -> Pat
     tensors.update(copies)
     new_config["modules_to_save"] = sorted({key.rpartition(".")[0] for key in copies}) or None
     new_config["base_model_name_or_path"] = _target_base_path(base, to_native)
-    _write(adapter_dir, out_dir, new_config, tensors)
+    _write(adapter_dir, out_dir, new_config, tensors, command)
     return out_dir
 
 
@@ -343,11 +356,12 @@ def _bottleneck_to_other_side(factors: dict, pair: Pairing, to_native: bool) -> 
     return tensors, sorted({key.split(".bottleneck_")[0] for key in tensors})
 
 
-def _write(adapter_dir: Path, out_dir: Path, config: dict, tensors: dict[str, Tensor]) -> None:
-    out_dir.mkdir(parents=True, exist_ok=True)
+def _write(adapter_dir: Path, out_dir: Path, config: dict, tensors: dict[str, Tensor], command: str) -> None:
+    """The mapped adapter and the adapter folder's tokenizer files, published as the output of `command`."""
     weights = {KEY_PREFIX + key: tensor.clone() for key, tensor in tensors.items()}  # one file entry each: no sharing
-    save_file(weights, out_dir / ADAPTER_WEIGHTS, metadata={"format": "pt"})
-    (out_dir / ADAPTER_CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    for name in TOKENIZER_FILES:
-        if (adapter_dir / name).is_file():
-            shutil.copy2(adapter_dir / name, out_dir / name)
+    with staged(out_dir, command) as staging:
+        save_file(weights, staging / ADAPTER_WEIGHTS, metadata={"format": "pt"})
+        (staging / ADAPTER_CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        for name in TOKENIZER_FILES:
+            if (adapter_dir / name).is_file():
+                shutil.copy2(adapter_dir / name, staging / name)

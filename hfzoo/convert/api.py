@@ -5,13 +5,13 @@ classes; and the save that makes a converted folder load with the plain Auto cla
 import copy
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 import transformers
 from transformers import AutoConfig, PreTrainedConfig, PreTrainedModel
 
 from .. import models
+from ..files import check_output_folder, staged
 from ..integrations.transformers import model_from_config
 from ..models.checked_loading import load_checked
 from ..models.checkpoint_files import check_checkpoint_folder
@@ -46,6 +46,8 @@ TRAINING_FIELDS = {
 }
 # Fields taken from the native config even when a preset is given: they describe the native tokenizer.
 TOKEN_FIELDS = {"pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"}
+# The commands whose outputs these are (an output folder records it: a later run of the same command may replace it).
+FROM_NATIVE, TO_NATIVE = "hfzoo convert from-native", "hfzoo convert to-native"
 TOKENIZER_FILES = (
     "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "vocab.txt",
     "vocab.json", "merges.txt", "spiece.model", "sentencepiece.bpe.model", "tokenizer.model", "chat_template.jinja",
@@ -88,7 +90,10 @@ def from_native(
 
 
 def to_native(
-    model_or_path: PreTrainedModel | str | os.PathLike, out_dir: str | os.PathLike, native_type: str | None = None
+    model_or_path: PreTrainedModel | str | os.PathLike,
+    out_dir: str | os.PathLike,
+    native_type: str | None = None,
+    overwrite: bool = False,
 ) -> PreTrainedModel:
     """Save an hfzoo model as the native transformers class that computes the same thing, and return that model.
 
@@ -97,8 +102,11 @@ def to_native(
     encoder-decoder: relative bias -> T5, learned -> BART) unless `native_type` names one (a key of `FAMILIES`). A component the native class cannot
     express is refused, naming the switch. `out_dir` loads with the plain Auto classes (no remote code) and gets
     the tokenizer files of the folder the model came from (`model_or_path`, or the native folder a `from_native` model
-    was imported from, else the model's `name_or_path`) when it has them.
+    was imported from, else the model's `name_or_path`) when it has them. `out_dir` is written as `save_converted`
+    says; a folder of other files is refused unless `overwrite`, checked before anything is loaded.
     """
+    source = model_or_path if isinstance(model_or_path, (str, os.PathLike)) else None
+    check_output_folder(out_dir, TO_NATIVE, overwrite=overwrite, inputs=[source])
     given = isinstance(model_or_path, PreTrainedModel)
     config = model_or_path.config if given else AutoConfig.from_pretrained(model_or_path)
     family, native_config = export_target(config, native_type)  # a refusal comes before any weight is read
@@ -110,8 +118,7 @@ def to_native(
     rules = family.rules(head, zoo.config, native_config)
     tensors = convert_state(zoo.state_dict(), rules, to_zoo=False, source_name=type(zoo).__name__)
     load_converted(native, tensors, head.native_class)
-    source = model_or_path if isinstance(model_or_path, (str, os.PathLike)) else zoo_source(zoo)
-    save_converted(native, out_dir, source)
+    save_converted(native, out_dir, source or zoo_source(zoo), TO_NATIVE, overwrite)
     return native.eval()
 
 
@@ -263,21 +270,20 @@ def _check_folder(source: str | os.PathLike) -> None:
         check_checkpoint_folder(source)
 
 
-def save_converted(model: PreTrainedModel, out_dir: str | os.PathLike, tokenizer_folder: str | os.PathLike | None) -> None:
-    """`model.save_pretrained(out_dir)` plus the tokenizer files of `tokenizer_folder`, written atomically: into a
-    folder beside `out_dir` that then replaces it, so an interrupted conversion leaves no half-written model."""
-    out_dir = Path(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
-    try:
+def save_converted(
+    model: PreTrainedModel,
+    out_dir: str | os.PathLike,
+    tokenizer_folder: str | os.PathLike | None,
+    command: str = FROM_NATIVE,
+    overwrite: bool = False,
+) -> None:
+    """`model.save_pretrained(out_dir)` plus the tokenizer files of `tokenizer_folder`, as the output of `command`
+    (`hfzoo.files.publish_output`): an interrupted conversion leaves no half-written file, and only the files of
+    this conversion (and of an earlier one of `command` there) change. A folder of other files is refused unless
+    `overwrite`; so are `tokenizer_folder` itself and a folder inside it or holding it."""
+    check_output_folder(out_dir, command, overwrite=overwrite, inputs=[tokenizer_folder])
+    with staged(out_dir, command) as staging:
         model.save_pretrained(staging)
         for name in TOKENIZER_FILES if tokenizer_folder else ():
             if (Path(tokenizer_folder) / name).is_file():
                 shutil.copy2(Path(tokenizer_folder) / name, staging / name)
-        retired = out_dir.with_name(f".{out_dir.name}.replaced-{os.getpid()}")
-        if out_dir.exists():
-            os.replace(out_dir, retired)
-        os.replace(staging, out_dir)
-        shutil.rmtree(retired, ignore_errors=True)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)

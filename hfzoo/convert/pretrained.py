@@ -6,7 +6,6 @@ without the Hub. The zip is extracted once into hfzoo's cache.
 """
 
 import importlib.util
-import os
 import shutil
 import tempfile
 import zipfile
@@ -15,6 +14,7 @@ from pathlib import Path
 
 from ..data.default_corpus import cache_dir
 from ..data.recorded_paths import MINILM_FOLDER, MINILM_PACKAGE
+from ..files import STAGING_PREFIX, publish_folder
 
 MINILM_MODULE = "all_minilm_l6_v2"
 
@@ -37,13 +37,14 @@ def minilm_model_path() -> Path:
     if (folder / "model.safetensors").is_file():
         return folder
     folder.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    # A staging folder of this process's own: two processes may extract at once.
+    staging = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}-{folder.name}.", dir=folder.parent))
     try:
         with zipfile.ZipFile(archive) as bundle:
             bundle.extractall(staging)
         try:
-            os.replace(staging, folder)
-        except OSError:  # another process extracted it first
+            publish_folder(staging, folder)
+        except OSError:  # another process published it between the check and the rename
             if not (folder / "model.safetensors").is_file():
                 raise
     finally:

@@ -21,7 +21,6 @@ import logging
 import os
 import sys
 import sysconfig
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -30,6 +29,8 @@ import datasets
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+
+from ..files import atomic_path
 
 logger = logging.getLogger(__name__)
 
@@ -160,18 +161,6 @@ def cache_path(root: str | os.PathLike | None = None) -> Path:
     return cache_dir() / f"stdlib-docstrings-py{version}-{digest.hexdigest()[:16]}.parquet"
 
 
-def _write_atomically(table: pa.Table, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    os.close(fd)
-    try:
-        pq.write_table(table, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
 def _corpus_table(use_cache: bool) -> pa.Table:
     path = cache_path()
     if use_cache and path.exists():
@@ -185,7 +174,8 @@ def _corpus_table(use_cache: bool) -> pa.Table:
     )
     if use_cache:
         try:
-            _write_atomically(table, path)
+            with atomic_path(path) as temporary:
+                pq.write_table(table, temporary)
         except OSError as error:  # a read-only home must not stop training
             logger.warning("could not cache the default corpus at %s: %s", path, error)
     return table

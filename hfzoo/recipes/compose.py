@@ -20,7 +20,8 @@ parameter and every validation prediction.
 
 With `--save_every N` it checkpoints and `--resume` continues a killed run exactly (the baseline and the composition
 each in their own folder); `--save_best true` keeps the best evaluation's composition in `best/composition/`;
-`--do_train false --composition <folder>` only evaluates a saved composition on `--model`.
+`--do_train false --composition <folder>` only evaluates a saved composition on `--model`, into `<output_dir>/eval/`.
+A new run into a folder that holds files (a finished run) is refused unless `--overwrite_output_dir true`.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from ..training.task_runs import (
     load_model,
     log_trainable,
     prepare_run,
+    run_output,
     run_summary,
     train_and_evaluate,
     write_results,
@@ -162,7 +164,8 @@ def compose_adapters(config: ComposeConfig) -> Path:
     # One for both runs (ending it ends the process group). A seedable sampler reshuffles each epoch from (seed,
     # epoch), so a resumed run sees the same order.
     accelerator = config.accelerator(seedable_data=True)
-    if not config.do_train:
+    config = run_output(config, "compose", accelerator, [Path(config.output_dir) / BASELINE_DIR])
+    if not config.do_train:  # into output_dir/eval/
         evaluate_composition(config, accelerator)
         accelerator.end_training()
         return Path(config.output_dir)

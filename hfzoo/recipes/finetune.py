@@ -13,7 +13,9 @@ for the model's family and how outputs become predictions and metrics. It runs a
 
 With `--save_every N` it checkpoints (model, optimizer, schedule, RNG states, data position) and `--resume` continues
 a killed run to the weights an uninterrupted one has, bit for bit; `--save_best true` keeps the best evaluation's
-model in `best/`; `--do_train false` only evaluates a fine-tuned model (`--model`, or `--adapter` on its base).
+model in `best/`; `--do_train false` only evaluates a fine-tuned model (`--model`, or `--adapter` on its base), into
+`<output_dir>/eval/`, so the record of the run it evaluates is never touched. A new run into a folder that holds
+files (a finished run) is refused unless `--overwrite_output_dir true`.
 ULMFiT's options (`--discriminative_lr_decay 2.6 --lr_schedule slanted_triangular --gradual_unfreezing true`) work
 on any model, hfzoo's or transformers', fully fine-tuned or with an adapter (`hfzoo.training.ulmfit`). The original
 Transformer's training, from a preset with a tokenizer trained on the task (`--model transformer-small --from_scratch
@@ -50,6 +52,7 @@ from ..training.task_runs import (
     evaluate_only,
     log_trainable,
     prepare_run,
+    run_output,
     run_summary,
     train_and_evaluate,
     write_results,
@@ -91,10 +94,12 @@ def parse_args(argv: Sequence[str] | None = None) -> FinetuneConfig:
 
 
 def finetune(config: FinetuneConfig) -> Path:
-    """Fine-tune `config.model` on `config.task`; returns the output folder (metrics, predictions, model, card)."""
-    output_dir = Path(config.output_dir)
+    """Fine-tune `config.model` on `config.task`; returns the output folder (metrics, predictions, model, card;
+    evaluation only: metrics and predictions in `output_dir/eval/`)."""
     # A seedable sampler reshuffles each epoch from (seed, epoch), so a resumed run sees the same order.
     accelerator = config.accelerator(seedable_data=True)
+    config = run_output(config, "finetune", accelerator)  # evaluation only: into output_dir/eval/
+    output_dir = Path(config.output_dir)
 
     # --- Examples, tokenizer and model with the task's head (hfzoo.training.task_runs.prepare_run).
     task, train_examples, eval_examples, model, missing = prepare_run(config, accelerator, config.from_scratch, config)

@@ -33,6 +33,7 @@ from transformers import AutoTokenizer, PreTrainedTokenizerBase
 from ..cards import PRETRAINING_SECTIONS, RunRecord, describe_objective, pretraining_metadata, write_card
 from ..data.corpus import load_corpus
 from ..data.tokenizer_training import KINDS, train_tokenizer_on_corpus
+from ..files import check_output_folder, write_atomic
 from ..presets import FAMILY_CONFIGS, list_presets, preset_config, preset_family
 from ..recipe_config import CONFIG_FILE, key, parse_config
 from ..training.checkpointing import (
@@ -43,6 +44,7 @@ from ..training.checkpointing import (
     exit_on_checkpoint_error,
     load_checkpoint,
     save_checkpoint,
+    stopped_before_training,
 )
 from ..training.evaluation import EvalShard, evaluate, parameter_checksum
 from ..training.logging import RunLogger, read_log, start_recipe
@@ -208,6 +210,11 @@ def pretrain(config: PretrainConfig) -> Path:
     accelerator = config.accelerator(seedable_data=True)
     if config.save_every < config.max_steps or resume_from is not None:
         check_checkpointable(accelerator)
+    # A new run writes into a new or empty folder (or one where a run stopped before training); a finished run's is
+    # refused unless overwrite_output_dir.
+    reusable = resume_from is not None or stopped_before_training(output_dir)
+    check_output_folder(output_dir, "pretrain", overwrite=config.overwrite_output_dir, reusable=reusable)
+    accelerator.wait_for_everyone()  # no process writes before every one has looked
     set_seed(config.seed)  # same initial weights on every process
 
     # --- Corpus: `train` and `validation` splits of raw text; read before anything is written, so a missing or
@@ -220,7 +227,7 @@ def pretrain(config: PretrainConfig) -> Path:
     eval_texts = _first(corpus["validation"], config.max_eval_samples)
     if accelerator.is_main_process:
         output_dir.mkdir(parents=True, exist_ok=True)
-        (output_dir / CONFIG_FILE).write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
+        write_atomic(output_dir / CONFIG_FILE, yaml.safe_dump(config.to_dict(), sort_keys=False))
 
     # --- Tokenizer, then the corpus as examples of at most block_size tokens: packed into fixed-length blocks, or
     # (next-sentence prediction) pairs of consecutive segments of each document.

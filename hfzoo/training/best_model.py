@@ -17,7 +17,8 @@ from typing import Any
 
 from accelerate import Accelerator
 
-from .checkpointing import RESUMABLE_KEYS, publish_folder, restore_retired
+from ..files import publish_folder, staging_folder
+from .checkpointing import RESUMABLE_KEYS
 
 logger = logging.getLogger(__name__)
 
@@ -52,8 +53,8 @@ def ranking_metric(task_name: str, configured: str | None) -> str:
 class BestModel:
     """The best evaluation so far (step and score of `metric`) and the model saved then, in `output_dir/best`.
 
-    `save(folder)` writes the model into `folder` (on every process, as the recipes' savers do); the folder then
-    replaces `best/` in one rename. Ties keep the earlier step. Its `state_dict` is JSON, for checkpoints.
+    `save(folder)` writes the model into `folder` (on every process, as the recipes' savers do), which is then
+    published as `best/` (`save_published`). Ties keep the earlier step. Its `state_dict` is JSON, for checkpoints.
     """
 
     def __init__(
@@ -64,8 +65,6 @@ class BestModel:
         self.save, self.accelerator = save, accelerator
         self.step: int | None = None
         self.score: float | None = None
-        if accelerator.is_main_process:
-            restore_retired(self.folder)  # a replacement interrupted between its two renames
 
     def better(self, score: float) -> bool:
         if self.score is None:
@@ -81,14 +80,7 @@ class BestModel:
         if not self.better(metrics[self.metric]):
             return False
         self.step, self.score = step, metrics[self.metric]
-        staging = self.folder.with_name(".tmp-" + self.folder.name)
-        if self.accelerator.is_main_process and staging.exists():
-            shutil.rmtree(staging)  # left by a crash
-        self.accelerator.wait_for_everyone()
-        self.save(staging)
-        if self.accelerator.is_main_process:
-            publish_folder(staging, self.folder)
-        self.accelerator.wait_for_everyone()
+        save_published(self.accelerator, self.save, self.folder)
         logger.info("best %s so far: %.4f at step %d, saved to %s", self.metric, self.score, step, self.folder)
         return True
 
@@ -102,3 +94,16 @@ class BestModel:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.step, self.score = state["step"], state["score"]
+
+
+def save_published(accelerator: Accelerator, save: Callable[[Path], None], final: Path) -> None:
+    """`save(folder)` on every process into a staging folder, then published as `final` by the main process
+    (`hfzoo.files.publish_folder`): each saved file appears whole, the other files in `final` stay."""
+    staging = staging_folder(final)
+    if accelerator.is_main_process and staging.exists():
+        shutil.rmtree(staging)  # left by a crash
+    accelerator.wait_for_everyone()
+    save(staging)
+    if accelerator.is_main_process:
+        publish_folder(staging, final)
+    accelerator.wait_for_everyone()

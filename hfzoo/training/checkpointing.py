@@ -12,10 +12,11 @@ Verified: `manifest.json`, written last, lists every file with its size and SHA-
 them all and refuses, naming the file, when one is missing, truncated or altered (a missing RNG file
 would otherwise resume silently inexact).
 
-Atomic: a checkpoint is written into `checkpoints/.tmp-step-N` and published with one `os.replace` to
-`checkpoints/step-N`. A crash at any moment (even SIGKILL mid-write) leaves either a complete checkpoint
-or a `.tmp-*` folder, which `latest_checkpoint` never returns and the next save removes. A step saved
-again is first moved aside to a `.tmp-*` name, so no half-deleted `step-N` is ever visible.
+Atomic: a checkpoint is written into `checkpoints/.tmp-step-N`, flushed to disk and published with one rename to
+`checkpoints/step-N` (`hfzoo.files.publish_folder`). A crash at any moment (even SIGKILL mid-write) leaves either
+a complete checkpoint or a `.tmp-*` folder, which `latest_checkpoint` never returns and the next save removes. A
+step saved again (resuming from an older checkpoint) loses its manifest first and gets it back last, so a crash
+in between leaves a checkpoint that resuming refuses by name, never a mix taken for whole.
 
 Exact: besides the tensors, a resumed run needs where it was in the data (`Progress`: the epoch and the
 micro-batches of it already consumed, to skip them) and each process's collator generator (masking and
@@ -46,7 +47,10 @@ from accelerate.utils import DistributedType
 from safetensors import SafetensorError
 from safetensors.torch import load_file, load_model, save_file, save_model
 
+from ..convert.api import TOKENIZER_FILES
+from ..files import holds_other_files, publish_folder, write_atomic
 from ..integrations.accelerate import checkpointed_objects, prepared_models, prepared_optimizers
+from ..recipe_config import CONFIG_FILE
 from ..refusals import refusing
 
 logger = logging.getLogger(__name__)
@@ -95,16 +99,6 @@ def list_checkpoints(output_dir: str | os.PathLike) -> list[Path]:
 def latest_checkpoint(output_dir: str | os.PathLike) -> Path | None:
     checkpoints = list_checkpoints(output_dir)
     return checkpoints[-1] if checkpoints else None
-
-
-def _fsync_tree(path: Path) -> None:
-    """Flush the files and the folder to disk, so the rename never publishes data still in flight."""
-    for item in [*path.rglob("*"), path]:
-        fd = os.open(item, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
 
 def _sha256(path: Path) -> str:
@@ -253,40 +247,11 @@ def save_checkpoint(
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         _write_manifest(partial, accelerator.num_processes)
-        publish_folder(partial, final)
+        publish_folder(partial, final, marker=MANIFEST_FILE)
         for old in [*final.parent.glob(_PARTIAL_PREFIX + "*"), *list_checkpoints(output_dir)[:-keep]]:
             shutil.rmtree(old)
     accelerator.wait_for_everyone()
     return final
-
-
-def _retired(final: Path) -> Path:
-    return final.with_name(_PARTIAL_PREFIX + "old-" + final.name)
-
-
-def publish_folder(partial: Path, final: Path) -> None:
-    """Make the complete folder `partial` visible as `final` with one rename, after flushing it to disk.
-
-    An existing `final` (the same step saved by an earlier run, the previous best model) is first moved aside to a
-    `.tmp-old-*` name, never deleted in place, so no half-deleted `final` is ever visible; a crash between the two
-    renames leaves it there for `restore_retired`.
-    """
-    _fsync_tree(partial)
-    retired = _retired(final)
-    if final.exists():
-        if retired.exists():
-            shutil.rmtree(retired)
-        os.replace(final, retired)
-    os.replace(partial, final)
-    _fsync_tree(final.parent)
-    if retired.exists():
-        shutil.rmtree(retired)
-
-
-def restore_retired(final: Path) -> None:
-    """Undo a `publish_folder` that crashed between its two renames: bring the moved-aside `final` back."""
-    if not final.exists() and _retired(final).is_dir():
-        os.replace(_retired(final), final)
 
 
 def _indexed(name: str, index: int) -> str:
@@ -303,9 +268,7 @@ def _write_manifest(folder: Path, num_processes: int) -> None:
         for path in sorted(folder.rglob("*"))
         if path.is_file()
     }
-    temporary = folder / (MANIFEST_FILE + ".partial")
-    temporary.write_text(json.dumps({"num_processes": num_processes, "files": files}, indent=1))
-    os.replace(temporary, folder / MANIFEST_FILE)
+    write_atomic(folder / MANIFEST_FILE, json.dumps({"num_processes": num_processes, "files": files}, indent=1))
 
 
 def verify_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
@@ -377,7 +340,7 @@ def load_checkpoint(
 # Keys a resumed run may change without changing what it computes up to its checkpoint's step.
 RESUMABLE_KEYS = frozenset(
     {"max_steps", "num_epochs", "log_every", "eval_every", "eval_batches", "save_every", "keep_checkpoints",
-     "tensorboard", "output_dir", "resume", "compile"}
+     "tensorboard", "output_dir", "resume", "compile", "overwrite_output_dir"}
 )  # fmt: skip
 
 
@@ -417,6 +380,14 @@ def exit_on_checkpoint_error(command: str) -> AbstractContextManager[None]:
     """A recipe's `main`: a checkpoint that cannot resume the run (a file missing or altered, a changed config)
     ends it with one line saying what is wrong, prefixed by `command`, not a traceback (`hfzoo.refusals`)."""
     return refusing(command, CheckpointError)
+
+
+def stopped_before_training(output_dir: str | os.PathLike) -> bool:
+    """Whether `output_dir` holds only what a run writes before its first step (its resolved config, the tokenizer
+    it trained): a run stopped by an error in its setup, which a new run may replace without overwrite_output_dir."""
+    output_dir = Path(output_dir)
+    setup = {CONFIG_FILE, *TOKENIZER_FILES}
+    return holds_other_files(output_dir) and {entry.name for entry in output_dir.iterdir()} <= setup
 
 
 def checkpoint_to_resume(output_dir: str | os.PathLike, resume: bool | str) -> Path | None:

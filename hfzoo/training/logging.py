@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 
 from tqdm.auto import tqdm
 
+from ..files import write_atomic
 from ..recipe_config import parse_config
 from ..refusals import refusing, take_debug_switch
 
@@ -53,9 +54,7 @@ def _truncate_after(path: Path, step: int) -> None:
             continue
         if record.get("step", 0) <= step and record.get("event") != "end":
             kept.append(line + "\n")
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text("".join(kept), encoding="utf-8")
-    os.replace(tmp, path)
+    write_atomic(path, "".join(kept))
 
 
 def _tensorboard_writer(log_dir: Path, purge_step: int | None):
@@ -93,7 +92,7 @@ class RunLogger:
         if start_step and self.path.exists():
             _truncate_after(self.path, start_step)
         elif not start_step:
-            self.path.write_text("", encoding="utf-8")
+            write_atomic(self.path, "")
         if tensorboard:
             self.tensorboard = _tensorboard_writer(
                 Path(output_dir) / "tensorboard", start_step + 1 if start_step else None

@@ -32,6 +32,8 @@ class RunOptions:
     log_every: int = key(10, "optimizer steps between log records", minimum=1)
     seed: int = key(42, "seed of every random draw: initialisation, data order, dropout, masking")
     compile: bool = key(False, "torch.compile the model in place (same checkpoint keys); the first steps compile")
+    overwrite_output_dir: bool = key(False, "write a new run into an output_dir that holds files (a finished run's: "
+                                     "same names are replaced, others kept); without it such a folder is refused")
 
     def to_dict(self) -> dict[str, Any]:
         """Every key of the run's config (all its parts), as saved in its output folder and its log."""

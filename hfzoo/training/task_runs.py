@@ -4,6 +4,7 @@ have, preparing examples, tokenizer and model, the training run with its evaluat
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -11,7 +12,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import yaml
@@ -29,6 +30,7 @@ from ..convert import import_checkpoint, installed_model_path
 from ..data.corpus import missing_local_path
 from ..data.recorded_paths import recorded_path
 from ..data.tokenizer_training import train_tokenizer
+from ..files import check_output_folder, write_atomic
 from ..integrations.accelerate import forget_checkpointed_objects
 from ..integrations.transformers import auto_class_has
 from ..models.checked_loading import load_checked
@@ -36,8 +38,11 @@ from ..models.checkpoint_files import check_checkpoint_folder
 from ..presets import list_presets, preset_config
 from ..recipe_config import CONFIG_FILE
 from ..tasks import TASK_CLASSES, Task, TaskOptions, load_examples, model_family
-from .best_model import BestModel, ranking_metric, resumable_keys
-from .checkpointing import Progress, check_resumed_config, checkpoint_to_resume, resume_state, save_checkpoint
+from .best_model import BestModel, ranking_metric, resumable_keys, save_published
+from .checkpointing import (
+    Progress, check_resumed_config, checkpoint_to_resume, latest_checkpoint, resume_state, save_checkpoint,
+    stopped_before_training,
+)  # fmt: skip
 from .evaluation import predict_all, task_loss
 from .logging import RunLogger, read_log
 from .loop import (
@@ -50,9 +55,11 @@ from .run_inputs import check_resumed_inputs, run_inputs, tokenizer_file_names
 from .ulmfit import GradualUnfreezing, discriminative_learning_rates, layer_groups
 
 logger = logging.getLogger(__name__)
+Options = TypeVar("Options", bound="TaskRunOptions")
 
 METRICS_FILE = "metrics.json"
 PREDICTIONS_FILE = "predictions.jsonl"
+EVAL_DIR = "eval"  # where an evaluation-only run writes, inside its output_dir
 
 
 @dataclass
@@ -77,6 +84,30 @@ class TaskRunOptions(RunOptions, TaskTrainingOptions, TaskSavingOptions, TaskOpt
                 "config key 'do_train' is false: an evaluation-only run has nothing to checkpoint, resume or keep the "
                 "best of; drop resume, save_every and save_best."
             )
+
+
+def run_output(config: Options, command: str, accelerator: Accelerator, resumable: Sequence[Path] = ()) -> Options:
+    """The config a run writes with, once its output folder is checked (on every process, before any writes).
+
+    A training run writes into `output_dir` when it is new or empty, or holds checkpoints (`--resume` continues
+    them; without it the run is refused, by `checkpoint_to_resume`); so may a run whose `resumable` folders hold
+    them (compose's baseline), and one where a run stopped before training (`stopped_before_training`). A folder
+    holding anything else (a finished run) is refused, naming it, unless `overwrite_output_dir`. An evaluation-only run writes into `output_dir/eval/` instead (returned as the
+    config's `output_dir`), beside the record of the run it evaluates, never over it; an earlier evaluation there is
+    replaced."""
+    output_dir = Path(config.output_dir)
+    if config.do_train:
+        resuming = any(latest_checkpoint(folder) is not None for folder in (output_dir, *resumable))
+        reusable = resuming or stopped_before_training(output_dir)
+        check_output_folder(output_dir, command, overwrite=config.overwrite_output_dir, reusable=reusable)
+    else:
+        output_dir = output_dir / EVAL_DIR
+        earlier = (output_dir / CONFIG_FILE).is_file() and yaml.safe_load((output_dir / CONFIG_FILE).read_text())
+        check_output_folder(output_dir, command, overwrite=config.overwrite_output_dir,
+                            reusable=isinstance(earlier, dict) and earlier.get("do_train") is False)  # fmt: skip
+        config = dataclasses.replace(config, output_dir=str(output_dir))
+    accelerator.wait_for_everyone()  # no process writes before every one has looked
+    return config
 
 
 def load_tokenizer(config: TaskOptions) -> PreTrainedTokenizerBase:
@@ -217,7 +248,7 @@ def prepare_run(
     set_seed(config.seed)  # the new head's initialisation: the same on every process
     if accelerator.is_main_process:
         Path(config.output_dir).mkdir(parents=True, exist_ok=True)
-        (Path(config.output_dir) / CONFIG_FILE).write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
+        write_atomic(Path(config.output_dir) / CONFIG_FILE, yaml.safe_dump(config.to_dict(), sort_keys=False))
     vocab_size = None
     if tokenizing is not None and tokenizing.train_tokenizer:
         tokenizer = train_task_tokenizer(config, task, train_examples, tokenizing.tokenizer_kind,
@@ -405,7 +436,7 @@ def train_and_evaluate(
             accelerator, output_dir, progress, None, config.keep_checkpoints, config.to_dict(), inputs
         ),
         after_optimizer_step=after_step,
-        on_trained=lambda: save_trained(model, output_dir),
+        on_trained=lambda: save_published(accelerator, lambda folder: save_trained(model, folder), output_dir),
         loss_function=smoothed_loss_function(task, accelerator, config.label_smoothing),
     )  # fmt: skip
     best_record = None if best is None else best.record()
@@ -485,9 +516,8 @@ def write_results(
     (`card_sections` rendered from the config, the run's log and `summary`) into `output_dir`. No card for an
     evaluation-only run (`card_sections` None): the folder holds no model for a card to describe."""
     tokenizer.save_pretrained(output_dir)
-    (output_dir / METRICS_FILE).write_text(json.dumps(summary, indent=2) + "\n")
-    with (output_dir / PREDICTIONS_FILE).open("w", encoding="utf-8") as f:
-        f.writelines(json.dumps(record, ensure_ascii=False) + "\n" for record in predictions)
+    write_atomic(output_dir / METRICS_FILE, json.dumps(summary, indent=2) + "\n")
+    write_atomic(output_dir / PREDICTIONS_FILE, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in predictions))
     if card_sections is None:
         return
     record = RunRecord(output_dir.name, config.to_dict(), read_log(output_dir), summary)
