@@ -86,6 +86,17 @@ def staging_folder(final: str | os.PathLike) -> Path:
     return final / STAGING_PREFIX if final.is_dir() else final.with_name(f"{STAGING_PREFIX}-{final.name}")
 
 
+def published_folder(folder: str | os.PathLike) -> Path:
+    """The folder that `folder` will be published as, when it is a staging folder (`staging_folder`,
+    `sibling_staging_folder`), else `folder`: what a file written into it must take its relative paths from."""
+    folder = Path(os.path.abspath(folder))
+    if folder.name == STAGING_PREFIX:
+        return folder.parent
+    if folder.name.startswith(STAGING_PREFIX + "-"):
+        return folder.with_name(folder.name.removeprefix(STAGING_PREFIX + "-"))
+    return folder
+
+
 @contextmanager
 def staged(final: str | os.PathLike, command: str | None = None, marker: str | None = None,
            previous: Iterable[str] = ()) -> Iterator[Path]:  # fmt: skip
@@ -158,6 +169,41 @@ def publish_folder(
         if folder.exists():
             _fsync(folder)
     shutil.rmtree(staging)
+
+
+def _retired(final: Path) -> Path:
+    return final.with_name(f"{STAGING_PREFIX}-old-{final.name}")
+
+
+def replace_folder(staging: str | os.PathLike, final: str | os.PathLike) -> None:
+    """Publish the complete folder `staging` as `final`, a folder only hfzoo writes (a checkpoint, the best model):
+    swapped whole, never changed in place, so `final` is at every moment the complete old folder or the complete new
+    one. An existing `final` is first moved aside, never deleted in place; a crash between the two renames leaves it
+    there for `restore_replaced`. `staging` must be a sibling of `final` (`sibling_staging_folder`)."""
+    staging, final = Path(os.path.abspath(staging)), Path(os.path.abspath(final))
+    fsync_tree(staging)
+    retired = _retired(final)
+    if final.exists():
+        if retired.exists():
+            shutil.rmtree(retired)
+        os.replace(final, retired)
+    os.replace(staging, final)
+    _fsync(final.parent)
+    if retired.exists():
+        shutil.rmtree(retired)
+
+
+def restore_replaced(final: str | os.PathLike) -> None:
+    """Undo a `replace_folder` that crashed between its two renames: bring the moved-aside `final` back."""
+    final = Path(os.path.abspath(final))
+    if not final.exists() and _retired(final).is_dir():
+        os.replace(_retired(final), final)
+
+
+def sibling_staging_folder(final: str | os.PathLike) -> Path:
+    """Where `replace_folder` builds `final`: beside it (a fixed name, so every process of a run finds the same)."""
+    final = Path(os.path.abspath(final))
+    return final.with_name(f"{STAGING_PREFIX}-{final.name}")
 
 
 # ----------------------------------------------------------------------------------------------- output folders

@@ -19,6 +19,7 @@ from peft import LoraConfig, get_peft_model
 from test_convert import native_model
 
 from hfzoo.cli import main as cli
+from hfzoo.refusals import Refusal
 from hfzoo.convert import adapter_to_native, from_native, to_native
 from hfzoo.files import atomic_path, publish_folder, write_atomic
 
@@ -55,7 +56,7 @@ def test_a_folder_of_other_files_is_refused_and_overwrite_keeps_them(native_fold
     (out / "data").mkdir()
     (out / "data" / "train.csv").write_bytes(b"text,label\nhi,1\n")
     before = snapshot(out)
-    with pytest.raises(FileExistsError, match=rf"{out} is not empty.*--overwrite_output_dir"):
+    with pytest.raises(Refusal, match=rf"{out} is not empty.*--overwrite_output_dir"):
         cli(["convert", "from-native", str(native_folder), str(out)])
     assert snapshot(out) == before
     cli(["convert", "from-native", str(native_folder), str(out), "--overwrite_output_dir"])
@@ -73,7 +74,7 @@ def test_converting_again_into_its_own_output_replaces_only_its_files(native_fol
     assert (tmp_path / "back" / "notes.txt").read_bytes() == NOTES
     assert transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "back").config.model_type == "gpt2"
     # an earlier output of another command is not this command's: refused
-    with pytest.raises(FileExistsError, match="is not empty"):
+    with pytest.raises(Refusal, match="is not empty"):
         cli(["convert", "from-native", str(native_folder), str(tmp_path / "back")])
 
 
@@ -83,7 +84,7 @@ def test_converting_a_folder_into_itself_or_inside_it_is_refused(direction, nati
     (source / "log.jsonl").write_bytes(b'{"event": "start"}\n')
     before = snapshot(source)
     for out in (source, source / "native", source.parent):
-        with pytest.raises(ValueError, match=rf"{source}.*{out}|{out}.*{source}"):
+        with pytest.raises(Refusal, match=rf"{source}.*{out}|{out}.*{source}"):
             cli(["convert", direction, str(source), str(out), "--overwrite_output_dir"])
     assert snapshot(source) == before and not (source / "native").exists()
 
@@ -93,7 +94,7 @@ def test_converting_into_the_current_directory_deletes_nothing(native_folder, tm
     work.mkdir()
     (work / "notes.txt").write_bytes(NOTES)
     monkeypatch.chdir(work)
-    with pytest.raises(FileExistsError, match="is not empty"):
+    with pytest.raises(Refusal, match="is not empty"):
         cli(["convert", "from-native", str(native_folder), "."])
     cli(["convert", "from-native", str(native_folder), ".", "--overwrite_output_dir"])
     assert (work / "notes.txt").read_bytes() == NOTES and (work / "model.safetensors").is_file()
@@ -111,7 +112,7 @@ def adapter_folder(native_folder, tmp_path) -> Path:
 
 def test_an_adapter_mapped_onto_itself_is_refused_before_anything_is_written(adapter_folder, native_folder):
     before = snapshot(adapter_folder)
-    with pytest.raises(ValueError, match="same folder"):
+    with pytest.raises(Refusal, match="same folder"):
         cli(["convert", "adapter-to-native", str(adapter_folder), str(adapter_folder), "--base", str(native_folder)])
     with pytest.raises(ValueError, match="same folder"):
         adapter_to_native(adapter_folder, adapter_folder, native_folder, overwrite=True)
@@ -122,7 +123,7 @@ def test_an_adapter_into_a_folder_of_other_files_keeps_them(adapter_folder, nati
     out = tmp_path / "mapped"
     out.mkdir()
     (out / "notes.txt").write_bytes(NOTES)
-    with pytest.raises(FileExistsError, match=rf"{out} is not empty"):
+    with pytest.raises(Refusal, match=rf"{out} is not empty"):
         cli(["convert", "adapter-to-native", str(adapter_folder), str(out), "--base", str(native_folder)])
     assert snapshot(out) == {"notes.txt": NOTES}
     cli(["convert", "adapter-to-native", str(adapter_folder), str(out), "--base", str(native_folder),

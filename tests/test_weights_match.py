@@ -22,6 +22,7 @@ from transformers import AutoModelForCausalLM, AutoModelForSequenceClassificatio
 
 import hfzoo
 from hfzoo.cli import main as cli
+from hfzoo.refusals import Refusal
 from hfzoo.models.checkpoint_files import CheckpointFileError
 from hfzoo.recipes.finetune import main as finetune
 from hfzoo.recipes.finetune import parse_args
@@ -128,7 +129,7 @@ def test_import_native_and_convert_refuse_a_native_config_declaring_more_layers(
                        r"bert\.encoder\.layer\.3\.\* \(16 tensors\)") as error:
         recipe_load(bert, tmp_path, tokenizer, "--import_native", "true")
     assert str(bert / "model.safetensors") in str(error.value)
-    with pytest.raises(CheckpointFileError, match="declares 32 weights the file lacks"):
+    with pytest.raises(Refusal, match="declares 32 weights the file lacks"):
         cli(["convert", "from-native", str(bert), str(tmp_path / "out")])
     assert not (tmp_path / "out").exists()
 
@@ -149,14 +150,14 @@ def test_convert_from_native_refuses_a_pickle_without_loading_it(bert, tmp_path)
     weights = BertForMaskedLM.from_pretrained(bert).state_dict()
     (bert / "model.safetensors").unlink()
     torch.save(weights, bert / "pytorch_model.bin")
-    with pytest.raises(CheckpointFileError, match=r"pytorch_model.bin, a pickle") as error:
+    with pytest.raises(Refusal, match=r"pytorch_model.bin, a pickle") as error:
         cli(["convert", "from-native", str(bert), str(tmp_path / "out")])
     assert str(bert) in str(error.value) and not (tmp_path / "out").exists()
 
 
 def test_convert_from_native_names_a_truncated_weights_file(bert, tmp_path):
     truncate(bert / "model.safetensors")
-    with pytest.raises(CheckpointFileError, match="truncated") as error:
+    with pytest.raises(Refusal, match="truncated") as error:
         cli(["convert", "from-native", str(bert), str(tmp_path / "out")])
     assert str(bert / "model.safetensors") in str(error.value)
 
@@ -222,7 +223,7 @@ def causal_lm_lora(model_folder: Path, folder: Path) -> Path:
 
 def test_adapter_conversion_refuses_a_base_of_another_depth_before_writing(gpt, two_layer_gpt, tmp_path):
     adapter = causal_lm_lora(gpt, tmp_path / "adapter")
-    with pytest.raises(ValueError, match=r"layers.2.self_attn.qkv_proj") as error:
+    with pytest.raises(Refusal, match=r"layers.2.self_attn.qkv_proj") as error:
         cli(["convert", "adapter-to-native", str(adapter), str(tmp_path / "out"), "--base", str(two_layer_gpt)])
     assert str(two_layer_gpt) in str(error.value) and not (tmp_path / "out").exists()
 
@@ -231,7 +232,7 @@ def test_adapter_conversion_refuses_a_base_of_another_width_naming_the_shapes(gp
     adapter = causal_lm_lora(gpt, tmp_path / "adapter")
     wide = AutoModelForCausalLM.from_config(hfzoo.preset_config("gpt-tiny", hidden_size=64, num_attention_heads=2))
     wide.save_pretrained(tmp_path / "wide")
-    with pytest.raises(ValueError, match=r"qkv_proj.lora_A.weight \[2, 128\] where the base needs \[2, 64\]") as error:
+    with pytest.raises(Refusal, match=r"qkv_proj.lora_A.weight \[2, 128\] where the base needs \[2, 64\]") as error:
         cli(["convert", "adapter-to-native", str(adapter), str(tmp_path / "out"), "--base", str(tmp_path / "wide")])
     assert str(tmp_path / "wide") in str(error.value) and not (tmp_path / "out").exists()
 

@@ -35,7 +35,7 @@ from safetensors.torch import load_file
 from torch import nn
 
 from ..data.recorded_paths import recorded_path, resolve_recorded
-from ..files import write_atomic
+from ..files import published_folder, write_atomic
 from ..models.checked_loading import listed_keys
 from ..models.checkpoint_files import (
     CheckpointFileError, check_safetensors_file, read_json_file, refuse_missing_safetensors,
@@ -203,8 +203,8 @@ def save_base_identity(folder: str | Path, model: nn.Module) -> None:
     """Write `BASE_RECORD` into the adapter folder `folder`: the identity of `model`, the adapter's base (a local
     base by its path relative to `folder`: no path of the machine, and it holds when both are moved together)."""
     identity = base_identity(model)
-    if identity["base_model"] is not None:
-        identity["base_model"] = recorded_path(identity["base_model"], folder)
+    if identity["base_model"] is not None:  # relative to where the folder ends up, when it is written staged
+        identity["base_model"] = recorded_path(identity["base_model"], published_folder(folder))
     text = json.dumps(identity, indent=2, sort_keys=True)
     write_atomic(Path(folder) / BASE_RECORD, text + "\n")
 
@@ -258,8 +258,11 @@ def check_adapter_fits(folder: Path, base: nn.Module, described: str) -> None:
                        ("the base needs but the file lacks", sorted(set(expected) - set(saved)))):  # fmt: skip
         if keys:
             problems.append(f"{len(keys)} tensors {what} ({listed_keys(keys)})")
+    # A trained head's copy (`modules_to_save`) is sized by the task (its number of labels), not by the base.
+    heads = peft_config.modules_to_save or []
     reshaped = [f"{key} {list(saved[key])} where the base needs {list(expected[key])}"
-                for key in sorted(set(saved) & set(expected)) if saved[key] != expected[key]]  # fmt: skip
+                for key in sorted(set(saved) & set(expected))
+                if saved[key] != expected[key] and not _is_saved_module(key.rpartition(".")[0], heads)]  # fmt: skip
     if reshaped:
         problems.append(f"{len(reshaped)} tensors of another shape ({listed_keys(reshaped)})")
     if problems:

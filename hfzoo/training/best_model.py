@@ -17,7 +17,7 @@ from typing import Any
 
 from accelerate import Accelerator
 
-from ..files import publish_folder, staging_folder
+from ..files import publish_folder, replace_folder, restore_replaced, sibling_staging_folder, staging_folder
 from .checkpointing import RESUMABLE_KEYS
 
 logger = logging.getLogger(__name__)
@@ -65,6 +65,8 @@ class BestModel:
         self.save, self.accelerator = save, accelerator
         self.step: int | None = None
         self.score: float | None = None
+        if accelerator.is_main_process:
+            restore_replaced(self.folder)  # a replacement interrupted between its two renames
 
     def better(self, score: float) -> bool:
         if self.score is None:
@@ -80,7 +82,7 @@ class BestModel:
         if not self.better(metrics[self.metric]):
             return False
         self.step, self.score = step, metrics[self.metric]
-        save_published(self.accelerator, self.save, self.folder)
+        save_published(self.accelerator, self.save, self.folder, whole=True)
         logger.info("best %s so far: %.4f at step %d, saved to %s", self.metric, self.score, step, self.folder)
         return True
 
@@ -96,14 +98,16 @@ class BestModel:
         self.step, self.score = state["step"], state["score"]
 
 
-def save_published(accelerator: Accelerator, save: Callable[[Path], None], final: Path) -> None:
-    """`save(folder)` on every process into a staging folder, then published as `final` by the main process
-    (`hfzoo.files.publish_folder`): each saved file appears whole, the other files in `final` stay."""
-    staging = staging_folder(final)
+def save_published(accelerator: Accelerator, save: Callable[[Path], None], final: Path, whole: bool = False) -> None:
+    """`save(folder)` on every process into a staging folder, then published as `final` by the main process: into a
+    run's output folder each saved file appears whole and the other files there stay (`hfzoo.files.publish_folder`);
+    `whole=True` (a folder only hfzoo writes, `best/`) swaps the folder whole (`hfzoo.files.replace_folder`), so it is
+    always one complete save."""
+    staging = sibling_staging_folder(final) if whole else staging_folder(final)
     if accelerator.is_main_process and staging.exists():
         shutil.rmtree(staging)  # left by a crash
     accelerator.wait_for_everyone()
     save(staging)
     if accelerator.is_main_process:
-        publish_folder(staging, final)
+        (replace_folder if whole else publish_folder)(staging, final)
     accelerator.wait_for_everyone()

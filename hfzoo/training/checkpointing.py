@@ -13,10 +13,10 @@ them all and refuses, naming the file, when one is missing, truncated or altered
 would otherwise resume silently inexact).
 
 Atomic: a checkpoint is written into `checkpoints/.tmp-step-N`, flushed to disk and published with one rename to
-`checkpoints/step-N` (`hfzoo.files.publish_folder`). A crash at any moment (even SIGKILL mid-write) leaves either
+`checkpoints/step-N` (`hfzoo.files.replace_folder`). A crash at any moment (even SIGKILL mid-write) leaves either
 a complete checkpoint or a `.tmp-*` folder, which `latest_checkpoint` never returns and the next save removes. A
-step saved again (resuming from an older checkpoint) loses its manifest first and gets it back last, so a crash
-in between leaves a checkpoint that resuming refuses by name, never a mix taken for whole.
+step saved again (resuming from an older checkpoint) is swapped whole: the older copy is moved aside before the new
+one is renamed in, so the published step-N is always complete.
 
 Exact: besides the tensors, a resumed run needs where it was in the data (`Progress`: the epoch and the
 micro-batches of it already consumed, to skip them) and each process's collator generator (masking and
@@ -48,7 +48,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, load_model, save_file, save_model
 
 from ..convert.api import TOKENIZER_FILES
-from ..files import holds_other_files, publish_folder, write_atomic
+from ..files import holds_other_files, replace_folder, write_atomic
 from ..integrations.accelerate import checkpointed_objects, prepared_models, prepared_optimizers
 from ..recipe_config import CONFIG_FILE
 from ..refusals import refusing
@@ -247,7 +247,7 @@ def save_checkpoint(
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         _write_manifest(partial, accelerator.num_processes)
-        publish_folder(partial, final, marker=MANIFEST_FILE)
+        replace_folder(partial, final)  # a step saved again is swapped whole: never a half-replaced step-N
         for old in [*final.parent.glob(_PARTIAL_PREFIX + "*"), *list_checkpoints(output_dir)[:-keep]]:
             shutil.rmtree(old)
     accelerator.wait_for_everyone()
