@@ -53,18 +53,22 @@ def test_nsp_under_the_plain_mlm_objective_is_refused_naming_mlm_nsp():
         objective.check_collator_options({"next_sentence_prediction": False})
 
 
-def test_the_recipe_trains_mlm_nsp_and_saves_an_encoder_the_classifier_loads(tmp_path):
-    args = [
-        "--preset", "bert-tiny", "--objective", "mlm_nsp", "--tokenizer_kind", "wordpiece", "--vocab_size", "384",
-        "--max_train_samples", "40", "--max_eval_samples", "10", "--block_size", "32", "--per_device_batch_size", "4",
-        "--max_steps", "4", "--eval_every", "4", "--save_every", "100", "--log_every", "1", "--tensorboard", "false",
-        "--output_dir", str(tmp_path / "bert"),
-    ]  # fmt: skip
+def pretrain_mlm_nsp(output_dir, *options: str):
+    """The pretrain recipe on bert-tiny with `mlm_nsp`, in this process; returns its output folder."""
     try:
-        output_dir = main(args)
+        return main(["--preset", "bert-tiny", "--objective", "mlm_nsp", *options, "--tensorboard", "false",
+                     "--output_dir", str(output_dir)])  # fmt: skip
     finally:
         GradientState._reset_state()
         AcceleratorState._reset_state(reset_partial_state=True)
+
+
+def test_the_recipe_trains_mlm_nsp_and_saves_an_encoder_the_classifier_loads(tmp_path):
+    output_dir = pretrain_mlm_nsp(
+        tmp_path / "bert", "--tokenizer_kind", "wordpiece", "--vocab_size", "384", "--max_train_samples", "40",
+        "--max_eval_samples", "10", "--block_size", "32", "--per_device_batch_size", "4", "--max_steps", "4",
+        "--eval_every", "4", "--save_every", "100", "--log_every", "1",
+    )  # fmt: skip
     records = read_log(output_dir)
     assert [r["step"] for r in records if r["event"] == "train"] == [1, 2, 3, 4]
     assert [r["event"] for r in records][-2:] == ["eval", "end"]
@@ -123,15 +127,9 @@ def test_next_sentence_prediction_learns_on_the_default_corpus(tmp_path):
     """NSP is far above chance on held-out pairs after a short run (the loss stayed at ln 2 in 300 steps of batch 8:
     next-sentence prediction only starts once the masked LM leaves its unigram plateau and the [CLS] token's state
     depends on its context; alone, NSP reaches 0.94 in 500 steps)."""
-    args = [
-        "--preset", "bert-tiny", "--objective", "mlm_nsp", "--max_steps", "600", "--per_device_batch_size", "16",
-        "--eval_every", "600", "--save_every", "1000", "--max_eval_samples", "320", "--tensorboard", "false",
-        "--output_dir", str(tmp_path / "bert"),
-    ]  # fmt: skip
-    try:
-        output_dir = main(args)
-    finally:
-        GradientState._reset_state()
-        AcceleratorState._reset_state(reset_partial_state=True)
+    output_dir = pretrain_mlm_nsp(
+        tmp_path / "bert", "--max_steps", "600", "--per_device_batch_size", "16", "--eval_every", "600",
+        "--save_every", "1000", "--max_eval_samples", "320",
+    )  # fmt: skip
     final = [r for r in read_log(output_dir) if r["event"] == "eval"][-1]
     assert final["eval_next_sentence_accuracy"] >= NSP_ACCURACY_AFTER_600_STEPS, final
