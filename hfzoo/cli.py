@@ -169,7 +169,8 @@ def _add_convert(commands) -> None:
 
 GENERATE_EPILOG = """examples:
   hfzoo generate runs/pretrain --prompt "The module" --max_new_tokens 20
-  hfzoo generate runs/pretrain --adapter a=runs/a-lora --adapter b=runs/b-lora --prompt "x" --prompt "y" --adapter_names a b
+  hfzoo generate runs/pretrain --adapter a=runs/a-lora --adapter b=runs/b-lora \
+      --prompt "x" --prompt "y" --adapter_names a b
   hfzoo generate t5-folder --prompt "translate English to German: Hello" --num_beams 4"""
 
 
@@ -210,7 +211,7 @@ def _add_generate(commands) -> None:
                           help="a PEFT adapter folder (LoRA, IA3, bottleneck) under a name (repeat for several)")
     generate.add_argument("--adapter_names", nargs="+", metavar="NAME",
                           help="the adapter of each prompt, in order ('__base__': none); one name applies to all")
-    generate.add_argument("--composition", help="a saved composition folder (hfzoo compose's output) instead of --adapter")
+    generate.add_argument("--composition", help="a saved composition folder (hfzoo compose's output), not --adapter")
     generate.add_argument("--prompt_format", choices=["plain", "task"], default="plain",
                           help="task: as hfzoo finetune --task seq2seq formats a decoder's prompt (bos source delim)")
     generate.add_argument("--max_new_tokens", type=int, default=50)

@@ -75,12 +75,16 @@ def load_for_generation(
     return model, tokenizer, family
 
 
-def resolve_adapter_names(model: PreTrainedModel | ComposedModel, count: int, names: Sequence[str] | None) -> list[str] | None:
+def resolve_adapter_names(
+    model: PreTrainedModel | ComposedModel, count: int, names: Sequence[str] | None
+) -> list[str] | None:
     """One adapter name per prompt for a fixed composition: given, or the only adapter for every prompt."""
     fixed = isinstance(model, ComposedModel) and model.strategy == "fixed"
     if not fixed:
         if names:
-            raise ValueError("--adapter_names picks an adapter per prompt: it needs --adapter NAME=PATH (or a fixed composition)")
+            raise ValueError(
+                "--adapter_names picks an adapter per prompt: it needs --adapter NAME=PATH (or a fixed composition)"
+            )
         return None
     if not names:
         if len(model.adapter_names) > 1:
@@ -92,7 +96,9 @@ def resolve_adapter_names(model: PreTrainedModel | ComposedModel, count: int, na
     if len(names) == 1:
         return list(names) * count
     if len(names) != count:
-        raise ValueError(f"--adapter_names gives {len(names)} names for {count} prompts: give one per prompt, or one for all")
+        raise ValueError(
+            f"--adapter_names gives {len(names)} names for {count} prompts: give one per prompt, or one for all"
+        )
     return list(names)
 
 
@@ -105,7 +111,8 @@ def encode_prompts(
         raise ValueError(f"--prompt_format {prompt_format!r}: choose one of {', '.join(PROMPT_FORMATS)}")
     if prompt_format == "plain" or family == "encoder_decoder":
         return tokenizer(list(prompts), return_tensors="pt", padding=True)
-    rows = [{"input_ids": gpt_input_ids(tokenizer, [prompt, ""], tokenizer.model_max_length, end=False)[0]} for prompt in prompts]
+    limit = tokenizer.model_max_length
+    rows = [{"input_ids": gpt_input_ids(tokenizer, [prompt, ""], limit, end=False)[0]} for prompt in prompts]
     return tokenizer.pad(rows, return_tensors="pt")
 
 
@@ -126,7 +133,9 @@ class RowStreamer(BaseStreamer):
     transformers' `TextStreamer` takes one row; with a batch, a row is only readable once it is whole.
     """
 
-    def __init__(self, tokenizer: PreTrainedTokenizerBase, labels: Sequence[str], eos_token_id: int | None, out: TextIO):
+    def __init__(
+        self, tokenizer: PreTrainedTokenizerBase, labels: Sequence[str], eos_token_id: int | None, out: TextIO
+    ):
         self.tokenizer, self.labels, self.eos_token_id, self.out = tokenizer, list(labels), eos_token_id, out
         self.tokens: list[list[int]] = [[] for _ in labels]
         self.done = [False] * len(labels)

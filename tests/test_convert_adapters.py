@@ -29,7 +29,6 @@ CASES = {
     "bert": ("BertForSequenceClassification", "SEQ_CLS", ["qkv_proj", "o_proj", "up_proj", "down_proj"], "classifier"),
     "roberta": ("RobertaForTokenClassification", "TOKEN_CLS", ["qkv_proj", "o_proj", "down_proj"], "classifier"),
     "distilbert": ("DistilBertForTokenClassification", "TOKEN_CLS", ["qkv_proj", "o_proj", "up_proj"], "classifier"),
-    "distilbert": ("DistilBertForTokenClassification", "TOKEN_CLS", ["qkv_proj", "o_proj", "up_proj"], "classifier"),
     "t5": ("T5ForConditionalGeneration", "SEQ_2_SEQ_LM", ["qkv_proj", "q_proj", "kv_proj", "up_proj", "o_proj"], None),
     "mt5": ("MT5ForConditionalGeneration", "SEQ_2_SEQ_LM", ["qkv_proj", "up_proj", "down_proj"], None),
     "bart": ("BartForConditionalGeneration", "SEQ_2_SEQ_LM", ["qkv_proj", "kv_proj", "down_proj"], None),

@@ -32,7 +32,9 @@ def decoder_with_adapters(tmp_path_factory, tiny_model, tokenizer, tokenizer_ove
     model = tiny_model("gpt-tiny", **tokenizer_overrides)
     model.save_pretrained(root / "model")
     tokenizer.save_pretrained(root / "model")
-    adapters = {name: _lora(tiny_model("gpt-tiny", **tokenizer_overrides), root / name, seed) for seed, name in enumerate("ab")}
+    adapters = {
+        name: _lora(tiny_model("gpt-tiny", **tokenizer_overrides), root / name, seed) for seed, name in enumerate("ab")
+    }
     return root / "model", adapters
 
 
@@ -80,7 +82,9 @@ def test_seq2seq_beam_search(tmp_path, tiny_model, tokenizer, tokenizer_override
     tokenizer.save_pretrained(tmp_path)
     main(["generate", str(tmp_path), "--prompt", PROMPT, "--num_beams", "3", "--max_new_tokens", "6"])
     ids = tokenizer(PROMPT, return_tensors="pt")
-    expected = model.generate(**ids, num_beams=3, max_new_tokens=6, do_sample=False, pad_token_id=tokenizer.pad_token_id)
+    expected = model.generate(
+        **ids, num_beams=3, max_new_tokens=6, do_sample=False, pad_token_id=tokenizer.pad_token_id
+    )
     assert capsys.readouterr().out == tokenizer.decode(expected[0], skip_special_tokens=True) + "\n"
 
 
@@ -107,7 +111,8 @@ def test_sampling_is_repeatable_with_a_seed(decoder_with_adapters, capsys):
     ("extra", "message"),
     [
         (["--prompt", "x"], "say which one each prompt uses with --adapter_names"),
-        (["--prompt", "x", "--prompt", "y", "--prompt", "z", "--adapter_names", "a", "b"], "gives 2 names for 3 prompts"),
+        (["--prompt", "x", "--prompt", "y", "--prompt", "z", "--adapter_names", "a", "b"],
+         "gives 2 names for 3 prompts"),
         (["--prompt", "x", "--adapter_names", "c"], "unknown adapter(s) ['c']"),
     ],
 )
@@ -115,7 +120,8 @@ def test_routing_mistakes_are_refused_by_name(decoder_with_adapters, extra, mess
     """Each a one-line refusal (exit status 2) naming the mistake."""
     model_path, adapters = decoder_with_adapters
     with pytest.raises(Refusal, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
-        main(["generate", str(model_path), "--adapter", f"a={adapters['a']}", "--adapter", f"b={adapters['b']}", *extra])
+        main(["generate", str(model_path), "--adapter", f"a={adapters['a']}", "--adapter", f"b={adapters['b']}",
+              *extra])  # fmt: skip
 
 
 def test_bad_adapter_argument_and_encoder_are_refused(decoder_with_adapters, tmp_path, tiny_model):
