@@ -10,7 +10,6 @@ Every step is one of hfzoo's recipes, called exactly as `hfzoo pretrain|finetune
 """
 
 import json
-import math
 import os
 import subprocess
 import sys
@@ -29,6 +28,7 @@ from .data.default_corpus import load_default_corpus
 from .data.stdlib_tasks import write_task_files
 from .files import check_output_folder, write_atomic
 from .recipes import compose, finetune, pretrain
+from .tasks.baselines import unigram_perplexity
 from .training.task_runs import METRICS_FILE
 
 
@@ -69,13 +69,6 @@ METHOD_OPTIONS = {"lora": ["--method_options.target_modules", "[qkv_proj, down_p
 COMPOSITION_TASK = "area"
 STRATEGIES = ("fusion", "soft")
 SUMMARY_FILE = "summary.json"
-
-
-def unigram_perplexity(train_ids: torch.Tensor, validation_ids: torch.Tensor, vocab_size: int) -> float:
-    """Perplexity of add-one-smoothed unigram frequencies: the floor any language model must beat."""
-    counts = torch.bincount(train_ids.flatten(), minlength=vocab_size).double() + 1.0
-    log_probs = (counts / counts.sum()).log()
-    return math.exp(-log_probs[validation_ids.flatten()].mean().item())
 
 
 def _corpus_unigram_perplexity(model_dir: Path, corpus) -> float:

@@ -134,7 +134,7 @@ def unigram_baseline(run_dir: Path) -> dict[str, Any]:
 
     from hfzoo.data.corpus import load_corpus
     from hfzoo.data.packing import pack
-    from hfzoo.quickstart import unigram_perplexity
+    from hfzoo.tasks.baselines import unigram_perplexity
     from hfzoo.recipe_config import from_dict, load_yaml
     from hfzoo.recipes.pretrain import PretrainConfig
     from hfzoo.training.logging import read_log

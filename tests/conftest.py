@@ -25,6 +25,8 @@ if "PYTEST_XDIST_WORKER" in os.environ and "HF_MODULES_CACHE" not in os.environ:
 
 import pytest
 import torch
+from accelerate import Accelerator
+from accelerate.state import AcceleratorState, GradientState
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerFast
 
@@ -120,3 +122,11 @@ def decoder_preset(request) -> str:
 def tiny_model() -> Callable[..., PreTrainedModel]:
     """Factory `tiny_model(preset, auto_class=AutoModelForCausalLM, seed=0, **config_overrides)`."""
     return build_tiny_model
+
+
+@pytest.fixture
+def accelerator() -> Accelerator:
+    """A fresh single-process CPU Accelerator; accelerate's process-wide state is reset afterwards."""
+    yield Accelerator(cpu=True)
+    GradientState._reset_state()
+    AcceleratorState._reset_state(reset_partial_state=True)

@@ -11,7 +11,7 @@ import torch
 from peft import LoraConfig, get_peft_model
 
 from hfzoo.adapters import compose, load_composition
-from hfzoo.adapters.task_adapter import BASE_RECORD, save_base_identity
+from hfzoo.adapters.composition.task_adapter import BASE_RECORD, save_base_identity
 from hfzoo.data.recorded_paths import resolve_recorded
 from hfzoo.presets import build_preset_model
 

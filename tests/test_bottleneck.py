@@ -37,7 +37,7 @@ from transformers import (
 
 import hfzoo
 from hfzoo.adapters import BottleneckConfig, BottleneckLayer, BottleneckModel
-from hfzoo.adapters.peft_registry import register_method
+from hfzoo.adapters.bottleneck.registry import register_method
 from hfzoo.integrations.peft import add_peft_type
 from hfzoo.presets import FAMILY_LM_AUTO_CLASS, preset_family
 

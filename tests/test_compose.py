@@ -16,7 +16,8 @@ from peft import LoraConfig, PeftModel, get_peft_model
 from torch.utils.flop_counter import FlopCounterMode
 from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
-from hfzoo.adapters import BottleneckConfig, ComposedModel, compose, load_composition, stacked
+from hfzoo.adapters import BottleneckConfig, ComposedModel, compose, load_composition
+from hfzoo.adapters.composition import stacked
 from hfzoo.data.default_corpus import load_default_corpus
 
 TASKS = ("email", "asyncio", "logging")  # adapter name = the stdlib module its training text comes from

@@ -11,7 +11,7 @@ from peft import LoraConfig, PeftModel, get_peft_model
 from transformers import AutoModelForSequenceClassification
 
 from hfzoo.adapters import BottleneckConfig, compose, load_composition
-from hfzoo.adapters.routing import AdapterFusion, HardRouter
+from hfzoo.adapters.composition.routing import AdapterFusion, HardRouter
 
 LAYERS = range(4)  # gpt-tiny
 QKV = [f"model.layers.{i}.self_attn.qkv_proj" for i in LAYERS]

@@ -1,4 +1,4 @@
-"""IA3 composes like LoRA and bottleneck adapters (`hfzoo/adapters/stacking/ia3.py`, one file): equal to PEFT's
+"""IA3 composes like LoRA and bottleneck adapters (`hfzoo/adapters/composition/stacking/ia3.py`, one file): equal to PEFT's
 own IA3 for one adapter, per row on mixed batches, and AdapterFusion's folded scores equal its definition for
 IA3's shared key directions (output scaling: the identity; input scaling: W^T)."""
 
@@ -7,7 +7,8 @@ import torch
 from peft import IA3Config, PeftModel, get_peft_model
 from transformers import AutoModelForCausalLM
 
-from hfzoo.adapters import compose, stacked
+from hfzoo.adapters import compose
+from hfzoo.adapters.composition import stacked
 
 QKV, DOWN = "model.layers.1.self_attn.qkv_proj", "model.layers.1.mlp.down_proj"  # output / input (feedforward) scaling
 NAMES = ("first", "second")

@@ -25,7 +25,7 @@ from transformers import AutoModelForMaskedLM, AutoModelForSequenceClassificatio
 
 import hfzoo
 from hfzoo.adapters import compose, load_composition
-from hfzoo.adapters.task_adapter import save_base_identity
+from hfzoo.adapters.composition.task_adapter import save_base_identity
 from hfzoo.cli import main as hfzoo_main
 from hfzoo.data.recorded_paths import resolve_recorded
 from hfzoo.data.stdlib_tasks import write_task_files

@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 import torch
 from accelerate import Accelerator
-from test_training_infra import accelerator  # noqa: F401 (a fresh CPU Accelerator per test)
 
 from hfzoo.training import checkpointing
 from hfzoo.training.checkpointing import (

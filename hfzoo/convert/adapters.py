@@ -33,7 +33,7 @@ from transformers import AutoConfig, PreTrainedModel
 from transformers.pytorch_utils import Conv1D
 
 from .. import models
-from ..adapters.task_adapter import (
+from ..adapters.composition.task_adapter import (
     ADAPTER_CONFIG, ADAPTER_WEIGHTS, KEY_PREFIX, adapter_weights_file, check_adapter_fits, load_safetensors,
 )  # fmt: skip
 from ..files import check_output_folder, staged

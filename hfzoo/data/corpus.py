@@ -56,7 +56,7 @@ class CorpusError(ValueError):
     """Malformed corpus input; the message names the file (and the line, where there is one)."""
 
 
-def _decoded_lines(path: str) -> Iterator[tuple[int, str]]:
+def decoded_lines(path: str) -> Iterator[tuple[int, str]]:
     """(line number, line with its terminator) for a UTF-8 file, checked line by line."""
     with open(path, "rb") as f:
         for lineno, raw in enumerate(f, 1):
@@ -84,14 +84,14 @@ def _text_of(path: str, where: str, record: dict, text_column: str) -> dict | No
 
 
 def _read_txt(path: str) -> Iterator[dict]:
-    for _, line in _decoded_lines(path):
+    for _, line in decoded_lines(path):
         text = line.rstrip("\r\n")
         if text.strip():
             yield {"text": text}
 
 
 def _read_json(path: str, text_column: str) -> Iterator[dict]:
-    for lineno, line in _decoded_lines(path):
+    for lineno, line in decoded_lines(path):
         if not line.strip():
             continue
         try:
@@ -106,7 +106,7 @@ def _read_json(path: str, text_column: str) -> Iterator[dict]:
 
 
 def _read_delimited(path: str, text_column: str, delimiter: str) -> Iterator[dict]:
-    reader = csv.reader((line for _, line in _decoded_lines(path)), delimiter=delimiter, strict=True)
+    reader = csv.reader((line for _, line in decoded_lines(path)), delimiter=delimiter, strict=True)
     try:
         header = next(reader, None)
         if header is None:
@@ -160,7 +160,8 @@ def _generate(files: list[tuple[str, int, int]], text_column: str) -> Iterator[d
         yield from _read_file(path, text_column)
 
 
-def _split_of(relative: str) -> str:
+def split_of(relative: str) -> str:
+    """The split a data file belongs to, read from the words of its path (`train`, `valid`, `dev`, `test`, ...)."""
     words = re.split(r"[^a-z]+", relative.lower())
     return next((_SPLIT_WORDS[w] for w in reversed(words) if w in _SPLIT_WORDS), "train")
 
@@ -186,7 +187,7 @@ def _local_splits(
             raise CorpusError(f"{root}: no corpus files ({', '.join(FORMATS)}) in this folder")
         splits: dict[str, list[str]] = {}
         for p in found:
-            splits.setdefault(_split_of(p.relative_to(root).as_posix()), []).append(str(p))
+            splits.setdefault(split_of(p.relative_to(root).as_posix()), []).append(str(p))
         return splits
     if dataset is not None:
         data_files = str(dataset)

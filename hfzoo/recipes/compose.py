@@ -37,7 +37,7 @@ from accelerate import Accelerator
 from transformers import PreTrainedModel
 
 from ..adapters import STRATEGIES, ComposedModel, compose, load_composition, read_adapter
-from ..adapters.task_adapter import base_differences, describe_base
+from ..adapters.composition.task_adapter import base_differences, describe_base
 from ..cards import FINETUNE_METRICS, composition_sections
 from ..data.recorded_paths import recorded_path
 from ..recipe_config import key, parse_config

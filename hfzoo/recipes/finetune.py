@@ -35,7 +35,7 @@ from torch import nn
 from transformers import PreTrainedModel
 
 from ..adapters.peft_warnings import building_peft_model
-from ..adapters.task_adapter import (
+from ..adapters.composition.task_adapter import (
     ADAPTER_CONFIG, adapter_weights_file, base_identity, check_adapter_fits, check_recorded_base, describe_base,
     recorded_base, save_base_identity,
 )  # fmt: skip

@@ -1,8 +1,11 @@
 """Floors a fine-tuned model must clear, computed from the data alone: a result below its task's floor has learned
 nothing a lookup table or a word count does not know. Each takes the run's own training and validation examples."""
 
+import math
 import re
 from collections import Counter, defaultdict
+
+import torch
 
 from ..metrics.seqeval import entities
 from .question_answering import QAExample, squad_scores
@@ -10,6 +13,14 @@ from .token_classification import OUTSIDE, TaggedSentence, seqeval_scores
 
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 WORD = re.compile(r"\w+")
+
+
+def unigram_perplexity(train_ids: torch.Tensor, validation_ids: torch.Tensor, vocab_size: int) -> float:
+    """Perplexity of add-one-smoothed unigram frequencies: the floor any language model must beat
+    (pretraining's counterpart of the fine-tuning floors below)."""
+    counts = torch.bincount(train_ids.flatten(), minlength=vocab_size).double() + 1.0
+    log_probs = (counts / counts.sum()).log()
+    return math.exp(-log_probs[validation_ids.flatten()].mean().item())
 
 
 def majority_class_accuracy(train: list, validation: list) -> float | None:

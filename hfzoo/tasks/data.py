@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..data.corpus import CorpusError, _decoded_lines, _split_of, load_hub_dataset
+from ..data.corpus import CorpusError, decoded_lines, split_of, load_hub_dataset
 
 if TYPE_CHECKING:
     from .options import TaskOptions
@@ -57,7 +57,7 @@ def read_table(path: str | Path) -> list[Record]:
     suffix = Path(path).suffix.lower()
     if suffix == ".jsonl":
         records = []
-        for lineno, line in _decoded_lines(path):
+        for lineno, line in decoded_lines(path):
             if not line.strip():
                 continue
             try:
@@ -71,7 +71,7 @@ def read_table(path: str | Path) -> list[Record]:
     if suffix not in (".csv", ".tsv"):
         raise DataError(f"{path}: unsupported table format; expected one of {', '.join(TABLE_SUFFIXES)}")
     dialect = {"delimiter": "\t", "quoting": csv.QUOTE_NONE} if suffix == ".tsv" else {"delimiter": ","}
-    reader = csv.reader((line for _, line in _decoded_lines(path)), strict=True, **dialect)
+    reader = csv.reader((line for _, line in decoded_lines(path)), strict=True, **dialect)
     records = []
     try:
         header = next(reader, None)
@@ -95,8 +95,8 @@ def read_parallel(source_path: str | Path, source_column: str, target_column: st
     target_path = source_path.with_suffix(f".{target_column}")
     if not target_path.is_file():
         raise DataError(f"{source_path}: parallel text needs its target side {target_path}, which does not exist")
-    sources = [line.rstrip("\r\n") for _, line in _decoded_lines(str(source_path))]
-    targets = [line.rstrip("\r\n") for _, line in _decoded_lines(str(target_path))]
+    sources = [line.rstrip("\r\n") for _, line in decoded_lines(str(source_path))]
+    targets = [line.rstrip("\r\n") for _, line in decoded_lines(str(target_path))]
     if len(sources) != len(targets):
         raise DataError(
             f"{source_path}, line {min(len(sources), len(targets)) + 1}: {len(sources)} lines, but {target_path} has "
@@ -144,7 +144,7 @@ def data_files(config: TaskOptions, suffixes: Sequence[str]) -> dict[str, str | 
     found: dict[str, list[Path]] = {}
     for path in sorted(folder.rglob("*")):
         if path.is_file() and path.suffix.lower() in suffixes and not path.name.startswith("."):
-            found.setdefault(_split_of(path.relative_to(folder).as_posix()), []).append(path)
+            found.setdefault(split_of(path.relative_to(folder).as_posix()), []).append(path)
     for split in ("train", "validation"):
         if len(found.get(split, [])) > 1:
             raise DataError(

@@ -20,7 +20,7 @@ from peft import TaskType
 from torch import nn
 from transformers import AutoModelForTokenClassification, PreTrainedTokenizerBase
 
-from ..data.corpus import _decoded_lines
+from ..data.corpus import decoded_lines
 from ..metrics import load_metric
 from .data import DataError, Record, column, read_table
 from .task import Task, natural_sort_key
@@ -54,7 +54,7 @@ def read_conll(path: str) -> list[TaggedSentence]:
             sentences.append(TaggedSentence(tokens, tags, path, first))
         tokens, tags = [], []
 
-    for lineno, line in _decoded_lines(path):
+    for lineno, line in decoded_lines(path):
         fields = line.split()
         if not fields or fields[0] == "-DOCSTART-":
             flush()

@@ -6,7 +6,7 @@ looks the saved `peft_type` up in its registry and fails with `KeyError: 'BOTTLE
 run; `import hfzoo` first.
 """
 
-from ..peft_registry import register_method
+from .registry import register_method
 from .config import BottleneckConfig
 from .layer import BottleneckLayer
 from .model import SUBLAYER_OUTPUTS, BottleneckModel, default_target_modules

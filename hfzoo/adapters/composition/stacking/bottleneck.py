@@ -15,8 +15,8 @@ import torch.nn.functional as F
 from torch import nn
 from transformers.activations import ACT2FN
 
-from ..bottleneck.config import BottleneckConfig
-from ..bottleneck.layer import NORM_EPS
+from ...bottleneck.config import BottleneckConfig
+from ...bottleneck.layer import NORM_EPS
 from .base import MethodStack, expect_shape, frozen, output_width
 
 _DEFAULTS = {f.name: f.default for f in fields(BottleneckConfig)}

@@ -34,13 +34,13 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file
 from torch import nn
 
-from ..data.recorded_paths import recorded_path, resolve_recorded
-from ..files import published_folder, write_atomic
-from ..models.checked_loading import listed_keys
-from ..models.checkpoint_files import (
+from ...data.recorded_paths import recorded_path, resolve_recorded
+from ...files import published_folder, write_atomic
+from ...models.checked_loading import listed_keys
+from ...models.checkpoint_files import (
     CheckpointFileError, check_safetensors_file, read_json_file, refuse_missing_safetensors,
 )  # fmt: skip
-from .peft_warnings import building_peft_model
+from ..peft_warnings import building_peft_model
 from .stacking import METHOD_STACKS, MethodStack
 from .stacking.base import expect_shape
 

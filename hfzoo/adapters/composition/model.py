@@ -35,14 +35,14 @@ from torch import nn
 from transformers import PreTrainedModel
 
 from .hub import prepare_upload
-from .peft_warnings import building_peft_model
+from ..peft_warnings import building_peft_model
 from .routing import MASK_KEYS, ComposedLayer, RoutingContext, Wrapper
 from .stacked import StackedAdapters
 from .stacking import linear_shape, output_width
 from .stacking.lora import LoraFactors, StackedLoRA
 from .strategies import STRATEGIES
-from ..files import staged
-from ..models.checkpoint_files import read_json_file
+from ...files import staged
+from ...models.checkpoint_files import read_json_file
 from .task_adapter import (
     ADAPTER_CONFIG, ADAPTER_WEIGHTS, BASE_RECORD, KEY_PREFIX, TaskAdapter, check_base, check_fits, load_safetensors,
     read_adapter,
@@ -426,7 +426,7 @@ class ComposedModel(Wrapper):
         `composition.json` last. Other files in `path` stay; of an earlier composition saved there, only the files
         this one no longer has (an adapter it lacks) are removed. `push_to_hub`: then upload it as transformers'
         `save_pretrained` does (`hub_options`: `repo_id`, `token`, `private`, `commit_message`, `api`; see
-        `hfzoo.adapters.hub`)."""
+        `hfzoo.adapters.composition.hub`)."""
         hub = prepare_upload(path, push_to_hub, **hub_options)
         with staged(path, marker=COMPOSITION_CONFIG, previous=_saved_files(Path(path))) as staging:
             spec = json.dumps(self.spec(), indent=2, sort_keys=True)

@@ -23,8 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..integrations.torch import register_grouped_mm_flops
-from .rows import SlotGroups
+from ...integrations.torch import register_grouped_mm_flops
+from ..rows import SlotGroups
 from .stacking import METHOD_STACKS, MethodStack
 from .stacking.base import frozen
 from .task_adapter import TaskAdapter

@@ -18,8 +18,8 @@ import torch.nn.functional as F
 from torch import nn
 from transformers.pytorch_utils import Conv1D
 
-from ..integrations.torch import has_hooks, tensor_versions
-from .rows import expand_rows
+from ...integrations.torch import has_hooks, tensor_versions
+from ..rows import expand_rows
 from .stacked import StackedAdapters
 
 MASK_KEYS = ("attention_mask", "decoder_attention_mask")

@@ -9,7 +9,7 @@ prefix) then goes through PEFT's registry, so `get_peft_model`, `save_pretrained
 from peft.mapping import PEFT_TYPE_TO_CONFIG_MAPPING, PEFT_TYPE_TO_TUNER_MAPPING
 from peft.utils.peft_types import PeftType, register_peft_method
 
-from ..integrations.peft import add_peft_type
+from ...integrations.peft import add_peft_type
 
 
 def register_method(*, name: str, config_cls: type, model_cls: type) -> PeftType:

@@ -1,0 +1,128 @@
+"""The recipe config: YAML, then command-line overrides, typed; every malformed value named with what is valid; every
+shipped config (and accelerate config) valid.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hfzoo.recipe_config import from_dict
+from hfzoo.recipes.pretrain import PretrainConfig, main, parse_args
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_yaml_then_command_line_overrides_with_types(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("preset: gpt-tiny\nobjective: clm\nlearning_rate: 3e-4\nmodel: {hidden_dropout: 0.2}\n")
+    config = parse_args(
+        [
+            "--config",
+            str(path),
+            "--max_steps",
+            "7",
+            "--model.attention_dropout",
+            "0",
+            "--output_dir=runs/x",
+            "--resume",
+            "--eval_batches",
+            "null",
+        ]
+    )
+    assert config.learning_rate == 3e-4  # YAML 1.1 reads 3e-4 as a string; it is still a float here
+    assert config.max_steps == 7 and config.output_dir == "runs/x" and config.resume is True
+    assert config.model == {"hidden_dropout": 0.2, "attention_dropout": 0}  # entries merged, not replaced
+    assert config.eval_batches is None
+
+
+def test_config_file_is_optional_given_preset_and_objective():
+    config = parse_args(["--preset", "llama-tiny", "--objective", "clm", "--seed", "3"])
+    assert (config.preset, config.objective, config.seed) == ("llama-tiny", "clm", 3)
+    with pytest.raises(ValueError, match="--config FILE, or at least --preset and --objective"):
+        parse_args(["--preset", "llama-tiny"])
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        (
+            {"learnig_rate": 1e-3},
+            r"unknown config key 'learnig_rate'\. Did you mean 'learning_rate'\?.*Valid keys: preset",
+        ),
+        ({"max_steps": "ten"}, r"config key 'max_steps' must be int, got 'ten' \(str\)"),
+        ({"max_steps": 2.5}, r"config key 'max_steps' must be int, got 2\.5 \(float\)"),
+        ({"tensorboard": "yes"}, r"config key 'tensorboard' must be bool"),
+        (
+            {"objective": "mlm"},
+            r"objective: 'mlm' trains encoder models, but preset 'gpt-tiny' is a decoder\. "
+            r"Objectives for 'gpt-tiny': clm; presets for 'mlm': bert-base",
+        ),
+        ({"objective": "translation"}, r"objective: unknown value 'translation'\. Valid objectives: clm, mlm, "),
+        ({"preset": "gpt-huge"}, r"config key 'preset': unknown value 'gpt-huge'\. Valid presets: .*gpt-tiny"),
+        ({"model": {"hidden_sise": 64}}, r"config key 'model': Unknown override\(s\) hidden_sise .* Valid keys:"),
+        ({"block_size": 4096}, r"'block_size' is 4096, but preset 'gpt-tiny' has learned positions for at most 512"),
+        ({"max_steps": 0}, r"config key 'max_steps' must be >= 1, got 0"),
+        (
+            {"mixed_precision": "fp8"},
+            r"config key 'mixed_precision': unknown value 'fp8'\. Valid values: no, fp16, bf16",
+        ),
+    ],
+)
+def test_malformed_config_names_the_key_the_value_and_what_is_valid(values, message):
+    with pytest.raises(ValueError, match=message):
+        from_dict(PretrainConfig, {"preset": "gpt-tiny", "objective": "clm", **values})
+
+
+def test_unknown_command_line_key_and_stray_argument_are_errors():
+    with pytest.raises(ValueError, match="unknown config key 'max_step'. Did you mean 'max_steps'"):
+        parse_args(["--preset", "gpt-tiny", "--objective", "clm", "--max_step", "5"])
+    with pytest.raises(ValueError, match="unexpected argument 'gpt-tiny'"):
+        parse_args(["gpt-tiny"])
+
+
+def test_bad_yaml_and_missing_file_are_reported_by_the_recipe_entry_point(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("preset: gpt-tiny\nobjective: [clm\n")
+    with pytest.raises(SystemExit, match=r"pretrain: .*bad.yaml: not valid YAML"):
+        main(["--config", str(bad)])
+    with pytest.raises(SystemExit, match=r"pretrain: .*No such file"):
+        main(["--config", str(tmp_path / "missing.yaml")])
+    with pytest.raises(SystemExit, match=r"pretrain: objective: 'mlm' trains encoder models"):
+        main(["--preset", "gpt-tiny", "--objective", "mlm"])
+
+
+def test_help_lists_every_key_with_its_default(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        parse_args(["--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert "--gradient_accumulation_steps" in out and "(1)" in out and "--resume" in out
+
+
+def test_every_shipped_config_is_valid():
+    configs = sorted((REPO / "recipes" / "configs").glob("*.yaml"))
+    assert len(configs) >= 9
+    for path in configs:
+        config = parse_args(["--config", str(path)])
+        assert path.stem.startswith((config.preset, f"test-{config.preset}")), path.name
+        assert path.stem.endswith(config.objective), path.name
+
+
+def test_accelerate_configs_parse_with_accelerate():
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    kinds = {
+        p.stem: load_config_from_file(str(p)).distributed_type.value
+        for p in (REPO / "recipes" / "configs" / "accelerate").glob("*.yaml")
+    }
+    assert kinds == {"cpu_ddp": "MULTI_GPU", "ddp": "MULTI_GPU", "fsdp": "FSDP", "deepspeed_zero2": "DEEPSPEED"}
+
+
+def test_unknown_collator_option_is_named():
+    message = (
+        r"config key 'collator': CausalLMCollator has no option 'mlm_probability'\. Valid options: pad_to_multiple_of"
+    )
+    with pytest.raises(ValueError, match=message):
+        from_dict(PretrainConfig, {"preset": "gpt-tiny", "objective": "clm", "collator": {"mlm_probability": 0.2}})

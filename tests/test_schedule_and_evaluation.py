@@ -1,0 +1,57 @@
+"""Warmup then cosine to the minimum; evaluation shards that cover every example once; the eval loss is the model's
+token-weighted loss.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from hfzoo.training import get_objective
+from hfzoo.training.evaluation import EvalShard, evaluate
+from hfzoo.training.loop import build_optimizer, build_scheduler
+
+
+def test_warmup_then_cosine_to_the_minimum():
+    optimizer = build_optimizer(torch.nn.Linear(2, 2), 1e-3, 0.1, (0.9, 0.95), 1e-8)
+    assert [g["weight_decay"] for g in optimizer.param_groups] == [0.1, 0.0]  # matrices decay, biases do not
+    scheduler = build_scheduler(optimizer, warmup_steps=4, max_steps=20, min_lr_ratio=0.1)
+    lrs = []
+    for _ in range(21):
+        lrs.append(scheduler.get_last_lr()[0])
+        optimizer.step()
+        scheduler.step()
+    assert lrs[:5] == pytest.approx([0.0, 2.5e-4, 5e-4, 7.5e-4, 1e-3])
+    assert lrs[12] == pytest.approx(1e-4 + 0.9e-3 * 0.5)  # half way through the decay
+    assert lrs[20] == pytest.approx(1e-4)
+    assert all(a >= b for a, b in zip(lrs[4:], lrs[5:]))
+
+
+def test_eval_shards_cover_every_example_once_with_equal_lengths():
+    examples = [{"input_ids": [i]} for i in range(7)]
+    shards = [EvalShard(examples, rank, 3) for rank in range(3)]
+    assert [len(s) for s in shards] == [3, 3, 3]
+    real = sorted(ex["input_ids"][0] for s in shards for ex, is_real in (s[i] for i in range(len(s))) if is_real)
+    assert real == list(range(7))
+
+
+def test_evaluate_is_the_token_weighted_loss_of_the_model(accelerator, tokenizer, tiny_model):
+    model = tiny_model("gpt-tiny", vocab_size=len(tokenizer)).train()
+    objective = get_objective("clm", "gpt-tiny")
+    collator = objective.make_collator(tokenizer, {}, torch.Generator())
+    lengths = [9, 5, 12, 7, 3]  # padded batches: the collator masks padding out of the labels
+    examples = [{"input_ids": list(range(10, 10 + n))} for n in lengths]
+    loader = torch.utils.data.DataLoader(EvalShard(examples, 0, 1), batch_size=2, collate_fn=list)
+    metrics = evaluate(model, loader, collator, accelerator, shifts_labels=True)
+    with torch.no_grad():
+        total = sum(
+            model(input_ids=torch.tensor([ex["input_ids"]]), labels=torch.tensor([ex["input_ids"]])).loss.item()
+            * (len(ex["input_ids"]) - 1)
+            for ex in examples
+        )
+    assert metrics["eval_targets"] == sum(n - 1 for n in lengths)
+    assert metrics["eval_loss"] == pytest.approx(total / metrics["eval_targets"], abs=1e-5)
+    assert metrics["perplexity"] == pytest.approx(math.exp(metrics["eval_loss"]))
+    assert model.training  # evaluate restores the mode it found
