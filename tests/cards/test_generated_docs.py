@@ -1,0 +1,49 @@
+"""Generated documents are up to date with what generates them: preset cards, result cards and the benchmark report."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("script", ["model_cards/generate_preset_cards.py", "benchmarks/report.py"])
+def test_generated_document_is_current(script):
+    result = subprocess.run([sys.executable, script, "--check"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+
+
+def test_every_preset_has_a_card():
+    import hfzoo
+
+    cards = {p.stem for p in (ROOT / "model_cards" / "presets").glob("*.md")}
+    assert cards == set(hfzoo.list_presets())
+
+
+RESULT_CARDS = sorted(path.parent for path in (ROOT / "model_cards" / "results").glob("*/results.json"))
+
+
+@pytest.mark.parametrize("card_dir", RESULT_CARDS, ids=lambda path: path.name)
+def test_result_card_is_current(card_dir, monkeypatch):
+    """A result card is rendered from its results.json alone (the run folders are not kept), so rendering it again
+    must give the committed README.md: the card code and the card cannot drift apart."""
+    monkeypatch.syspath_prepend(str(ROOT / "model_cards"))
+    import generate_electra_results
+    import generate_finetune_results
+    import generate_results
+
+    results = json.loads((card_dir / "results.json").read_text(encoding="utf-8"))
+    if "tasks" in results:  # a fine-tuning grid
+        compared = results.get("compare", {}).get("card")
+        command = generate_finetune_results.card_command(results["runs_dir"], card_dir, compared,
+                                                         results.get("targets", False))
+        text = generate_finetune_results.render(results, command)
+    elif "objectives" in results:  # ELECTRA against the masked LM
+        command = generate_electra_results.card_command(results["runs_dir"], card_dir)
+        text = generate_electra_results.render(results, command)
+    else:
+        text = generate_results.render(results)
+    assert text == (card_dir / "README.md").read_text(encoding="utf-8")

@@ -1,0 +1,280 @@
+"""Fine-tuning checkpoints, exact resume, the best model and evaluation-only runs (issue 17 item 4).
+
+As for pretraining (test_pretrain_recipe.py): `python recipes/finetune.py` is killed by SIGKILL at a random step
+after its first checkpoint and resumed with `--resume`; the weights it ends with (the full model, or the LoRA
+adapter and head) must be bit-identical to an uninterrupted run's, and so must the best model kept by `save_best`.
+A tiny bert-tiny checkpoint (dropout on, so the RNG states must be restored too) on the stdlib `area` task.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from accelerate.state import AcceleratorState, GradientState
+from safetensors.torch import load_file
+from transformers import AutoModelForMaskedLM
+
+import hfzoo
+from hfzoo.data.stdlib_tasks import write_task_files
+from hfzoo.data.tokenizer_training import train_tokenizer
+from hfzoo.recipes.finetune import main
+from hfzoo.training import list_checkpoints
+from hfzoo.training.logging import read_log
+
+REPO = Path(__file__).resolve().parents[2]
+RECIPE = REPO / "recipes" / "finetune.py"
+MAX_STEPS = 16
+WEIGHTS = {"full": "model.safetensors", "lora": "adapter_model.safetensors"}
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory) -> dict[str, Path]:
+    """The `area` task files and a random-init bert-tiny masked LM with a wordpiece tokenizer trained on them."""
+    root = tmp_path_factory.mktemp("finetune-resume")
+    files = write_task_files("area", root / "data")
+    texts = files["train"].read_text(encoding="utf-8").splitlines()[1:1500]
+    tokenizer = train_tokenizer(texts, "wordpiece", 1000, "encoder")
+    config = hfzoo.preset_config("bert-tiny", vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id)
+    torch.manual_seed(0)
+    AutoModelForMaskedLM.from_config(config).save_pretrained(root / "base")
+    tokenizer.save_pretrained(root / "base")
+    return {"base": root / "base", "train": files["train"], "validation": files["validation"]}
+
+
+def args(base: dict[str, Path], output_dir: Path, method: str, *extra: str) -> list[str]:
+    """A 16-step run over 2 epochs of 64 examples (shuffled, dropout 0.1), checkpoints every 3 steps."""
+    return [
+        "--model", str(base["base"]), "--task", "sequence-classification", "--train_file", str(base["train"]),
+        "--validation_file", str(base["validation"]), "--max_train_samples", "64", "--max_eval_samples", "32",
+        "--max_length", "48", "--per_device_batch_size", "8", "--max_steps", str(MAX_STEPS), "--log_every", "1",
+        "--save_every", "3", "--eval_every", "4", "--save_best", "true", "--learning_rate", "2e-3",
+        "--method", method, "--output_dir", str(output_dir), *extra,
+    ]  # fmt: skip
+
+
+def run(*argv: str) -> Path:
+    """`main(argv)` in this process; accelerate's process state is reset after, as a new process would have it."""
+    try:
+        return main(list(argv))
+    finally:
+        GradientState._reset_state()
+        AcceleratorState._reset_state(reset_partial_state=True)
+
+
+def recipe_env() -> dict[str, str]:
+    """As many threads as this process (float sums are split by thread), offline."""
+    return {**os.environ, "HF_HUB_OFFLINE": "1", "HF_EVALUATE_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+            "OMP_NUM_THREADS": str(torch.get_num_threads())}  # fmt: skip
+
+
+def train_losses(output_dir: Path) -> dict[int, float]:
+    return {r["step"]: r["loss"] for r in read_log(output_dir) if r["event"] == "train"}
+
+
+def assert_same_tensors(a: Path, b: Path) -> None:
+    first, second = load_file(a), load_file(b)
+    assert first.keys() == second.keys()
+    differ = [k for k in first if not torch.equal(first[k], second[k])]
+    assert not differ, differ
+
+
+@pytest.fixture(scope="module")
+def references(base, tmp_path_factory) -> dict[str, Path]:
+    """Uninterrupted runs, full fine-tuning and LoRA."""
+    root = tmp_path_factory.mktemp("references")
+    return {method: run(*args(base, root / method, method)) for method in WEIGHTS}
+
+
+def kill_at_a_random_step(command: list[str], out: Path, log_file: Path) -> int:
+    """Start `command`, SIGKILL it once it has logged a random step after its first checkpoint; that step."""
+    target = random.SystemRandom().randint(4, MAX_STEPS - 4)  # the recipes seed `random` itself
+    with open(log_file, "w") as log:
+        process = subprocess.Popen(command, env=recipe_env(), stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 180
+        while process.poll() is None and time.monotonic() < deadline:
+            if (out / "log.jsonl").is_file() and any(r.get("step", 0) >= target for r in _records(out)):
+                break
+            time.sleep(0.005)
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait()
+    assert process.returncode == -signal.SIGKILL, log_file.read_text()[-3000:]
+    return target
+
+
+def _records(out: Path) -> list[dict]:
+    """The log's complete records (the writer may be mid-line)."""
+    records = []
+    for line in (out / "log.jsonl").read_text(encoding="utf-8").splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            pass
+    return records
+
+
+@pytest.mark.parametrize("method", list(WEIGHTS))
+def test_sigkill_then_resume_gives_bit_identical_weights_and_best_model(base, references, tmp_path, method):
+    out, reference = tmp_path / "killed", references[method]
+    target = kill_at_a_random_step([sys.executable, str(RECIPE), *args(base, out, method)], out, tmp_path / "log")
+    assert not (out / "metrics.json").exists(), "the run finished before it was killed"
+    assert list_checkpoints(out), "killed before its first checkpoint"
+
+    run(*args(base, out, method), "--resume", "true")
+    start = [r for r in read_log(out) if r["event"] == "start"][-1]
+    print(f"{method}: killed at step {target}, resumed from step {start['step']}")
+    assert start["resumed_from"] is not None and start["step"] >= 3
+    assert_same_tensors(out / WEIGHTS[method], reference / WEIGHTS[method])
+    assert train_losses(out) == train_losses(reference)  # one record per step, each as uninterrupted
+    metrics, expected = (json.loads((folder / "metrics.json").read_text()) for folder in (out, reference))
+    assert metrics["best"] == expected["best"] and metrics["accuracy"] == expected["accuracy"]
+    assert_same_tensors(out / "best" / WEIGHTS[method], reference / "best" / WEIGHTS[method])
+
+
+def test_save_best_keeps_the_step_with_the_best_score(references):
+    reference = references["full"]
+    evaluations = [r for r in read_log(reference) if r["event"] == "eval"]
+    assert [r["step"] for r in evaluations] == [4, 8, 12, 16]
+    top = max(r["accuracy"] for r in evaluations)
+    best_step = next(r["step"] for r in evaluations if r["accuracy"] == top)  # ties keep the earlier step
+    best = json.loads((reference / "metrics.json").read_text())["best"]
+    assert best == {"metric": "accuracy", "higher_is_better": True, "step": best_step, "score": top, "folder": "best"}
+    assert (reference / "best" / "model.safetensors").is_file() and (reference / "best" / "tokenizer.json").is_file()
+    assert not list(reference.glob(".*"))  # published atomically, no staging folder left behind
+
+
+def _evaluate_only(base: dict[str, Path], out: Path, *model_args: str) -> dict:
+    """An evaluation-only run with `--output_dir out`; its metrics.json, which it writes into `out/eval/`."""
+    run("--task", "sequence-classification", "--train_file", str(base["train"]), "--validation_file",
+        str(base["validation"]), "--max_train_samples", "64", "--max_eval_samples", "32", "--max_length", "48",
+        "--per_device_batch_size", "8", "--do_train", "false", "--output_dir", str(out), *model_args)  # fmt: skip
+    return json.loads((out / "eval" / "metrics.json").read_text())
+
+
+def test_evaluation_only_scores_the_best_model_as_its_run_did_without_changing_it(base, references, tmp_path):
+    best = references["full"] / "best"
+    weights = (best / "model.safetensors").read_bytes()
+    metrics = _evaluate_only(base, tmp_path, "--model", str(best))
+    recorded = json.loads((references["full"] / "metrics.json").read_text())["best"]
+    assert metrics["accuracy"] == recorded["score"] and metrics["steps"] == 0
+    assert (best / "model.safetensors").read_bytes() == weights
+    assert not (tmp_path / "eval" / "model.safetensors").exists() and not (tmp_path / "eval" / "README.md").exists()
+    assert [r["event"] for r in read_log(tmp_path / "eval")] == ["start", "eval", "end"]
+
+
+def test_evaluation_only_of_an_adapter_reproduces_its_runs_predictions(base, references, tmp_path):
+    trained = references["lora"]
+    adapter = (trained / "adapter_model.safetensors").read_bytes()
+    metrics = _evaluate_only(base, tmp_path, "--model", str(base["base"]), "--adapter", str(trained))
+    expected = json.loads((trained / "metrics.json").read_text())
+    keys = ("accuracy", "f1", "method")
+    assert {k: metrics[k] for k in keys} == {k: expected[k] for k in keys}
+    assert (tmp_path / "eval" / "predictions.jsonl").read_text() == (trained / "predictions.jsonl").read_text()
+    assert (trained / "adapter_model.safetensors").read_bytes() == adapter
+
+
+def test_evaluation_only_refuses_a_model_without_a_trained_head(base, tmp_path):
+    with pytest.raises(ValueError, match=r"holds no trained weights for .*classifier.*--adapter"):
+        _evaluate_only(base, tmp_path, "--model", str(base["base"]))
+
+
+def _copy(reference: Path, tmp_path: Path) -> Path:
+    return Path(shutil.copytree(reference, tmp_path / "run"))
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_evaluation_only_in_the_trained_runs_folder_leaves_its_record_untouched(base, references, tmp_path):
+    """`--do_train false` into a trained run's folder (both commands keeping the default output_dir) cut its
+    log.jsonl to the evaluation's 3 records and rewrote metrics.json (steps 0) and training_config.yaml."""
+    out = _copy(references["lora"], tmp_path)
+    record = _files(out)
+    metrics = _evaluate_only(base, out, "--model", str(base["base"]), "--adapter", str(out))
+    assert _files(out).items() >= record.items()  # every file of the run, byte for byte
+    assert metrics["steps"] == 0 and [r["event"] for r in read_log(out / "eval")] == ["start", "eval", "end"]
+    assert _evaluate_only(base, out, "--model", str(base["base"]), "--adapter", str(out)) == metrics  # again
+
+
+def test_a_new_run_into_a_finished_runs_folder_is_refused_unless_overwrite(base, references, tmp_path):
+    """A fresh fine-tune into a finished folder without checkpoints silently replaced the trained adapter."""
+    out = _copy(references["lora"], tmp_path)
+    shutil.rmtree(out / "checkpoints")  # finished: nothing to resume
+    record = _files(out)
+    refused = rf"the output folder {out} is not empty .*--overwrite_output_dir"
+    with pytest.raises(FileExistsError, match=refused):
+        run(*args(base, out, "lora"))
+    assert _files(out) == record
+    (out / "notes.txt").write_bytes(b"mine")
+    run(*args(base, out, "lora", "--max_steps", "4", "--overwrite_output_dir", "true"))
+    assert (out / "notes.txt").read_bytes() == b"mine"
+    assert json.loads((out / "metrics.json").read_text())["steps"] == 4
+    assert [r["step"] for r in read_log(out) if r["event"] == "start"] == [0]
+
+
+# With save_best the evaluation steps and the run length are kept too: the best model must be chosen among the same
+# evaluations of the same weights.
+CHANGES = [("--seed", "5"), ("--per_device_batch_size", "4"), ("--eval_every", "2"), ("--max_steps", "15")]
+
+
+@pytest.mark.parametrize("change", CHANGES, ids=lambda c: c[0])
+def test_resume_refuses_a_changed_config_naming_the_key(base, references, tmp_path, change):
+    out = _copy(references["full"], tmp_path)
+    weights = (out / "model.safetensors").read_bytes()
+    with pytest.raises(SystemExit, match=rf"'{change[0][2:]}' was .*, now .*{change[1]}"):
+        run(*args(base, out, "full"), "--resume", "true", *change)
+    assert (out / "model.safetensors").read_bytes() == weights
+
+
+def test_resume_at_the_last_checkpoint_has_nothing_to_do_and_a_fresh_run_never_overwrites(base, tmp_path):
+    out, short = tmp_path / "short", ["--save_best", "false", "--max_steps", "7"]
+    run(*args(base, out, "lora", *short))
+    assert [p.name for p in list_checkpoints(out)] == ["step-00000003", "step-00000006"]
+    before = {name: (out / name).read_bytes() for name in ("adapter_model.safetensors", "metrics.json", "log.jsonl")}
+    run(*args(base, out, "lora", "--save_best", "false", "--max_steps", "6"), "--resume", "true")
+    assert {name: (out / name).read_bytes() for name in before} == before
+    with pytest.raises(FileExistsError, match="already holds checkpoints.*--resume"):
+        run(*args(base, out, "lora", *short))
+
+
+def test_a_run_stopped_before_training_may_start_again_in_its_folder(base, tmp_path):
+    """What a run writes before its first step (its config) is no finished run: running again needs no overwrite."""
+    out, short = tmp_path / "run", ["--save_best", "false", "--max_steps", "2"]
+    with pytest.raises(ValueError, match="max_length"):
+        run(*args(base, out, "lora", *short, "--max_length", "100000"))
+    assert [p.name for p in out.iterdir()] == ["training_config.yaml"]
+    run(*args(base, out, "lora", *short))
+    assert json.loads((out / "metrics.json").read_text())["steps"] == 2
+
+
+def test_checkpoints_of_adalora_are_refused_before_training(base, tmp_path):
+    """AdaLoRA's rank allocator keeps importance scores outside the model and optimizer: not resumable exactly."""
+    adalora = str(REPO / "recipes" / "configs" / "finetune" / "adalora.json")
+    with pytest.raises(ValueError, match="AdaLoRA keeps its rank allocator's importance scores"):
+        run(*args(base, tmp_path / "adalora", "lora", "--peft_config", adalora, "--save_best", "false"))
+    assert not (tmp_path / "adalora" / "log.jsonl").exists()
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--save_best", "true", "--eval_every", "null"], "'save_best' needs eval_every"),
+        (["--best_metric", "loss"], "'best_metric': 'loss' is not a validation metric"),
+        (["--save_best", "false", "--best_metric", "f1"], "'best_metric' ranks the evaluations for save_best"),
+        (["--do_train", "false"], "'do_train' is false: .* drop resume, save_every and save_best"),
+        (["--adapter", "x"], "'adapter' names a trained adapter to evaluate: use it with --do_train false"),
+    ],
+)
+def test_contradictory_settings_are_named(base, tmp_path, extra, message):
+    with pytest.raises(SystemExit, match=message):
+        run(*args(base, tmp_path / "x", "full", *extra))

@@ -1,0 +1,139 @@
+"""Resume checks the inputs outside the checkpoint that decide the result (issue 27 item 5): the tokenizer's files
+and the data files. Swapping two vocabulary ids in the output folder's tokenizer resumed silently to other weights;
+deleting it failed with an error naming no file; training data edited in place under the same path resumed silently.
+Each is now refused, naming the file and what changed, before a step is trained or a file written. Real tiny runs of
+the pretraining and fine-tuning recipes, each with a checkpoint, edited, then resumed.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from tests.recipes.test_finetune_resume import args as finetune_args
+from tests.recipes.test_finetune_resume import run as run_finetune
+from tests.recipes.test_pretrain_recipe import run_in_process as run_pretrain
+from transformers import AutoModelForMaskedLM
+
+import hfzoo
+from hfzoo.data.stdlib_tasks import write_task_files
+from hfzoo.data.tokenizer_training import train_tokenizer
+from hfzoo.training import list_checkpoints
+from hfzoo.training.logging import read_log
+
+PRETRAIN = ["--max_steps", "4", "--save_every", "2", "--eval_every", "4"]
+
+
+def _corpus(folder: Path) -> Path:
+    """A local corpus (train.jsonl, validation.jsonl) of the docstrings of `json`, `pathlib` and `shutil`."""
+    texts = [inspect.getdoc(member) for module in (json, shutil, Path) for _, member in inspect.getmembers(module)
+             if inspect.getdoc(member) and len(inspect.getdoc(member)) > 200]  # fmt: skip
+    folder.mkdir()
+    for split, part in (("train", texts[:-5]), ("validation", texts[-5:])):
+        (folder / f"{split}.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in part))
+    return folder
+
+
+@pytest.fixture
+def pretrained(tmp_path) -> tuple[Path, Path]:
+    """(a finished 4-step gpt-tiny run on a local corpus with checkpoints at steps 2 and 4, the corpus): a run per
+    test, since a resumed run must name the data by the path it was trained with."""
+    corpus = _corpus(tmp_path / "corpus")
+    return run_pretrain("--dataset", str(corpus), *PRETRAIN, "--output_dir", str(tmp_path / "run")), corpus
+
+
+def _resume_pretraining(run: Path, corpus: Path) -> Path:
+    return run_pretrain("--dataset", str(corpus), *PRETRAIN, "--max_steps", "6", "--output_dir", str(run), "--resume")
+
+
+def _swap_two_ids(tokenizer_json: Path) -> None:
+    """Exchange the ids of two ordinary tokens of the vocabulary: the file keeps its size, the run its token count."""
+    tokenizer = json.loads(tokenizer_json.read_text(encoding="utf-8"))
+    vocab = tokenizer["model"]["vocab"]
+    first, second = [token for token, index in vocab.items() if index in (100, 101)]
+    vocab[first], vocab[second] = vocab[second], vocab[first]
+    tokenizer_json.write_text(json.dumps(tokenizer, ensure_ascii=False), encoding="utf-8")
+
+
+def _edit_in_place(file: Path) -> None:
+    """Change one letter of the training data, keeping the file's size and path."""
+    text = file.read_text(encoding="utf-8")
+    at = text.index("e", len(text) // 2)
+    file.write_text(text[:at] + "a" + text[at + 1 :], encoding="utf-8")
+
+
+def _untouched(run: Path):
+    """The run's log and checkpoints now, to compare with after a refused resume."""
+    return (run / "log.jsonl").read_text(), [p.name for p in list_checkpoints(run)]
+
+
+def test_an_unchanged_run_resumes(pretrained):
+    run, corpus = pretrained
+    _resume_pretraining(run, corpus)
+    records = read_log(run)
+    assert [r["step"] for r in records if r["event"] == "start"] == [0, 2]
+    assert records[-1]["event"] == "end" and records[-1]["step"] == 6
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda run, corpus: _swap_two_ids(run / "tokenizer.json"), r"tokenizer file .*run/tokenizer.json has changed"),
+        (lambda run, corpus: (run / "tokenizer.json").unlink(), r"tokenizer file .*run/tokenizer.json is missing"),
+        (lambda run, corpus: _edit_in_place(corpus / "train.jsonl"),
+         r"data file .*corpus/train.jsonl has changed: same size, but its SHA-256 differs"),
+        (lambda run, corpus: (corpus / "train.jsonl").write_text('{"text": "short"}\n'),
+         r"data file .*corpus/train.jsonl has changed: 18 bytes, \d+ when"),
+        (lambda run, corpus: shutil.copy(corpus / "train.jsonl", corpus / "more-train.jsonl"),
+         r"data file .*corpus/more-train.jsonl is new"),
+    ],
+    ids=["tokenizer-ids-swapped", "tokenizer-deleted", "data-edited", "data-truncated", "data-added"],
+)
+def test_pretraining_resume_refuses_changed_inputs_naming_the_file(pretrained, edit, message):
+    run, corpus = pretrained
+    edit(run, corpus)
+    before = _untouched(run)
+    with pytest.raises(SystemExit, match=rf"pretrain: resume: the run's inputs differ .*{message}"):
+        _resume_pretraining(run, corpus)
+    assert _untouched(run) == before
+
+
+@pytest.fixture
+def finetuned(tmp_path) -> tuple[dict[str, Path], Path]:
+    """(the `area` data and a bert-tiny base, a 4-step LoRA fine-tuning of it with checkpoints at steps 2 and 4)."""
+    files = write_task_files("area", tmp_path / "data")
+    tokenizer = train_tokenizer(files["train"].read_text(encoding="utf-8").splitlines()[1:800], "wordpiece", 600,
+                                "encoder")  # fmt: skip
+    config = hfzoo.preset_config("bert-tiny", vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id)
+    torch.manual_seed(0)
+    AutoModelForMaskedLM.from_config(config).save_pretrained(tmp_path / "base")
+    tokenizer.save_pretrained(tmp_path / "base")
+    base = {"base": tmp_path / "base", "train": files["train"], "validation": files["validation"]}
+    return base, run_finetune(*_finetune_args(base, tmp_path / "run"))
+
+
+def _finetune_args(base: dict[str, Path], out: Path, *extra: str) -> list[str]:
+    return [*finetune_args(base, out, "lora"), "--max_steps", "4", "--save_every", "2", "--save_best", "false",
+            "--eval_every", "4", *extra]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda base: _edit_in_place(base["train"]), r"data file .*data/train.csv has changed"),
+        (lambda base: _swap_two_ids(base["base"] / "tokenizer.json"), r"tokenizer file .*base/tokenizer.json has"),
+    ],
+    ids=["data-edited", "base-tokenizer-ids-swapped"],
+)
+def test_finetuning_resume_refuses_changed_inputs_naming_the_file(finetuned, edit, message):
+    """The base model's tokenizer (where a fine-tuning run reads it) and the training file are checked too."""
+    base, run = finetuned
+    edit(base)
+    before = _untouched(run)
+    with pytest.raises(SystemExit, match=rf"finetune: resume: the run's inputs differ .*{message}"):
+        run_finetune(*_finetune_args(base, run, "--max_steps", "6", "--resume", "true"))
+    assert _untouched(run) == before
