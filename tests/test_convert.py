@@ -102,8 +102,14 @@ HEADS = {
     "distilbert": [
         "DistilBertModel", "DistilBertForMaskedLM", "DistilBertForTokenClassification", "DistilBertForQuestionAnswering",
     ],
-    "t5": ["T5Model", "T5ForConditionalGeneration", "T5ForSequenceClassification", "T5ForQuestionAnswering"],
-    "mt5": ["MT5Model", "MT5ForConditionalGeneration", "MT5ForSequenceClassification", "MT5ForQuestionAnswering"],
+    "t5": [
+        "T5Model", "T5ForConditionalGeneration", "T5ForSequenceClassification", "T5ForQuestionAnswering",
+        "T5ForTokenClassification", "T5EncoderModel",
+    ],
+    "mt5": [
+        "MT5Model", "MT5ForConditionalGeneration", "MT5ForSequenceClassification", "MT5ForQuestionAnswering",
+        "MT5ForTokenClassification", "MT5EncoderModel",
+    ],
     "bart": ["BartModel", "BartForConditionalGeneration", "BartForSequenceClassification", "BartForQuestionAnswering"],
 }
 CASES = [(family, head) for family, heads in HEADS.items() for head in heads]
@@ -136,7 +142,8 @@ def model_inputs(family: str, head: str, config) -> dict:
         inputs["token_type_ids"][:, 5:] = config.type_vocab_size - 1
     if family in ("t5", "mt5", "bart"):
         ids[:, -1] = config.eos_token_id
-        if not head.endswith(("SequenceClassification", "QuestionAnswering")):  # these shift the source
+        # The classifiers shift the source into the decoder; the tagger and the encoder model have no decoder.
+        if not head.endswith(("SequenceClassification", "QuestionAnswering", "TokenClassification", "EncoderModel")):
             inputs["decoder_input_ids"] = torch.randint(4, VOCAB, (2, 5), generator=generator)
     if head.endswith("MultipleChoice"):
         inputs = {name: tensor[:, None].expand(-1, 3, -1).contiguous() for name, tensor in inputs.items()}
