@@ -29,6 +29,8 @@ CASES = {
     "bert": ("BertForSequenceClassification", "SEQ_CLS", ["qkv_proj", "o_proj", "up_proj", "down_proj"], "classifier"),
     "roberta": ("RobertaForTokenClassification", "TOKEN_CLS", ["qkv_proj", "o_proj", "down_proj"], "classifier"),
     "distilbert": ("DistilBertForTokenClassification", "TOKEN_CLS", ["qkv_proj", "o_proj", "up_proj"], "classifier"),
+    # The discriminator: no PEFT task type, the head named by the model's class.
+    "electra": ("ElectraForPreTraining", None, ["qkv_proj", "o_proj", "up_proj", "down_proj"], "dense_prediction"),
     "t5": ("T5ForConditionalGeneration", "SEQ_2_SEQ_LM", ["qkv_proj", "q_proj", "kv_proj", "up_proj", "o_proj"], None),
     "mt5": ("MT5ForConditionalGeneration", "SEQ_2_SEQ_LM", ["qkv_proj", "up_proj", "down_proj"], None),
     "bart": ("BartForConditionalGeneration", "SEQ_2_SEQ_LM", ["qkv_proj", "kv_proj", "down_proj"], None),
@@ -110,7 +112,7 @@ def test_an_adapter_on_a_model_imported_from_a_folder_saves_with_plain_peft(fami
 
 
 @pytest.mark.parametrize("targets", [None, "all-linear"], ids=["peft-default", "all-linear"])
-@pytest.mark.parametrize("family", ["gpt2", "llama", "bert", "t5", "mt5", "mistral", "qwen2", "gemma"])
+@pytest.mark.parametrize("family", ["gpt2", "llama", "bert", "t5", "mt5", "mistral", "qwen2", "gemma", "electra"])
 def test_lora_trained_on_the_native_model_gives_the_same_outputs_on_hfzoo(family, targets, tmp_path):
     """PEFT's default targets (BERT query and value, Llama q_proj and v_proj: part of a fused projection) and every
     linear layer (q, k, v with their own As): both join into hfzoo's fused modules exactly."""
@@ -150,7 +152,7 @@ def test_lora_on_the_encoder_only_tagger_maps_both_ways(family, tmp_path):
     assert difference <= TOLERANCE
 
 
-@pytest.mark.parametrize("family", ["gpt2", "bert"])
+@pytest.mark.parametrize("family", ["gpt2", "bert", "electra"])
 def test_bottleneck_adapters_map_both_ways(family, tmp_path):
     """Houlsby's placement (attention and feed-forward outputs): renamed modules, and GPT-2's Conv1D projections."""
     head, task_type, _, _ = CASES[family]

@@ -192,7 +192,21 @@ class ZooSeq2SeqDecoder(Seq2SeqStack):
         return output_cls(last_hidden_state=hidden_states, **{CACHE_FIELD: past_key_values})
 
 
-class ZooEncoderDecoderModel(ZooEncoderDecoderPreTrainedModel):
+class SharedEmbeddingTies:
+    """Mixin for the bare models: their `_tied_weights_keys` tie the source and target embeddings, applied when
+    `share_embeddings` is on, whatever `tie_word_embeddings` says.
+
+    transformers applies a model's `_tied_weights_keys` only when `tie_word_embeddings` is on; here that switch
+    governs the LM head alone, since T5 v1.1 shares the embedding between the stacks but unties the head.
+    """
+
+    def get_expanded_tied_weights_keys(self, all_submodels: bool = False) -> dict:
+        if all_submodels:
+            return super().get_expanded_tied_weights_keys(all_submodels=True)
+        return dict(self._tied_weights_keys) if self.config.share_embeddings else {}
+
+
+class ZooEncoderDecoderModel(SharedEmbeddingTies, ZooEncoderDecoderPreTrainedModel):
     """Encoder stack + decoder stack; returns the decoder's last hidden state beside the encoder's."""
 
     # With `share_embeddings` the source embedding is the target one (see `get_expanded_tied_weights_keys`).
@@ -203,16 +217,6 @@ class ZooEncoderDecoderModel(ZooEncoderDecoderPreTrainedModel):
         self.encoder = ZooSeq2SeqEncoder(config)
         self.decoder = ZooSeq2SeqDecoder(config)
         self.post_init()
-
-    def get_expanded_tied_weights_keys(self, all_submodels: bool = False) -> dict:
-        """Tie the two stacks' embeddings when `share_embeddings` is on, whatever `tie_word_embeddings` says.
-
-        transformers applies a model's `_tied_weights_keys` only when `tie_word_embeddings` is on; here that switch
-        governs the LM head alone, since T5 v1.1 shares the embedding between the stacks but unties the head.
-        """
-        if all_submodels:
-            return super().get_expanded_tied_weights_keys(all_submodels=True)
-        return dict(self._tied_weights_keys) if self.config.share_embeddings else {}
 
     def get_input_embeddings(self) -> nn.Embedding:
         """The target embedding: the one the LM head ties to, and the only one with `share_embeddings`."""
@@ -281,7 +285,7 @@ class ZooEncoderDecoderModel(ZooEncoderDecoderPreTrainedModel):
         )
 
 
-class ZooEncoderDecoderEncoderModel(ZooEncoderDecoderPreTrainedModel):
+class ZooEncoderDecoderEncoderModel(SharedEmbeddingTies, ZooEncoderDecoderPreTrainedModel):
     """The encoder stack alone, as transformers' `T5EncoderModel`: what a source-tagging head (and a text encoder
     for other models) reads. Its weights are named as in the whole model (`encoder.*`), so a seq2seq checkpoint's
     encoder loads into it and its decoder is left out (ignored on load, as `T5EncoderModel` ignores it).
@@ -300,11 +304,6 @@ class ZooEncoderDecoderEncoderModel(ZooEncoderDecoderPreTrainedModel):
             self.decoder = nn.Module()
             self.decoder.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
         self.post_init()
-
-    def get_expanded_tied_weights_keys(self, all_submodels: bool = False) -> dict:
-        if all_submodels:
-            return super().get_expanded_tied_weights_keys(all_submodels=True)
-        return dict(self._tied_weights_keys) if self.config.share_embeddings else {}
 
     def get_input_embeddings(self) -> nn.Embedding:
         return self.encoder.embed_tokens
