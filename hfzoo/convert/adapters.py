@@ -118,10 +118,10 @@ def pairing(base: PreTrainedModel | str | os.PathLike, task_type: str | None) ->
     config = base.config if isinstance(base, PreTrainedModel) else AutoConfig.from_pretrained(base)
     class_name = type(base).__name__ if isinstance(base, PreTrainedModel) else (config.architectures or [""])[0]
     if any(family.zoo_config_class is type(config) for family in FAMILIES.values()):
-        family = native_family(config)
         zoo_class = type(base) if isinstance(base, PreTrainedModel) else getattr(models, class_name, None)
         if zoo_class is None:
             raise ValueError(f"{base}/config.json: `architectures` is {config.architectures}, no hfzoo model class.")
+        family = native_family(config, head_name=class_name)
         head = _task_head(family, task_type) or family.head_for_zoo(zoo_class)
         zoo_config, native_config = config, family.native_config(config)
     else:

@@ -16,16 +16,16 @@ from ..integrations.transformers import model_from_config
 from ..models.checked_loading import load_checked
 from ..models.checkpoint_files import check_checkpoint_folder
 from ..presets import preset_config
-from . import bart, bert, distilbert, gemma, gpt2, llama, mistral, mt5, qwen2, roberta, t5
+from . import bart, bert, distilbert, electra, gemma, gpt2, llama, mistral, mt5, qwen2, roberta, t5
 from .family import NativeFamily
 from .mapping import convert_state, load_converted
 
 FAMILIES: dict[str, NativeFamily] = {
     family.model_type: family
     for family in (
-        gpt2.FAMILY, gemma.FAMILY, mistral.FAMILY, llama.FAMILY, qwen2.FAMILY, bert.FAMILY, roberta.FAMILY, t5.FAMILY,
-        mt5.FAMILY, bart.FAMILY, distilbert.FAMILY,
-    )
+        gpt2.FAMILY, gemma.FAMILY, mistral.FAMILY, llama.FAMILY, qwen2.FAMILY, electra.FAMILY, bert.FAMILY,
+        roberta.FAMILY, t5.FAMILY, mt5.FAMILY, bart.FAMILY, distilbert.FAMILY,
+    )  # electra before bert: it is the one an encoder with narrower embeddings (embedding_size) exports to
 }
 
 
@@ -98,7 +98,8 @@ def to_native(
     """Save an hfzoo model as the native transformers class that computes the same thing, and return that model.
 
     The native family follows the hfzoo config's switches (decoder: learned positions -> GPT-2, rotary -> Llama,
-    or Mistral with a sliding window, Qwen2 with q/k/v biases only; encoder: BERT, or RoBERTa without token types;
+    or Mistral with a sliding window, Qwen2 with q/k/v biases only; encoder: BERT, or RoBERTa without token types,
+    ELECTRA with narrower embeddings or for the discriminator head;
     encoder-decoder: relative bias -> T5, learned -> BART) unless `native_type` names one (a key of `FAMILIES`). A component the native class cannot
     express is refused, naming the switch. `out_dir` loads with the plain Auto classes (no remote code) and gets
     the tokenizer files of the folder the model came from (`model_or_path`, or the native folder a `from_native` model
@@ -109,7 +110,8 @@ def to_native(
     check_output_folder(out_dir, TO_NATIVE, overwrite=overwrite, inputs=[source])
     given = isinstance(model_or_path, PreTrainedModel)
     config = model_or_path.config if given else AutoConfig.from_pretrained(model_or_path)
-    family, native_config = export_target(config, native_type)  # a refusal comes before any weight is read
+    head_name = type(model_or_path).__name__ if given else (config.architectures or [None])[0]
+    family, native_config = export_target(config, native_type, head_name)  # refused before any weight is read
     zoo = load_zoo(model_or_path)
     head = family.head_for_zoo(type(zoo))
     native_cls = getattr(transformers, head.native_class)
@@ -169,9 +171,13 @@ def import_checkpoint(source: str | os.PathLike, out_dir: str | os.PathLike) -> 
     return zoo
 
 
-def native_family(config: PreTrainedConfig, native_type: str | None = None) -> NativeFamily:
+def native_family(
+    config: PreTrainedConfig, native_type: str | None = None, head_name: str | None = None
+) -> NativeFamily:
     """The native family an hfzoo config exports to: `native_type`; else the family the model was imported from
-    (`config.native_model_type`, set by `from_native`); else the first family whose positions the config has."""
+    (`config.native_model_type`, set by `from_native`); else the first family whose positions the config has and
+    that prefers it, among those with a counterpart of the hfzoo head `head_name` when any has one (ELECTRA's
+    discriminator exports to ELECTRA, which alone has it), the first with those positions if none prefers it."""
     candidates = [family for family in FAMILIES.values() if family.zoo_config_class is type(config)]
     if not candidates:
         raise ValueError(f"{type(config).__name__} is not an hfzoo config; to_native converts hfzoo models.")
@@ -184,9 +190,14 @@ def native_family(config: PreTrainedConfig, native_type: str | None = None) -> N
                 f"{', '.join(family.model_type for family in candidates)}."
             )
         return family
-    for family in candidates:
-        if family.position_embedding == config.position_embedding and family.prefers(config):
+    with_head = [family for family in candidates if head_name in {head.zoo_class.__name__ for head in family.heads}]
+    kind = config.position_embedding
+    positioned = [family for family in with_head or candidates if family.position_embedding == kind]
+    for family in positioned:
+        if family.prefers(config):
             return family
+    if with_head and positioned:
+        return positioned[0]
     kinds = ", ".join(f"{family.position_embedding!r} ({family.model_type})" for family in candidates)
     raise ValueError(
         f"No native class expresses position_embedding={config.position_embedding!r} in a {type(config).__name__}: "
@@ -194,14 +205,16 @@ def native_family(config: PreTrainedConfig, native_type: str | None = None) -> N
     )
 
 
-def export_target(config: PreTrainedConfig, native_type: str | None = None) -> tuple[NativeFamily, PreTrainedConfig]:
+def export_target(
+    config: PreTrainedConfig, native_type: str | None = None, head_name: str | None = None
+) -> tuple[NativeFamily, PreTrainedConfig]:
     """(family, native config) an hfzoo config exports to (`native_family`), or a `ValueError` naming a switch.
 
     A family picked by the config's positions can refuse a switch it was not picked by (rotary positions pick Llama,
     which refuses a GPT-2 preset's activation): then every family's refusal is named, so the message shows the switch
     the user set (position_embedding='rotary', which GPT-2 lacks) beside the one the picked family lacks.
     """
-    family = native_family(config, native_type)
+    family = native_family(config, native_type, head_name)
     try:
         return family, family.native_config(config)
     except ValueError as error:

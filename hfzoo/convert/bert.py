@@ -28,7 +28,8 @@ CONFIG = ConfigMap(
     fixed=dict(
         norm_type="layernorm", norm_position="post", norm_bias=True, position_embedding="learned", attention_bias=True,
         attention_output_bias=True, mlp_bias=True, embedding_norm=True, scale_embeddings=False, num_experts=0,
-    ),
+        embedding_size=None, pooler_activation="tanh",
+    ),  # BERT and RoBERTa embed in hidden_size and pool with tanh (ELECTRA: narrower embeddings, GELU)
 )
 # Native heads built with BERT's pooler; the others (masked LM, tagging, QA) are built without one.
 POOLED_HEADS = ("Model", "ForSequenceClassification", "ForMultipleChoice")

@@ -33,7 +33,7 @@ CONFIG = ConfigMap(
     fixed=dict(
         norm_type="layernorm", norm_position="post", norm_bias=True, norm_eps=1e-12, position_embedding="learned",
         attention_bias=True, attention_output_bias=True, mlp_bias=True, embedding_norm=True, scale_embeddings=False,
-        num_experts=0, type_vocab_size=0, add_pooling_layer=False,
+        num_experts=0, type_vocab_size=0, add_pooling_layer=False, embedding_size=None,
     ),  # norm_eps: DistilBERT's LayerNorms are built with eps=1e-12 whatever the config says
 )
 

@@ -18,6 +18,8 @@ class Head:
 
     `zoo_prefix` / `native_prefix` are the bare model's key prefixes inside the head (`model.`, `transformer.`,
     `bert.`, ... or empty for the bare model itself); `rules` gives the head's own weights, with full keys.
+    `encoder_only` marks an encoder-decoder head that holds the encoder stack alone (T5's tagger and
+    `T5EncoderModel`): the bare model's decoder rules are left out.
     """
 
     zoo_class: type[PreTrainedModel]
@@ -25,6 +27,7 @@ class Head:
     zoo_prefix: str
     native_prefix: str
     rules: Callable[[PreTrainedConfig, PreTrainedConfig], list[Rule]] = lambda zoo_config, native_config: []
+    encoder_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -111,7 +114,10 @@ class NativeFamily:
         weight (RoBERTa's classifier holds what hfzoo keeps in the pooler)."""
         head_rules = head.rules(zoo_config, native_config)
         claimed = {key for rule in head_rules for key in rule.zoo}
-        base = [rule.prefixed(head.zoo_prefix, head.native_prefix) for rule in self.base_rules(zoo_config, native_config)]
+        base = self.base_rules(zoo_config, native_config)
+        if head.encoder_only:
+            base = [rule for rule in base if not all(key.startswith("decoder.") for key in rule.zoo)]
+        base = [rule.prefixed(head.zoo_prefix, head.native_prefix) for rule in base]
         return [rule for rule in base if not claimed.intersection(rule.zoo)] + head_rules
 
 

@@ -11,9 +11,11 @@ from ..models import (
     ZooDecoderForSequenceClassification,
     ZooDecoderForTokenClassification,
     ZooDecoderModel,
+    ZooEncoderDecoderEncoderModel,
     ZooEncoderDecoderForConditionalGeneration,
     ZooEncoderDecoderForQuestionAnswering,
     ZooEncoderDecoderForSequenceClassification,
+    ZooEncoderDecoderForTokenClassification,
     ZooEncoderDecoderModel,
     ZooEncoderForMaskedLM,
     ZooEncoderForMultipleChoice,
@@ -63,12 +65,15 @@ def encoder_heads(name: str, prefix: str, masked_lm: list[Rule], sequence_classi
     )
 
 
-def seq2seq_heads(name: str, generation_prefix: str, classifier_prefix: str, generation_rules) -> tuple[Head, ...]:
+def seq2seq_heads(
+    name: str, generation_prefix: str, classifier_prefix: str, generation_rules, tagger_prefix: str | None = None
+) -> tuple[Head, ...]:
     """`<name>Model`, `<name>ForConditionalGeneration` (its head's rules from `generation_rules(zoo, native)`),
     `<name>ForSequenceClassification`, whose dense + tanh + projection head is hfzoo's `dense` and `out_proj`, and
-    `<name>ForQuestionAnswering` (its bare model where the generation head keeps it)."""
+    `<name>ForQuestionAnswering` (its bare model where the generation head keeps it). A family with an encoder-only
+    tagger (T5's `<name>ForTokenClassification`, which keeps `<name>EncoderModel` at `tagger_prefix`) adds both."""
     classifier = [*linear("dense", "classification_head.dense", True), *linear("out_proj", "classification_head.out_proj", True)]
-    return (
+    heads = (
         Head(ZooEncoderDecoderModel, f"{name}Model", "", ""),
         Head(ZooEncoderDecoderForConditionalGeneration, f"{name}ForConditionalGeneration", "model.", generation_prefix,
              generation_rules),
@@ -76,4 +81,12 @@ def seq2seq_heads(name: str, generation_prefix: str, classifier_prefix: str, gen
              lambda zoo, native: classifier),
         Head(ZooEncoderDecoderForQuestionAnswering, f"{name}ForQuestionAnswering", "model.", generation_prefix,
              lambda zoo, native: linear("qa_outputs", "qa_outputs", True)),
+    )
+    if tagger_prefix is None:
+        return heads
+    return (
+        *heads,
+        Head(ZooEncoderDecoderForTokenClassification, f"{name}ForTokenClassification", "model.", tagger_prefix,
+             lambda zoo, native: linear("classifier", "classifier", True), encoder_only=True),
+        Head(ZooEncoderDecoderEncoderModel, f"{name}EncoderModel", "", "", encoder_only=True),
     )

@@ -1,4 +1,4 @@
-"""mT5 (`MT5ForConditionalGeneration`, `MT5Model`, `MT5ForSequenceClassification`, `MT5ForQuestionAnswering`)
+"""mT5 (`MT5ForConditionalGeneration`, `MT5Model`, `MT5EncoderModel` and the classification, QA and tagging heads)
 <-> hfzoo's encoder-decoder: T5 v1.1's layout and weight names under mT5's classes (`t5` holds the rules).
 
 What differs from T5 is only what transformers' classes do with the config: mT5 never scales the decoder output
@@ -23,5 +23,5 @@ def native_config(config: ZooEncoderDecoderConfig) -> MT5Config:
     return layout_native_config(config, CONFIG, "mT5")
 
 
-HEADS = seq2seq_heads("MT5", "", "transformer.", generation_head_rules)
+HEADS = seq2seq_heads("MT5", "", "transformer.", generation_head_rules, tagger_prefix="transformer.")
 FAMILY = NativeFamily("mt5", "relative", zoo_config, native_config, base_rules, HEADS, prepare_native=untie_head)

@@ -1,5 +1,5 @@
-"""T5 (`T5ForConditionalGeneration`, `T5Model`, `T5ForSequenceClassification`) <-> hfzoo's encoder-decoder with
-pre-RMSNorm and relative position buckets.
+"""T5 (`T5ForConditionalGeneration`, `T5Model`, the sequence classifier, QA head and tagger, `T5EncoderModel`) <->
+hfzoo's encoder-decoder with pre-RMSNorm and relative position buckets.
 
 - T5 does not scale attention scores by 1/sqrt(head_dim); hfzoo does. The factor sqrt(head_dim) goes into the
   query projections (8 for T5's d_kv=64, a power of two, so the round trip stays bit-identical).
@@ -12,6 +12,8 @@ pre-RMSNorm and relative position buckets.
   `gated-gelu` (T5 v1.1, Flan-T5, mT5: T5Config turns it into a gate of GPT-2's tanh GELU, `gelu_new`) to
   `geglu_tanh`, and hfzoo's `geglu` (gated exact GELU) to `gated-gelu_python` (T5Config reads the part after
   "gated-" as the activation's name, and transformers' `gelu_python` is the exact GELU).
+- The tagger (`T5ForTokenClassification`) and `T5EncoderModel` hold the encoder alone, as hfzoo's
+  `ZooEncoderDecoderForTokenClassification` and `ZooEncoderDecoderEncoderModel` do: only the encoder's rules apply.
 - mT5 (`MT5ForConditionalGeneration`, ...) is T5 v1.1 under its own classes and `model_type`; it never scales the
   decoder output, whatever its head (`mt5.py`).
 """
@@ -142,5 +144,5 @@ def generation_head_rules(zoo: ZooEncoderDecoderConfig, native: T5Config) -> lis
 
 
 
-HEADS = seq2seq_heads("T5", "", "transformer.", generation_head_rules)
+HEADS = seq2seq_heads("T5", "", "transformer.", generation_head_rules, tagger_prefix="transformer.")
 FAMILY = NativeFamily("t5", "relative", zoo_config, native_config, base_rules, HEADS, prepare_native=untie_head)

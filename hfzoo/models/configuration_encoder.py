@@ -2,6 +2,8 @@
 
 from .configuration_common import ZooTransformerConfig
 
+POOLER_ACTIVATIONS = ("tanh", "gelu")
+
 
 class ZooEncoderConfig(ZooTransformerConfig):
     r"""
@@ -21,6 +23,12 @@ class ZooEncoderConfig(ZooTransformerConfig):
             multiple-choice heads. Without it those heads read the first token's hidden state directly.
         classifier_dropout (`float`, *optional*): dropout before the classification, tagging and multiple-choice
             projections; `None` uses `hidden_dropout`.
+        pooler_activation (`str`, defaults to `"tanh"`): the pooler's activation: BERT's `tanh`, or ELECTRA's `gelu`
+            (its classification head is the pooler's dense layer with GELU on the first token).
+        embedding_size (`int`, *optional*): width of the token, position and token-type embeddings and their norm,
+            projected to `hidden_size` before the first block (ELECTRA, Clark et al., 2020, whose small models embed
+            in 128 channels; ALBERT's factorised embeddings). The masked-LM head maps back to this width and scores
+            against the token embedding. `None` (the default) embeds in `hidden_size`, with no projection.
     """
 
     model_type = "hfzoo_encoder"
@@ -28,6 +36,8 @@ class ZooEncoderConfig(ZooTransformerConfig):
     type_vocab_size: int = 2
     add_pooling_layer: bool = True
     classifier_dropout: float | None = None
+    embedding_size: int | None = None
+    pooler_activation: str = "tanh"
 
     def __post_init__(self, **kwargs):
         super().__post_init__(**kwargs)
@@ -37,6 +47,15 @@ class ZooEncoderConfig(ZooTransformerConfig):
             self.architectures = []
         if self.type_vocab_size < 0:
             raise ValueError(f"type_vocab_size must be >= 0 (0 = no token types), got {self.type_vocab_size}.")
+        if self.pooler_activation not in POOLER_ACTIVATIONS:
+            raise ValueError(
+                f"pooler_activation must be one of {', '.join(POOLER_ACTIVATIONS)} (BERT: tanh, ELECTRA: gelu), got "
+                f"{self.pooler_activation!r}."
+            )
+        if self.embedding_size is not None and self.embedding_size <= 0:
+            raise ValueError(
+                f"embedding_size must be a positive integer or None (= hidden_size), got {self.embedding_size}."
+            )
         if self.classifier_dropout is not None and not 0.0 <= self.classifier_dropout < 1.0:
             raise ValueError(
                 f"classifier_dropout must be in [0, 1) or None (= hidden_dropout), got {self.classifier_dropout}."

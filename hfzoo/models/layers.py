@@ -51,10 +51,12 @@ class RMSNorm(nn.Module):
         return self.weight * hidden_states.to(dtype)
 
 
-def build_norm(config) -> nn.Module:
+def build_norm(config, width: int | None = None) -> nn.Module:
+    """The config's norm over `width` channels (`hidden_size` unless given: ELECTRA's narrower embeddings)."""
+    width = width or config.hidden_size
     if config.norm_type == "rmsnorm":
-        return RMSNorm(config.hidden_size, config.norm_eps, config.norm_unit_offset)
-    return nn.LayerNorm(config.hidden_size, eps=config.norm_eps, bias=config.norm_bias)
+        return RMSNorm(width, config.norm_eps, config.norm_unit_offset)
+    return nn.LayerNorm(width, eps=config.norm_eps, bias=config.norm_bias)
 
 
 # ----------------------------------------------------------------------------------------------- positions
@@ -129,13 +131,16 @@ def relative_position_bucket(relative_position: torch.Tensor, bidirectional: boo
 class PositionEncoding(nn.Module):
     """One module for every position scheme, so each family asks for positions the same way."""
 
-    def __init__(self, config, bidirectional: bool):
+    def __init__(self, config, bidirectional: bool, width: int | None = None):
+        """`width`: the channels of an embedding added to the input (learned, sinusoidal), `hidden_size` unless
+        given (ELECTRA's narrower embeddings)."""
         super().__init__()
         self.kind = config.position_embedding
         self.bidirectional = bidirectional
         self.config = config
+        self.width = width or config.hidden_size
         if self.kind == "learned":
-            self.embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
+            self.embeddings = nn.Embedding(config.max_position_embeddings, self.width)
         elif self.kind == "relative":
             # Shared by all layers of a stack, as in T5.
             self.relative_attention_bias = nn.Embedding(config.relative_attention_num_buckets, config.num_attention_heads)
@@ -161,7 +166,7 @@ class PositionEncoding(nn.Module):
                 )
             return PositionSignals(added=self.embeddings(position_ids))
         if self.kind == "sinusoidal":
-            return PositionSignals(added=sinusoidal_embedding(position_ids, config.hidden_size, dtype))
+            return PositionSignals(added=sinusoidal_embedding(position_ids, self.width, dtype))
         if self.kind == "rotary":
             return PositionSignals(rotary=rotary_angles(position_ids, config.head_dim, config.rope_theta, dtype))
         if self.kind in ("alibi", "relative", "disentangled"):

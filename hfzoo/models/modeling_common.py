@@ -202,14 +202,19 @@ class TransformerStack:
     # Keyword arguments, beyond `PASSED_THROUGH_KWARGS`, that transformers hands this stack and it ignores.
     also_passed_through: frozenset[str] = frozenset()
 
-    def build_inputs(self, config, is_causal: bool) -> None:
-        """Token embedding (optionally scaled), positions, embedding norm and dropout."""
+    def build_inputs(self, config, is_causal: bool, embedding_size: int | None = None) -> None:
+        """Token embedding (optionally scaled), positions, embedding norm and dropout, `embedding_size` wide
+        (`hidden_size` unless given); narrower embeddings are projected to `hidden_size` (ELECTRA's
+        `embeddings_project`) before the first block."""
         self.is_causal = is_causal
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.positions = PositionEncoding(config, bidirectional=not is_causal)
-        self.embedding_norm = build_norm(config) if config.embedding_norm else nn.Identity()
+        width = embedding_size or config.hidden_size
+        self.embed_tokens = nn.Embedding(config.vocab_size, width)
+        self.positions = PositionEncoding(config, bidirectional=not is_causal, width=width)
+        self.embedding_norm = build_norm(config, width) if config.embedding_norm else nn.Identity()
         self.dropout = nn.Dropout(config.hidden_dropout)
         self.embedding_scale = config.hidden_size**0.5 if config.scale_embeddings else 1.0
+        project = width != config.hidden_size
+        self.embeddings_project = nn.Linear(width, config.hidden_size) if project else nn.Identity()
 
     def build_blocks(self, config, num_layers: int, has_cross_attention: bool = False) -> None:
         """The blocks and, for pre-norm, the final norm (post-norm blocks already end in one)."""
@@ -303,6 +308,7 @@ class TransformerStack:
         hidden_states, signals = self.embed_inputs(
             input_ids, inputs_embeds, position_ids, past_length, extra_embeds, key_length
         )
+        hidden_states = self.embeddings_project(hidden_states)
         if self.is_causal:
             # The cache positionally: its keyword is `past_key_values` up to transformers 5.23, `cache` from 5.24.
             # A sliding window (`config.sliding_window`) is a mask too; transformers' cache keeps only its keys.

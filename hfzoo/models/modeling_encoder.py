@@ -85,14 +85,16 @@ class ZooEncoderPreTrainedModel(ZooPreTrainedModel):
 
 
 class ZooEncoderPooler(nn.Module):
-    """BERT's pooler: dense + tanh on the first ([CLS]) token, the sentence representation its heads classify."""
+    """BERT's pooler: dense + tanh on the first ([CLS]) token, the sentence representation its heads classify
+    (GELU instead of tanh in ELECTRA's classification heads: `pooler_activation`)."""
 
     def __init__(self, config: ZooEncoderConfig):
         super().__init__()
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.act_fn = ACT2FN[config.pooler_activation]
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return torch.tanh(self.dense(hidden_states[:, 0]))
+        return self.act_fn(self.dense(hidden_states[:, 0]))
 
 
 class ZooEncoderModel(TransformerStack, ZooEncoderPreTrainedModel):
@@ -104,9 +106,10 @@ class ZooEncoderModel(TransformerStack, ZooEncoderPreTrainedModel):
 
     def __init__(self, config: ZooEncoderConfig, add_pooling_layer: bool | None = None):
         super().__init__(config)
-        self.build_inputs(config, is_causal=False)
+        self.build_inputs(config, is_causal=False, embedding_size=config.embedding_size)
         if config.type_vocab_size:
-            self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
+            width = config.embedding_size or config.hidden_size
+            self.token_type_embeddings = nn.Embedding(config.type_vocab_size, width)
         self.build_blocks(config, config.num_hidden_layers)
         add_pooling_layer = config.add_pooling_layer if add_pooling_layer is None else add_pooling_layer
         self.pooler = ZooEncoderPooler(config) if add_pooling_layer else None
@@ -126,8 +129,8 @@ class ZooEncoderModel(TransformerStack, ZooEncoderPreTrainedModel):
         return self.token_type_embeddings(token_type_ids)
 
     def embed(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
-        """The hidden states entering the first block: token, position and token-type embeddings, normed and
-        dropped out as in `forward`. ELECTRA's generator reads the discriminator's embeddings through this."""
+        """The embeddings as `forward` computes them before `embeddings_project`: token, position and token-type
+        embeddings, normed and dropped out. ELECTRA's generator reads the discriminator's embeddings through this."""
         return self.embed_inputs(input_ids, None, None, extra_embeds=self._token_type_embeds(token_type_ids))[0]
 
     @capture_outputs
@@ -165,16 +168,19 @@ def sentence_representation(outputs: ZooEncoderModelOutput) -> torch.Tensor:
 
 
 class ZooEncoderLMHead(nn.Module):
-    """BERT's masked-LM head: dense + activation + norm, then the vocabulary projection (tied to the embedding)."""
+    """BERT's masked-LM head: dense + activation + norm, then the vocabulary projection (tied to the embedding).
+
+    With an `embedding_size` the dense layer maps to that width, as ELECTRA's generator head does."""
 
     def __init__(self, config: ZooEncoderConfig):
         super().__init__()
-        self.dense = nn.Linear(config.hidden_size, config.hidden_size, bias=config.mlp_bias)
+        width = config.embedding_size or config.hidden_size
+        self.dense = nn.Linear(config.hidden_size, width, bias=config.mlp_bias)
         # A gated feed-forward activation names its gate's function (geglu -> gelu); the head is not gated.
         self.act_fn = ACT2FN[GATED_ACTIVATIONS.get(config.activation, config.activation)]
-        self.norm = build_norm(config)
+        self.norm = build_norm(config, width)
         # The per-token output bias is kept even in bias-free presets: BERT and ModernBERT both have it.
-        self.decoder = nn.Linear(config.hidden_size, config.vocab_size)
+        self.decoder = nn.Linear(width, config.vocab_size)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return self.decoder(self.norm(self.act_fn(self.dense(hidden_states))))

@@ -21,6 +21,7 @@ from transformers.modeling_outputs import (
     Seq2SeqMoEOutput,
     Seq2SeqQuestionAnsweringModelOutput,
     Seq2SeqSequenceClassifierOutput,
+    TokenClassifierOutput,
 )
 from transformers.utils import ModelOutput, can_return_tuple
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
@@ -191,7 +192,21 @@ class ZooSeq2SeqDecoder(Seq2SeqStack):
         return output_cls(last_hidden_state=hidden_states, **{CACHE_FIELD: past_key_values})
 
 
-class ZooEncoderDecoderModel(ZooEncoderDecoderPreTrainedModel):
+class SharedEmbeddingTies:
+    """Mixin for the bare models: their `_tied_weights_keys` tie the source and target embeddings, applied when
+    `share_embeddings` is on, whatever `tie_word_embeddings` says.
+
+    transformers applies a model's `_tied_weights_keys` only when `tie_word_embeddings` is on; here that switch
+    governs the LM head alone, since T5 v1.1 shares the embedding between the stacks but unties the head.
+    """
+
+    def get_expanded_tied_weights_keys(self, all_submodels: bool = False) -> dict:
+        if all_submodels:
+            return super().get_expanded_tied_weights_keys(all_submodels=True)
+        return dict(self._tied_weights_keys) if self.config.share_embeddings else {}
+
+
+class ZooEncoderDecoderModel(SharedEmbeddingTies, ZooEncoderDecoderPreTrainedModel):
     """Encoder stack + decoder stack; returns the decoder's last hidden state beside the encoder's."""
 
     # With `share_embeddings` the source embedding is the target one (see `get_expanded_tied_weights_keys`).
@@ -202,16 +217,6 @@ class ZooEncoderDecoderModel(ZooEncoderDecoderPreTrainedModel):
         self.encoder = ZooSeq2SeqEncoder(config)
         self.decoder = ZooSeq2SeqDecoder(config)
         self.post_init()
-
-    def get_expanded_tied_weights_keys(self, all_submodels: bool = False) -> dict:
-        """Tie the two stacks' embeddings when `share_embeddings` is on, whatever `tie_word_embeddings` says.
-
-        transformers applies a model's `_tied_weights_keys` only when `tie_word_embeddings` is on; here that switch
-        governs the LM head alone, since T5 v1.1 shares the embedding between the stacks but unties the head.
-        """
-        if all_submodels:
-            return super().get_expanded_tied_weights_keys(all_submodels=True)
-        return dict(self._tied_weights_keys) if self.config.share_embeddings else {}
 
     def get_input_embeddings(self) -> nn.Embedding:
         """The target embedding: the one the LM head ties to, and the only one with `share_embeddings`."""
@@ -278,6 +283,44 @@ class ZooEncoderDecoderModel(ZooEncoderDecoderPreTrainedModel):
             encoder_router_logits=encoder_outputs.get("router_logits"),
             decoder_router_logits=decoder_outputs.router_logits,
         )
+
+
+class ZooEncoderDecoderEncoderModel(SharedEmbeddingTies, ZooEncoderDecoderPreTrainedModel):
+    """The encoder stack alone, as transformers' `T5EncoderModel`: what a source-tagging head (and a text encoder
+    for other models) reads. Its weights are named as in the whole model (`encoder.*`), so a seq2seq checkpoint's
+    encoder loads into it and its decoder is left out (ignored on load, as `T5EncoderModel` ignores it).
+
+    With `share_embeddings` a seq2seq checkpoint stores the shared embedding once, as the decoder's (the LM head's
+    tie); `decoder.embed_tokens` is kept here as a tied alias of the encoder's embedding so that it loads.
+    """
+
+    _keys_to_ignore_on_load_unexpected = [r"(^|\.)decoder\."]
+    _tied_weights_keys = {"decoder.embed_tokens.weight": "encoder.embed_tokens.weight"}
+
+    def __init__(self, config: ZooEncoderDecoderConfig):
+        super().__init__(config)
+        self.encoder = ZooSeq2SeqEncoder(config)
+        if config.share_embeddings:
+            self.decoder = nn.Module()
+            self.decoder.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.encoder.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.encoder.embed_tokens = value
+        if self.config.share_embeddings:
+            self.decoder.embed_tokens = value
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.FloatTensor | None = None,
+        **kwargs,
+    ) -> BaseModelOutput:
+        return self.encoder(input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, **kwargs)
 
 
 def recorded_states(outputs: Seq2SeqModelOutput) -> dict:
@@ -429,11 +472,43 @@ class ZooEncoderDecoderForQuestionAnswering(ZooEncoderDecoderPreTrainedModel):
         )
 
 
+class ZooEncoderDecoderForTokenClassification(ZooEncoderDecoderPreTrainedModel):
+    """Tags every source token (NER, POS) from the encoder's states, as transformers' `T5ForTokenClassification`:
+    tagging needs no target, so the decoder is left out. Positions labelled -100 are ignored by the loss."""
+
+    def __init__(self, config: ZooEncoderDecoderConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.model = ZooEncoderDecoderEncoderModel(config)
+        self.dropout = nn.Dropout(config.hidden_dropout)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.FloatTensor | None = None,
+        labels: torch.LongTensor | None = None,
+        **kwargs,
+    ) -> TokenClassifierOutput:
+        outputs = self.base_model_outputs(input_ids, attention_mask, inputs_embeds, **kwargs)
+        logits = self.classifier(self.dropout(outputs.last_hidden_state))
+        loss = None if labels is None else self.loss_function(logits, labels, self.config)
+        loss, _ = add_router_loss(self.config, loss, outputs)
+        return TokenClassifierOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+
 ZooEncoderDecoderPreTrainedModel.heads_by_auto_class = {
     "AutoModel": (ZooEncoderDecoderModel,),
     "AutoModelForSeq2SeqLM": (ZooEncoderDecoderForConditionalGeneration,),
     "AutoModelForSequenceClassification": (ZooEncoderDecoderForSequenceClassification,),
     "AutoModelForQuestionAnswering": (ZooEncoderDecoderForQuestionAnswering,),
+    "AutoModelForTokenClassification": (ZooEncoderDecoderForTokenClassification,),
+    "AutoModelForTextEncoding": (ZooEncoderDecoderEncoderModel,),
 }
 
 __all__ = [
@@ -441,7 +516,9 @@ __all__ = [
     "ZooSeq2SeqEncoder",
     "ZooSeq2SeqDecoder",
     "ZooEncoderDecoderModel",
+    "ZooEncoderDecoderEncoderModel",
     "ZooEncoderDecoderForConditionalGeneration",
     "ZooEncoderDecoderForSequenceClassification",
     "ZooEncoderDecoderForQuestionAnswering",
+    "ZooEncoderDecoderForTokenClassification",
 ]

@@ -91,8 +91,9 @@ class TokenClassification(Task):
     name = "token-classification"
     pipeline_tag = "token-classification"
     suffixes = (".txt", ".conll", ".jsonl")
-    auto_classes = {"encoder": AutoModelForTokenClassification, "decoder": AutoModelForTokenClassification}
-    peft_task_types = {"encoder": TaskType.TOKEN_CLS, "decoder": TaskType.TOKEN_CLS}
+    # An encoder-decoder tags from its encoder alone (T5ForTokenClassification); a decoder tags causally.
+    auto_classes = {family: AutoModelForTokenClassification for family in ("encoder", "decoder", "encoder_decoder")}
+    peft_task_types = {family: TaskType.TOKEN_CLS for family in auto_classes}
 
     def __init__(self, config):
         super().__init__(config)

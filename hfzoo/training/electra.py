@@ -6,9 +6,10 @@ The generator is a narrower masked LM; its samples replace the masked tokens, an
 is a training-time module: what a run keeps is the discriminator (`kept_model`), a normal encoder checkpoint.
 
 Weight sharing follows the paper for a small generator (sec. 3.2): the token, position and token-type embeddings
-(the size of the discriminator's hidden states) are the discriminator's. The generator projects them to its own
-width (transformers' `ElectraModel.embeddings_project`), and its masked-LM head maps back to the embedding width and
-scores against the same token embedding, as transformers' `ElectraForMaskedLM` does with tied embeddings.
+(`embedding_size` wide, by default the discriminator's hidden size) are the discriminator's. The generator projects
+them to its own width (transformers' `ElectraModel.embeddings_project`), and its masked-LM head maps back to the
+embedding width and scores against the same token embedding, as transformers' `ElectraForMaskedLM` does with tied
+embeddings.
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ def generator_config(config: ZooEncoderConfig, generator_size: float) -> ZooEnco
         "embedding_norm": False,
         "scale_embeddings": False,
         "add_pooling_layer": False,
+        "embedding_size": None,
     }
     if config.position_embedding in ADDED_POSITIONS:
         overrides["position_embedding"] = "none"
@@ -76,13 +78,13 @@ class ElectraGenerator(nn.Module):
 
     def __init__(self, config: ZooEncoderConfig, embedding_config: ZooEncoderConfig):
         super().__init__()
-        std, embedding_size = config.initializer_range, embedding_config.hidden_size
+        std, embedding_size = config.initializer_range, embedding_config.embedding_size or embedding_config.hidden_size
         self.embeddings_project = _init_linear(nn.Linear(embedding_size, config.hidden_size), std)
         self.encoder = ZooEncoderModel(config, add_pooling_layer=False)
         self.encoder.embed_tokens = None  # the discriminator's token embedding stands in for it
         self.dense = _init_linear(nn.Linear(config.hidden_size, embedding_size), std)
         self.act_fn = ACT2FN[GATED_ACTIVATIONS.get(config.activation, config.activation)]
-        self.norm = build_norm(embedding_config)
+        self.norm = build_norm(embedding_config, embedding_size)
         self.output_bias = nn.Parameter(torch.zeros(config.vocab_size))
 
     def forward(

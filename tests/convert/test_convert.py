@@ -55,6 +55,11 @@ NATIVE_CONFIGS = {
     "distilbert": (transformers.DistilBertConfig, dict(
         vocab_size=VOCAB, dim=32, n_layers=2, n_heads=4, hidden_dim=48, max_position_embeddings=64,
     )),
+    # ELECTRA-Small's shape: embeddings narrower than the hidden states, projected (embeddings_project).
+    "electra": (transformers.ElectraConfig, dict(
+        vocab_size=VOCAB, embedding_size=16, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=48, max_position_embeddings=64,
+    )),
     # T5 v1.1 / Flan-T5: a gate of the tanh GELU (transformers' gelu_new), untied head, unscaled decoder output.
     "t5": (transformers.T5Config, dict(
         vocab_size=VOCAB, d_model=64, d_kv=16, d_ff=48, num_layers=2, num_decoder_layers=3, num_heads=4,
@@ -102,8 +107,18 @@ HEADS = {
     "distilbert": [
         "DistilBertModel", "DistilBertForMaskedLM", "DistilBertForTokenClassification", "DistilBertForQuestionAnswering",
     ],
-    "t5": ["T5Model", "T5ForConditionalGeneration", "T5ForSequenceClassification", "T5ForQuestionAnswering"],
-    "mt5": ["MT5Model", "MT5ForConditionalGeneration", "MT5ForSequenceClassification", "MT5ForQuestionAnswering"],
+    "electra": [
+        "ElectraModel", "ElectraForPreTraining", "ElectraForMaskedLM", "ElectraForTokenClassification",
+        "ElectraForQuestionAnswering", "ElectraForSequenceClassification", "ElectraForMultipleChoice",
+    ],
+    "t5": [
+        "T5Model", "T5ForConditionalGeneration", "T5ForSequenceClassification", "T5ForQuestionAnswering",
+        "T5ForTokenClassification", "T5EncoderModel",
+    ],
+    "mt5": [
+        "MT5Model", "MT5ForConditionalGeneration", "MT5ForSequenceClassification", "MT5ForQuestionAnswering",
+        "MT5ForTokenClassification", "MT5EncoderModel",
+    ],
     "bart": ["BartModel", "BartForConditionalGeneration", "BartForSequenceClassification", "BartForQuestionAnswering"],
 }
 CASES = [(family, head) for family, heads in HEADS.items() for head in heads]
@@ -128,15 +143,16 @@ def model_inputs(family: str, head: str, config) -> dict:
     generator = torch.Generator().manual_seed(1)
     ids = torch.randint(4, VOCAB, (2, 9), generator=generator)
     inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
-    if family in ("bert", "roberta", "distilbert"):
+    if family in ("bert", "roberta", "distilbert", "electra"):
         ids[1, -3:] = config.pad_token_id
         inputs["attention_mask"][1, -3:] = 0
-    if family in ("bert", "roberta"):
+    if family in ("bert", "roberta", "electra"):
         inputs["token_type_ids"] = torch.zeros_like(ids)
         inputs["token_type_ids"][:, 5:] = config.type_vocab_size - 1
     if family in ("t5", "mt5", "bart"):
         ids[:, -1] = config.eos_token_id
-        if not head.endswith(("SequenceClassification", "QuestionAnswering")):  # these shift the source
+        # The classifiers shift the source into the decoder; the tagger and the encoder model have no decoder.
+        if not head.endswith(("SequenceClassification", "QuestionAnswering", "TokenClassification", "EncoderModel")):
             inputs["decoder_input_ids"] = torch.randint(4, VOCAB, (2, 5), generator=generator)
     if head.endswith("MultipleChoice"):
         inputs = {name: tensor[:, None].expand(-1, 3, -1).contiguous() for name, tensor in inputs.items()}
@@ -170,14 +186,17 @@ def test_native_to_zoo_to_native(family, head, tmp_path):
 
     zoo = from_native(native)
     assert type(zoo).__module__.startswith("hfzoo")
-    assert max_difference(outputs(native, inputs), outputs(zoo, inputs), inputs) <= TOLERANCE
+    imported = max_difference(outputs(native, inputs), outputs(zoo, inputs), inputs)
+    assert imported <= TOLERANCE
 
     to_native(zoo, tmp_path)
     saved = json.loads((tmp_path / "config.json").read_text())
     assert saved["model_type"] == family and "auto_map" not in saved, "the export must not need remote code"
     assert not list(tmp_path.glob("*.py"))
     reloaded = getattr(transformers, head).from_pretrained(tmp_path).eval()
-    assert max_difference(outputs(zoo, inputs), outputs(reloaded, inputs), inputs) <= TOLERANCE
+    exported = max_difference(outputs(zoo, inputs), outputs(reloaded, inputs), inputs)
+    print(f"{head}: native -> hfzoo max abs diff {imported:.2e}, hfzoo -> native {exported:.2e}")
+    assert exported <= TOLERANCE
 
     original, back = native.state_dict(), reloaded.state_dict()
     assert original.keys() == back.keys()
@@ -242,6 +261,8 @@ def test_t5_feed_forward_kinds_map_to_their_hfzoo_activation(feed_forward_proj, 
     ("bert", "BertModel", {"position_embedding_type": "relative_key"}, "position_embedding_type='relative_key'"),
     ("gpt2", "GPT2Model", {"scale_attn_by_inverse_layer_idx": True}, "scale_attn_by_inverse_layer_idx=True"),
     ("bart", "BartModel", {"decoder_ffn_dim": 64}, "decoder_ffn_dim=64"),
+    ("electra", "ElectraForMaskedLM", {"hidden_act": "relu"}, "hidden_act='relu'"),  # the generator head is GELU
+    ("electra", "ElectraModel", {"position_embedding_type": "relative_key"}, "position_embedding_type='relative_key'"),
 ])
 def test_native_options_hfzoo_cannot_compute_are_refused(family, head, overrides, named):
     native = native_model(family, head)
@@ -249,6 +270,18 @@ def test_native_options_hfzoo_cannot_compute_are_refused(family, head, overrides
         setattr(native.config, name, value)
     with pytest.raises(ValueError, match=named.replace("[", r"\[")):
         from_native(native)
+
+
+def test_electra_embeddings_as_wide_as_the_hidden_states_have_no_projection(tmp_path):
+    """ELECTRA-Base and -Large embed in hidden_size: hfzoo's config leaves embedding_size unset, no projection."""
+    native = native_model("electra", "ElectraForMaskedLM", embedding_size=32)
+    assert not hasattr(native.electra, "embeddings_project")
+    zoo = from_native(native)
+    assert zoo.config.embedding_size is None and isinstance(zoo.model.embeddings_project, torch.nn.Identity)
+    inputs = model_inputs("electra", "ElectraForMaskedLM", native.config)
+    assert max_difference(outputs(native, inputs), outputs(zoo, inputs), inputs) <= TOLERANCE
+    back = to_native(zoo, tmp_path)
+    assert all(torch.equal(value, back.state_dict()[key]) for key, value in native.state_dict().items())
 
 
 def test_nonzero_final_logits_bias_is_refused():

@@ -29,6 +29,8 @@ CASES = {
     "bert": ("BertForSequenceClassification", "SEQ_CLS", ["qkv_proj", "o_proj", "up_proj", "down_proj"], "classifier"),
     "roberta": ("RobertaForTokenClassification", "TOKEN_CLS", ["qkv_proj", "o_proj", "down_proj"], "classifier"),
     "distilbert": ("DistilBertForTokenClassification", "TOKEN_CLS", ["qkv_proj", "o_proj", "up_proj"], "classifier"),
+    # The discriminator: no PEFT task type, the head named by the model's class.
+    "electra": ("ElectraForPreTraining", None, ["qkv_proj", "o_proj", "up_proj", "down_proj"], "dense_prediction"),
     "t5": ("T5ForConditionalGeneration", "SEQ_2_SEQ_LM", ["qkv_proj", "q_proj", "kv_proj", "up_proj", "o_proj"], None),
     "mt5": ("MT5ForConditionalGeneration", "SEQ_2_SEQ_LM", ["qkv_proj", "up_proj", "down_proj"], None),
     "bart": ("BartForConditionalGeneration", "SEQ_2_SEQ_LM", ["qkv_proj", "kv_proj", "down_proj"], None),
@@ -110,7 +112,7 @@ def test_an_adapter_on_a_model_imported_from_a_folder_saves_with_plain_peft(fami
 
 
 @pytest.mark.parametrize("targets", [None, "all-linear"], ids=["peft-default", "all-linear"])
-@pytest.mark.parametrize("family", ["gpt2", "llama", "bert", "t5", "mt5", "mistral", "qwen2", "gemma"])
+@pytest.mark.parametrize("family", ["gpt2", "llama", "bert", "t5", "mt5", "mistral", "qwen2", "gemma", "electra"])
 def test_lora_trained_on_the_native_model_gives_the_same_outputs_on_hfzoo(family, targets, tmp_path):
     """PEFT's default targets (BERT query and value, Llama q_proj and v_proj: part of a fused projection) and every
     linear layer (q, k, v with their own As): both join into hfzoo's fused modules exactly."""
@@ -127,7 +129,30 @@ def test_lora_trained_on_the_native_model_gives_the_same_outputs_on_hfzoo(family
     assert difference <= TOLERANCE
 
 
-@pytest.mark.parametrize("family", ["gpt2", "bert"])
+@pytest.mark.parametrize("family", ["t5", "mt5"])
+def test_lora_on_the_encoder_only_tagger_maps_both_ways(family, tmp_path):
+    """T5's tagger holds the encoder alone (`transformer.encoder`): a LoRA with the trained classifier maps to it and
+    back bit for bit, and a native LoRA maps onto hfzoo's `ZooEncoderDecoderForTokenClassification`."""
+    head = f"{'MT5' if family == 'mt5' else 'T5'}ForTokenClassification"
+    native = native_model(family, head)
+    inputs = model_inputs(family, head, native.config)
+    targets = ["qkv_proj", "o_proj", "up_proj"]
+    adapted_zoo = get_peft_model(from_native(native), lora(targets, "TOKEN_CLS", "classifier")).eval()
+    mapped, _, _ = check_on_native(adapted_zoo, native_model(family, head), inputs, tmp_path, f"{family} tagger LoRA")
+    back = adapter_from_native(mapped, tmp_path / "back", native)
+    original, returned = (load_file(f"{folder}/adapter_model.safetensors") for folder in (tmp_path / "zoo", back))
+    assert original.keys() == returned.keys() and all(torch.equal(original[key], returned[key]) for key in original)
+
+    adapted_native = get_peft_model(native_model(family, head), lora(["q", "v", "o", "wi_0"], "TOKEN_CLS")).eval()
+    zoo = from_native(native)  # PEFT adapts in place: a model without the first adapter
+    mapped = adapter_from_native(saved(adapted_native, tmp_path / "native-lora"), tmp_path / "zoo-lora", zoo)
+    expected = logits(adapted_native, inputs)
+    difference = gap(logits(PeftModel.from_pretrained(zoo, mapped).eval(), inputs), expected, inputs)
+    print(f"{family} tagger native -> hfzoo LoRA: max abs diff {difference:.2e}")
+    assert difference <= TOLERANCE
+
+
+@pytest.mark.parametrize("family", ["gpt2", "bert", "electra"])
 def test_bottleneck_adapters_map_both_ways(family, tmp_path):
     """Houlsby's placement (attention and feed-forward outputs): renamed modules, and GPT-2's Conv1D projections."""
     head, task_type, _, _ = CASES[family]

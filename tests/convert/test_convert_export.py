@@ -70,6 +70,9 @@ def test_preset_models_export_with_equal_outputs_and_tokens(preset, tmp_path):
     ("roberta-tiny", {"norm_eps": 1e-12}, "distilbert", "add_pooling_layer=True"),
     ("bart-tiny", {"share_embeddings": False}, None, "share_embeddings=False"),
     ("transformer-tiny", {}, None, "position_embedding='sinusoidal'"),
+    ("bert-tiny", {"embedding_size": 16}, "bert", "embedding_size=16"),
+    ("roberta-tiny", {"embedding_size": 16}, None, "type_vocab_size=0.*embedding_size=16"),  # every family's refusal
+    ("bert-tiny", {"activation": "relu"}, "electra", "activation='relu'"),  # ELECTRA's generator head is GELU
 ])
 def test_components_the_native_class_cannot_express_are_refused(preset, overrides, native_type, named, tmp_path):
     with pytest.raises(ValueError, match=named):
@@ -93,6 +96,46 @@ def test_a_rotary_decoder_exports_to_the_family_of_its_switches(overrides, famil
     prompt = torch.randint(4, VOCAB, (2, 5), generator=torch.Generator().manual_seed(3))
     settings = dict(max_new_tokens=6, do_sample=False, pad_token_id=0, eos_token_id=None)
     assert torch.equal(native.generate(prompt, **settings), zoo.generate(prompt, **settings))
+
+
+@pytest.mark.parametrize("head,native_class,embedding_size", [
+    ("ZooEncoderForMaskedLM", "ElectraForMaskedLM", 16),
+    ("ZooEncoderForReplacedTokenDetection", "ElectraForPreTraining", 16),
+    ("ZooEncoderForReplacedTokenDetection", "ElectraForPreTraining", None),  # what `--objective electra` saves
+])
+def test_encoders_with_narrower_embeddings_or_a_discriminator_head_export_to_electra(
+    head, native_class, embedding_size, tmp_path
+):
+    """ELECTRA alone holds narrower embeddings (`embedding_size`) and the discriminator: the export picks it."""
+    zoo = zoo_model("bert-tiny", getattr(hfzoo, head), embedding_size=embedding_size, max_position_embeddings=64,
+                    pad_token_id=0)  # fmt: skip
+    zoo.save_pretrained(tmp_path / "zoo")
+    native = to_native(tmp_path / "zoo", tmp_path / "native")
+    assert type(native).__name__ == native_class
+    inputs = model_inputs("electra", native_class, native.config)
+    assert max_difference(outputs(zoo, inputs), outputs(native, inputs), inputs) <= TOLERANCE
+
+
+def test_a_classifier_fine_tuned_on_an_imported_discriminator_exports_as_electras_classifier(tmp_path):
+    """The imported config keeps ELECTRA's GELU pooler on, so the task head hfzoo adds is the head of
+    ElectraForSequenceClassification; BERT's tanh pooler is refused there, naming the switch."""
+    config = from_native(native_model("electra", "ElectraForPreTraining")).config
+    assert config.add_pooling_layer and config.pooler_activation == "gelu"
+    torch.manual_seed(0)
+    classifier = hfzoo.ZooEncoderForSequenceClassification(config).eval()
+    native = to_native(classifier, tmp_path / "native")
+    assert type(native).__name__ == "ElectraForSequenceClassification"
+    inputs = model_inputs("electra", "ElectraForSequenceClassification", native.config)
+    assert max_difference(outputs(classifier, inputs), outputs(native, inputs), inputs) <= TOLERANCE
+    with pytest.raises(ValueError, match=r"ElectraForSequenceClassification .*pooler_activation='tanh'"):
+        to_native(zoo_model("bert-tiny", hfzoo.ZooEncoderForSequenceClassification), tmp_path / "bert",
+                  native_type="electra")  # fmt: skip
+
+
+def test_a_bare_encoder_with_a_pooler_is_no_electra_model(tmp_path):
+    with pytest.raises(ValueError, match=r"ElectraModel \(no pooler\) cannot express .*add_pooling_layer=True"):
+        to_native(zoo_model("bert-tiny", hfzoo.ZooEncoderModel), tmp_path / "out", native_type="electra")
+    assert not (tmp_path / "out").exists()
 
 
 def test_encoder_without_a_pooler_cannot_become_a_pooled_classifier(tmp_path):

@@ -241,6 +241,17 @@ def test_question_answering_on_hfzoo_decoders_and_encoder_decoders(preset, head,
     assert not loading_info["missing_keys"] and not loading_info["unexpected_keys"]
 
 
+def test_token_classification_on_an_hfzoo_encoder_decoder_tags_from_its_encoder(checkpoints, tmp_path):  # noqa: F811
+    out = tmp_path / "conll-t5"
+    metrics, predictions = finetune(out, "--model", str(checkpoints["t5-tiny"]), *CONLL, "--max_steps", "2")
+    assert_run_outputs(out, metrics, {"precision", "recall", "f1", "accuracy"}, adapter=False)
+    assert len(predictions) == 32
+    model, loading_info = AutoModelForTokenClassification.from_pretrained(out, output_loading_info=True)
+    assert type(model).__name__ == "ZooEncoderDecoderForTokenClassification"
+    assert not loading_info["missing_keys"] and not loading_info["unexpected_keys"]
+    assert not any(name.startswith("model.decoder.layers") for name in model.state_dict())
+
+
 # ------------------------------------------------------------------------------------------ native checkpoints
 def test_native_bert_checkpoint_through_the_recipe(checkpoints, tmp_path):  # noqa: F811
     """A plain transformers BERT folder (no hfzoo code in it) fine-tunes with the same command."""

@@ -112,6 +112,20 @@ def test_gradients_reach_both_models_but_not_through_the_sampling():
         assert pair.get_parameter(name).grad.abs().sum() > 0, name
 
 
+def test_narrower_embeddings_are_shared_at_their_own_width():
+    """ELECTRA-Small embeds in fewer channels than its hidden size (`embedding_size`): the generator reads those
+    shared embeddings, projects them to its width, and scores against the same narrow token embedding."""
+    config = hfzoo.preset_config("bert-tiny", embedding_size=16, hidden_dropout=0.0, attention_dropout=0.0)
+    torch.manual_seed(0)
+    pair = ElectraPreTraining(config)
+    assert pair.discriminator.model.embeddings_project.weight.shape == (config.hidden_size, 16)
+    assert pair.generator.embeddings_project.weight.shape[1] == 16 and pair.generator.dense.out_features == 16
+    assert pair.generator.encoder.config.embedding_size is None  # no second projection in the generator
+    output = pair(**generator_batch())
+    output.loss.backward()
+    assert pair.discriminator.get_input_embeddings().weight.grad.abs().sum() > 0
+
+
 def test_generator_size_scales_width_heads_and_intermediate_size():
     generator = electra_pair("bert-small", generator_size=1 / 3).generator.encoder.config
     assert (generator.hidden_size, generator.num_attention_heads, generator.intermediate_size) == (128, 2, 512)
