@@ -2,6 +2,9 @@
 
 from .configuration_common import ZooTransformerConfig
 
+# BERT's pooler squashes with tanh, DeBERTa's ContextPooler with its `pooler_hidden_act` (GELU in every checkpoint).
+POOLER_ACTIVATIONS = ("tanh", "gelu", "gelu_new", "relu", "silu")
+
 
 class ZooEncoderConfig(ZooTransformerConfig):
     r"""
@@ -19,6 +22,8 @@ class ZooEncoderConfig(ZooTransformerConfig):
         add_pooling_layer (`bool`, defaults to `True`): BERT's pooler, a dense layer + tanh on the first ([CLS]) token,
             trained by next-sentence prediction in the paper and used by the sequence-classification and
             multiple-choice heads. Without it those heads read the first token's hidden state directly.
+        pooler_activation (`str`, defaults to `"tanh"`): the pooler's activation: BERT's `tanh`, or DeBERTa's `gelu`
+            (its `pooler_hidden_act`); `gelu_new`, `relu` and `silu` are accepted too.
         classifier_dropout (`float`, *optional*): dropout before the classification, tagging and multiple-choice
             projections; `None` uses `hidden_dropout`.
     """
@@ -27,6 +32,7 @@ class ZooEncoderConfig(ZooTransformerConfig):
 
     type_vocab_size: int = 2
     add_pooling_layer: bool = True
+    pooler_activation: str = "tanh"
     classifier_dropout: float | None = None
 
     def __post_init__(self, **kwargs):
@@ -37,6 +43,11 @@ class ZooEncoderConfig(ZooTransformerConfig):
             self.architectures = []
         if self.type_vocab_size < 0:
             raise ValueError(f"type_vocab_size must be >= 0 (0 = no token types), got {self.type_vocab_size}.")
+        if self.pooler_activation not in POOLER_ACTIVATIONS:
+            raise ValueError(
+                f"pooler_activation={self.pooler_activation!r} is not supported; choose one of "
+                f"{', '.join(map(repr, POOLER_ACTIVATIONS))}."
+            )
         if self.classifier_dropout is not None and not 0.0 <= self.classifier_dropout < 1.0:
             raise ValueError(
                 f"classifier_dropout must be in [0, 1) or None (= hidden_dropout), got {self.classifier_dropout}."

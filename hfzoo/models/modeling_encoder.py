@@ -85,14 +85,16 @@ class ZooEncoderPreTrainedModel(ZooPreTrainedModel):
 
 
 class ZooEncoderPooler(nn.Module):
-    """BERT's pooler: dense + tanh on the first ([CLS]) token, the sentence representation its heads classify."""
+    """BERT's pooler: dense + tanh on the first ([CLS]) token, the sentence representation its heads classify.
+    DeBERTa's ContextPooler is the same with GELU (`config.pooler_activation`)."""
 
     def __init__(self, config: ZooEncoderConfig):
         super().__init__()
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.activation = ACT2FN[config.pooler_activation]
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return torch.tanh(self.dense(hidden_states[:, 0]))
+        return self.activation(self.dense(hidden_states[:, 0]))
 
 
 class ZooEncoderModel(TransformerStack, ZooEncoderPreTrainedModel):
