@@ -16,6 +16,7 @@ from peft import PeftModel, get_peft_model
 from safetensors.torch import load_file
 from test_convert import TOLERANCE, VOCAB, max_difference, outputs
 from test_convert_adapters import check_on_native, gap, logits, lora, saved
+from test_convert_export import zoo_model
 
 import hfzoo
 from hfzoo.adapters import BottleneckConfig
@@ -68,16 +69,16 @@ def deberta_inputs(head: str, config) -> dict:
     return inputs
 
 
-def check_round_trip(native, head: str, folder) -> tuple[float, float]:
+def check_round_trip(native, head: str, folder, inputs: dict | None = None) -> tuple[float, float]:
     """native -> hfzoo (equal outputs) -> native (a plain folder, equal outputs, bit-identical weights); returns the
-    largest output difference of the import and of the export."""
-    inputs = deberta_inputs(head, native.config)
+    largest output difference of the import and of the export. `inputs` default to `deberta_inputs`."""
+    inputs = deberta_inputs(head, native.config) if inputs is None else inputs
     zoo = from_native(native)
     difference = max_difference(outputs(native, inputs), outputs(zoo, inputs), inputs)
     assert difference <= TOLERANCE
     to_native(zoo, folder)
     saved_config = json.loads((folder / "config.json").read_text())
-    assert saved_config["model_type"] == "deberta-v2" and "auto_map" not in saved_config
+    assert saved_config["model_type"] == native.config.model_type and "auto_map" not in saved_config
     reloaded = getattr(transformers, head).from_pretrained(folder).eval()
     exported = max_difference(outputs(zoo, inputs), outputs(reloaded, inputs), inputs)
     assert exported <= TOLERANCE
@@ -125,17 +126,8 @@ def test_deberta_options_hfzoo_cannot_compute_are_refused(option, value, named):
 
 
 def deberta_preset_model(head, **overrides) -> transformers.PreTrainedModel:
-    config = hfzoo.preset_config(
-        "deberta-tiny", vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-        intermediate_size=48, position_buckets=8, max_relative_positions=16, initializer_range=0.2, **overrides,
-    )  # fmt: skip
-    torch.manual_seed(0)
-    model = head(config).eval()
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            if "norm" in name:
-                parameter.add_(torch.randn_like(parameter) * 0.1)
-    return model
+    return zoo_model("deberta-tiny", head, position_buckets=8, max_relative_positions=16, initializer_range=0.2,
+                     **overrides)  # fmt: skip
 
 
 @pytest.mark.parametrize("head,auto_class", [
@@ -166,34 +158,41 @@ def test_what_deberta_cannot_express_is_refused_before_writing(head, overrides, 
     assert not (tmp_path / "out").exists()
 
 
-def test_lora_trained_on_hfzoo_maps_to_deberta_and_back_bit_identical(tmp_path):
-    head = "DebertaV2ForSequenceClassification"
-    native = native_deberta(head)
-    inputs = deberta_inputs(head, native.config)
+def check_lora_from_hfzoo(native, inputs: dict, folder, what: str) -> None:
+    """A LoRA trained on the imported sequence classifier (its classifier saved beside it) gives the native model's
+    outputs once mapped, and maps back to the very same tensors."""
     targets = ["qkv_proj", "o_proj", "up_proj", "down_proj"]
     zoo = get_peft_model(from_native(native), lora(targets, "SEQ_CLS", "classifier")).eval()
     base = logits(native, inputs)  # before PEFT wraps the native modules in place
-    mapped, expected, _ = check_on_native(zoo, native, inputs, tmp_path, "deberta-v2 LoRA")
+    mapped, expected, _ = check_on_native(zoo, native, inputs, folder, f"{what} LoRA")
     assert gap(expected, base, inputs) > 10 * TOLERANCE, "the adapter must change the outputs"
-    back = adapter_from_native(mapped, tmp_path / "back", native)
-    original, returned = (load_file(f"{folder}/adapter_model.safetensors") for folder in (tmp_path / "zoo", back))
+    back = adapter_from_native(mapped, folder / "back", native)
+    original, returned = (load_file(f"{path}/adapter_model.safetensors") for path in (folder / "zoo", back))
     assert original.keys() == returned.keys()
     assert all(torch.equal(original[key], returned[key]) for key in original)
+
+
+def check_lora_from_native(native, inputs: dict, folder, targets, what: str) -> None:
+    """A LoRA trained on the native sequence classifier gives its outputs on the imported model once mapped."""
+    zoo = from_native(native)  # before PEFT wraps the native modules in place
+    adapted = get_peft_model(native, lora(targets, "SEQ_CLS")).eval()
+    mapped = adapter_from_native(saved(adapted, folder / "native"), folder / "zoo", zoo)
+    difference = gap(logits(PeftModel.from_pretrained(zoo, mapped).eval(), inputs), logits(adapted, inputs), inputs)
+    print(f"{what} native -> hfzoo LoRA ({targets or 'PEFT default'}): max abs diff {difference:.2e}")
+    assert difference <= TOLERANCE
+
+
+def test_lora_trained_on_hfzoo_maps_to_deberta_and_back_bit_identical(tmp_path):
+    native = native_deberta("DebertaV2ForSequenceClassification")
+    check_lora_from_hfzoo(native, deberta_inputs("", native.config), tmp_path, "deberta-v2")
 
 
 @pytest.mark.parametrize("targets", [None, "all-linear"], ids=["peft-default", "all-linear"])
 def test_lora_trained_on_deberta_gives_the_same_outputs_on_hfzoo(targets, tmp_path):
     """PEFT's default DeBERTa targets (query_proj, key_proj, value_proj and every `dense`, the pooler's included) and
     every linear layer: the position projections are the adapted query and key projections on both sides."""
-    head = "DebertaV2ForSequenceClassification"
-    native = native_deberta(head)
-    inputs = deberta_inputs(head, native.config)
-    zoo = from_native(native)
-    adapted = get_peft_model(native, lora(targets, "SEQ_CLS")).eval()
-    mapped = adapter_from_native(saved(adapted, tmp_path / "native"), tmp_path / "zoo", zoo)
-    difference = gap(logits(PeftModel.from_pretrained(zoo, mapped).eval(), inputs), logits(adapted, inputs), inputs)
-    print(f"deberta-v2 native -> hfzoo LoRA ({targets or 'PEFT default'}): max abs diff {difference:.2e}")
-    assert difference <= TOLERANCE
+    native = native_deberta("DebertaV2ForSequenceClassification")
+    check_lora_from_native(native, deberta_inputs("", native.config), tmp_path, targets, "deberta-v2")
 
 
 def test_bottleneck_adapters_map_both_ways_on_deberta(tmp_path):

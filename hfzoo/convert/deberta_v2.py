@@ -31,9 +31,9 @@ from ..models import (
     ZooEncoderModel,
 )
 from ..models.configuration_encoder import POOLER_ACTIVATIONS
-from .bert import ACTIVATIONS
+from .bert import ACTIVATIONS, layer_rules
 from .family import ConfigMap, Head, NativeFamily, require, same_names, tied_head
-from .mapping import Rule, joined, linear, same
+from .mapping import Rule, linear, same
 
 CONFIG = ConfigMap(
     DebertaV2Config,
@@ -128,7 +128,6 @@ def native_config(config: ZooEncoderConfig) -> DebertaV2Config:
 
 
 def base_rules(zoo: ZooEncoderConfig, native: DebertaV2Config) -> list:
-    rows = zoo.hidden_size
     rules = [
         *linear("embed_tokens", "embeddings.word_embeddings", False),
         *linear("embedding_norm", "embeddings.LayerNorm", True),
@@ -137,16 +136,8 @@ def base_rules(zoo: ZooEncoderConfig, native: DebertaV2Config) -> list:
     ]
     if zoo.type_vocab_size:
         rules += linear("token_type_embeddings", "embeddings.token_type_embeddings", False)
-    for i in range(zoo.num_hidden_layers):
-        z, n = f"layers.{i}.", f"encoder.layer.{i}."
-        attention = [n + f"attention.self.{name}_proj" for name in ("query", "key", "value")]
-        rules += joined(z + "self_attn.qkv_proj", attention, (rows, rows, rows), True)
-        rules += linear(z + "self_attn.o_proj", n + "attention.output.dense", True)
-        rules += linear(z + "self_attn_norm", n + "attention.output.LayerNorm", True)
-        rules += linear(z + "mlp.up_proj", n + "intermediate.dense", True)
-        rules += linear(z + "mlp.down_proj", n + "output.dense", True)
-        rules += linear(z + "mlp_norm", n + "output.LayerNorm", True)
-    return rules
+    # BERT's layers and its optional pooler rule, which no DeBERTa base model has (a head's rule claims hfzoo's).
+    return rules + layer_rules(zoo, ("query_proj", "key_proj", "value_proj"))
 
 
 def _legacy_output_bias(prefix: str) -> Rule:
@@ -215,4 +206,6 @@ HEADS = (
          lambda zoo, native: linear("qa_outputs", "qa_outputs", True)),
     Head(ZooEncoderForMultipleChoice, "DebertaV2ForMultipleChoice", "model.", "deberta.", pooled_classifier_rules),
 )  # fmt: skip
-FAMILY = NativeFamily("deberta-v2", "disentangled", zoo_config, native_config, base_rules, HEADS, head_kwargs=pooler_kwargs)
+FAMILY = NativeFamily(
+    "deberta-v2", "disentangled", zoo_config, native_config, base_rules, HEADS, head_kwargs=pooler_kwargs
+)

@@ -26,6 +26,21 @@ class ZooEncoderConfig(ZooTransformerConfig):
             (its `pooler_hidden_act`); `gelu_new`, `relu` and `silu` are accepted too.
         classifier_dropout (`float`, *optional*): dropout before the classification, tagging and multiple-choice
             projections; `None` uses `hidden_dropout`.
+        classifier_pooling (`str`, defaults to `"cls"`): what the sequence-classification and multiple-choice heads
+            classify without a pooler: the first token (`cls`) or the mean over the unmasked tokens (`mean`,
+            ModernBERT's option).
+        classifier_transform (`bool`, defaults to `False`): ModernBERT's task heads: the masked-LM head's transform
+            (dense, the feed-forward activation, norm) before the classification, tagging, QA and multiple-choice
+            projections, on the sentence representation or on every token.
+        local_attention_window (`int`, *optional*): ModernBERT's local attention (Warner et al., 2024; Beltagy et al.,
+            2020): in a local layer each token attends to the tokens at most `local_attention_window // 2` positions
+            away on either side. `None`: every layer attends globally.
+        global_attention_every_n_layers (`int`, defaults to 1): with `local_attention_window`, layer i attends
+            globally when i is a multiple of n, locally otherwise (ModernBERT: 3).
+        local_rope_theta (`float`, *optional*): base of the rotary frequencies of the local layers (ModernBERT:
+            10000, its global layers 160000); `None` uses `rope_theta`.
+        first_block_attention_norm (`bool`, defaults to `True`): the pre-norm of the first block's attention; `False`
+            lets it read the embedding norm's output directly, as ModernBERT does (pre-norm with `embedding_norm`).
     """
 
     model_type = "hfzoo_encoder"
@@ -34,6 +49,12 @@ class ZooEncoderConfig(ZooTransformerConfig):
     add_pooling_layer: bool = True
     pooler_activation: str = "tanh"
     classifier_dropout: float | None = None
+    classifier_pooling: str = "cls"
+    classifier_transform: bool = False
+    local_attention_window: int | None = None
+    global_attention_every_n_layers: int = 1
+    local_rope_theta: float | None = None
+    first_block_attention_norm: bool = True
 
     def __post_init__(self, **kwargs):
         super().__post_init__(**kwargs)
@@ -52,3 +73,31 @@ class ZooEncoderConfig(ZooTransformerConfig):
             raise ValueError(
                 f"classifier_dropout must be in [0, 1) or None (= hidden_dropout), got {self.classifier_dropout}."
             )
+        self._validate_local_attention()
+        if self.classifier_pooling not in ("cls", "mean"):
+            raise ValueError(f"classifier_pooling={self.classifier_pooling!r} is not supported; choose 'cls' or 'mean'.")
+        if self.classifier_pooling == "mean" and self.add_pooling_layer:
+            raise ValueError("classifier_pooling='mean' averages the tokens where a pooler reads the first one: it needs "
+                             "add_pooling_layer=False.")  # fmt: skip
+        if not self.first_block_attention_norm and (self.norm_position != "pre" or not self.embedding_norm):
+            raise ValueError(
+                "first_block_attention_norm=False leaves the first block to the embedding norm: it needs "
+                f"norm_position='pre' and embedding_norm=True (got {self.norm_position!r}, {self.embedding_norm})."
+            )
+
+    def _validate_local_attention(self) -> None:
+        if self.global_attention_every_n_layers < 1:
+            raise ValueError(
+                f"global_attention_every_n_layers must be >= 1, got {self.global_attention_every_n_layers}."
+            )
+        if self.local_attention_window is not None and self.local_attention_window < 2:
+            raise ValueError(f"local_attention_window must be None or >= 2, got {self.local_attention_window}.")
+        if self.local_rope_theta is not None and (self.position_embedding != "rotary" or self.local_rope_theta <= 0):
+            raise ValueError(
+                f"local_rope_theta={self.local_rope_theta} is the base of rotary positions: it needs "
+                f"position_embedding='rotary' (got {self.position_embedding!r}) and a positive value."
+            )
+
+    def is_local_layer(self, layer_idx: int) -> bool:
+        """Whether layer `layer_idx` attends locally (`local_attention_window`), not to the whole sequence."""
+        return self.local_attention_window is not None and layer_idx % self.global_attention_every_n_layers != 0

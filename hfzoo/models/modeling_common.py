@@ -319,6 +319,20 @@ class TransformerStack:
                 attention_mask=encoder_attention_mask,
                 encoder_hidden_states=encoder_hidden_states,
             )
-        for layer in self.layers:
-            hidden_states = layer(hidden_states, mask, signals, past_key_values, **kwargs)
+        local = self.local_attention_inputs(hidden_states, attention_mask, position_ids, signals)
+        for index, layer in enumerate(self.layers):
+            is_local = local is not None and self.config.is_local_layer(index)
+            layer_mask, layer_signals = local if is_local else (mask, signals)
+            hidden_states = layer(hidden_states, layer_mask, layer_signals, past_key_values, **kwargs)
         return self.norm(hidden_states)
+
+    def local_attention_inputs(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        position_ids: torch.Tensor | None,
+        signals: PositionSignals,
+    ) -> tuple[torch.Tensor | None, PositionSignals] | None:
+        """The mask and position signals of the stack's local-attention layers (ModernBERT's, `local_attention`);
+        None where every layer attends to the whole sequence."""
+        return None
