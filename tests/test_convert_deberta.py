@@ -40,20 +40,26 @@ VARIANTS = {
     "p2c-only": dict(pos_att_type=["p2c"]),
     "token-types": dict(type_vocab_size=2),
     "tanh-pooler": dict(pooler_hidden_act="tanh"),
+    # DeBERTa-v2 xlarge/xxlarge: the convolution branch after the first block.
+    "convolution": dict(conv_kernel_size=3, conv_act="gelu"),
+    "grouped-convolution": dict(conv_kernel_size=5, conv_groups=4),
 }
 
 
-def native_deberta(head: str, seed: int = 0, **overrides) -> transformers.PreTrainedModel:
-    """A random native model; norms and biases moved off their (1, 0) start, attention sharpened, so that a swapped
-    or dropped weight, or positions read wrongly, show in the outputs."""
-    config = transformers.DebertaV2Config(**{**V3, "initializer_range": 0.2, **overrides})
+def random_native(head: str, config: transformers.PreTrainedConfig, seed: int = 0) -> transformers.PreTrainedModel:
+    """A random native `head` of `config` (its initializer_range wide: sharp attention); norms and biases moved off
+    their (1, 0) start, so that a swapped or dropped weight, or positions read wrongly, show in the outputs."""
     torch.manual_seed(seed)
     model = getattr(transformers, head)(config).eval()
     with torch.no_grad():
         for name, parameter in model.named_parameters():
-            if "LayerNorm" in name or name.endswith("bias"):
+            if "norm" in name.lower() or name.endswith("bias"):
                 parameter.add_(torch.randn_like(parameter) * 0.1)
     return model
+
+
+def native_deberta(head: str, seed: int = 0, **overrides) -> transformers.PreTrainedModel:
+    return random_native(head, transformers.DebertaV2Config(**{**V3, "initializer_range": 0.2, **overrides}), seed)
 
 
 def deberta_inputs(head: str, config) -> dict:
@@ -112,7 +118,7 @@ def test_deberta_settings_import_with_equal_outputs(variant, tmp_path):
     ("position_biased_input", True, "position_biased_input=True"),
     ("relative_attention", False, "relative_attention=False"),
     ("share_att_key", False, "share_att_key=False"),
-    ("conv_kernel_size", 3, "conv_kernel_size=3"),
+    ("conv_act", "softmax", "conv_act='softmax'"),
     ("norm_rel_ebd", "none", "norm_rel_ebd='none'"),
     ("embedding_size", 16, "embedding_size=16"),
     ("pos_att_type", [], r"pos_att_type=\[\]"),
@@ -210,7 +216,13 @@ def test_bottleneck_adapters_map_both_ways_on_deberta(tmp_path):
     assert difference <= TOLERANCE
 
 
-def test_the_pooler_activation_is_checked_when_the_config_is_made():
+@pytest.mark.parametrize("settings,named", [
+    ({"pooler_activation": "softmax"}, "pooler_activation='softmax'"),
+    ({"conv_activation": "softmax"}, "conv_activation='softmax'"),
+    ({"conv_kernel_size": 2}, "conv_kernel_size must be 0 .no convolution. or odd, got 2"),
+    ({"conv_kernel_size": 3, "conv_groups": 3}, r"conv_groups \(3\) must divide hidden_size \(128\)"),
+])  # fmt: skip
+def test_the_deberta_switches_are_checked_when_the_config_is_made(settings, named):
     assert hfzoo.preset_config("bert-tiny").pooler_activation == "tanh"  # BERT's pooler is unchanged
-    with pytest.raises(ValueError, match="pooler_activation='softmax'"):
-        hfzoo.ZooEncoderConfig(pooler_activation="softmax")
+    with pytest.raises(ValueError, match=named):
+        hfzoo.preset_config("deberta-tiny", **settings)

@@ -11,7 +11,7 @@ import pytest
 import torch
 import transformers
 from test_convert import TOLERANCE, VOCAB, max_difference, outputs
-from test_convert_deberta import check_lora_from_hfzoo, check_lora_from_native, check_round_trip
+from test_convert_deberta import check_lora_from_hfzoo, check_lora_from_native, check_round_trip, random_native
 
 import hfzoo
 from hfzoo.convert import from_native, to_native
@@ -35,16 +35,8 @@ POOLED_HEADS = ["ModernBertForSequenceClassification", "ModernBertForMultipleCho
 
 
 def native_modernbert(head: str, seed: int = 0, **overrides) -> transformers.PreTrainedModel:
-    """A random native model, norms (and biases) moved off their (1, 0) start, weights wide enough that attention
-    is sharp and a missed window or rotary base shows."""
     config = transformers.ModernBertConfig(**{**MODERNBERT, "initializer_range": 0.2, **overrides})
-    torch.manual_seed(seed)
-    model = getattr(transformers, head)(config).eval()
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            if "norm" in name or name.endswith("bias"):
-                parameter.add_(torch.randn_like(parameter) * 0.1)
-    return model
+    return random_native(head, config, seed)
 
 
 def modernbert_inputs(head: str) -> dict:
@@ -171,6 +163,7 @@ def test_eager_and_sdpa_apply_the_local_window_alike():
     ({"local_rope_theta": 10.0, "position_embedding": "learned"}, "local_rope_theta=10.0"),
     ({"local_attention_window": 1}, "local_attention_window must be None or >= 2"),
     ({"global_attention_every_n_layers": 0}, "global_attention_every_n_layers must be >= 1"),
+    ({"classifier_pooling": "mean", "add_pooling_layer": True}, "classifier_pooling='mean' averages"),
 ])  # fmt: skip
 def test_modernbert_switches_are_checked_when_the_config_is_made(settings, named):
     with pytest.raises(ValueError, match=named):

@@ -11,11 +11,13 @@ hfzoo's `positions.disentangled`, whose position projections are each layer's ow
   (`cls.predictions.*`) and `legacy=False` (`lm_predictions.lm_head.*`, the layout of Microsoft's v3 checkpoints,
   whose decoder is always the word embedding). An import from the second records `native_legacy_mlm_head=False`
   in the hfzoo config, so the export writes it back.
+- DeBERTa-v2's xlarge and xxlarge checkpoints add a convolution branch after the first block (`encoder.conv`,
+  `conv_kernel_size`): hfzoo's `convolution` (`conv_kernel_size`, `conv_groups`, `conv_activation`).
 Refused on import, naming the option: absolute positions added to the input (`position_biased_input=True`, DeBERTa
 v1's way), no relative attention, separate position projections (`share_att_key=False`), relative embeddings
-without their LayerNorm, DeBERTa-v2's convolution layer (`conv_kernel_size`), a factorised embedding
-(`embedding_size`) and other head or pooler widths. The padding positions DeBERTa zeroes after the embedding
-norm are masked keys in every layer: the outputs agree at the real tokens.
+without their LayerNorm, a factorised embedding (`embedding_size`) and other head or pooler widths. The padding
+positions DeBERTa zeroes after the embedding norm are masked keys in every layer (and zeroed for the convolution
+here too): the outputs agree at the real tokens.
 """
 
 import torch
@@ -30,7 +32,7 @@ from ..models import (
     ZooEncoderForTokenClassification,
     ZooEncoderModel,
 )
-from ..models.configuration_encoder import POOLER_ACTIVATIONS
+from ..models.configuration_encoder import UNGATED_ACTIVATIONS
 from .bert import ACTIVATIONS, layer_rules
 from .family import ConfigMap, Head, NativeFamily, require, same_names, tied_head
 from .mapping import Rule, linear, same
@@ -59,8 +61,10 @@ NATIVE_OPTIONS = {
     "relative_attention": (False, (True,)),
     "position_biased_input": (True, (False,)),
     "share_att_key": (False, (True,)),
-    "conv_kernel_size": (0, (0,)),
 }
+# DeBERTa-v2's convolution options (read with its defaults) <-> hfzoo's.
+CONVOLUTION = {"conv_kernel_size": ("conv_kernel_size", 0), "conv_groups": ("conv_groups", 1),
+               "conv_activation": ("conv_act", "tanh")}  # fmt: skip
 POSITION_TERMS = {frozenset({"c2p", "p2c"}): "c2p|p2c", frozenset({"c2p"}): "c2p", frozenset({"p2c"}): "p2c"}
 POOLED_HEADS = ("ForSequenceClassification", "ForMultipleChoice")
 # Set on an hfzoo config imported from a masked-LM head of the `lm_predictions` layout (see the module docstring).
@@ -88,7 +92,10 @@ def refuse_native_options(config: DebertaV2Config) -> None:
             raise ValueError(f"{cannot}.{name}={value!r}: it needs {name}={wanted}.")
     if frozenset(config.pos_att_type or ()) not in POSITION_TERMS:
         raise ValueError(f"{cannot}.pos_att_type={config.pos_att_type!r}: it needs 'c2p', 'p2c' or both.")
-    require(config, "hfzoo's encoder", hidden_act=ACTIVATIONS, pooler_hidden_act=POOLER_ACTIVATIONS)
+    require(config, "hfzoo's encoder", hidden_act=ACTIVATIONS, pooler_hidden_act=UNGATED_ACTIVATIONS)
+    conv_act = getattr(config, "conv_act", "tanh")
+    if conv_act not in UNGATED_ACTIVATIONS:
+        raise ValueError(f"{cannot}.conv_act={conv_act!r}: it needs one of {', '.join(UNGATED_ACTIVATIONS)}.")
 
 
 def zoo_config(model: PreTrainedModel) -> dict:
@@ -104,6 +111,7 @@ def zoo_config(model: PreTrainedModel) -> dict:
         # Only the bare model has no pooler; every head fine-tuned from a checkpoint may build DeBERTa's.
         "add_pooling_layer": type(model).__name__ != "DebertaV2Model",
         "tie_word_embeddings": tied_head(model),
+        **{zoo: getattr(config, native, default) for zoo, (native, default) in CONVOLUTION.items()},
     }
     if type(model).__name__ == "DebertaV2ForMaskedLM" and not config.legacy:
         kwargs.update({"tie_word_embeddings": True, LEGACY_HEAD_FIELD: False})  # its decoder is the embedding
@@ -124,6 +132,7 @@ def native_config(config: ZooEncoderConfig) -> DebertaV2Config:
         max_relative_positions=config.max_relative_positions,
         legacy=getattr(config, LEGACY_HEAD_FIELD, True),
         tie_word_embeddings=config.tie_word_embeddings,
+        **{native: getattr(config, zoo) for zoo, (native, _) in CONVOLUTION.items()},
     )
 
 
@@ -136,6 +145,9 @@ def base_rules(zoo: ZooEncoderConfig, native: DebertaV2Config) -> list:
     ]
     if zoo.type_vocab_size:
         rules += linear("token_type_embeddings", "embeddings.token_type_embeddings", False)
+    if zoo.conv_kernel_size:
+        rules += linear("convolution.conv", "encoder.conv.conv", True)
+        rules += linear("convolution.norm", "encoder.conv.LayerNorm", True)
     # BERT's layers and its optional pooler rule, which no DeBERTa base model has (a head's rule claims hfzoo's).
     return rules + layer_rules(zoo, ("query_proj", "key_proj", "value_proj"))
 

@@ -101,6 +101,7 @@ def native_config(config: ZooEncoderConfig) -> ModernBertConfig:
     rope = {"rope_type": "default"}
     # Without a window every layer attends globally; ModernBERT still names one, which no layer then reads.
     window, every = config.local_attention_window, config.global_attention_every_n_layers
+    eos = config.eos_token_id[0] if isinstance(config.eos_token_id, list) else config.eos_token_id
     return CONFIG.native_config(
         config,
         what,
@@ -116,6 +117,8 @@ def native_config(config: ZooEncoderConfig) -> ModernBertConfig:
             "sliding_attention": {**rope, "rope_theta": config.local_rope_theta or config.rope_theta},
         },
         tie_word_embeddings=config.tie_word_embeddings,
+        cls_token_id=config.bos_token_id,  # ModernBERT's <cls> and <sep> are its bos and eos
+        sep_token_id=eos,
     )
 
 

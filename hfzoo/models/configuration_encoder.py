@@ -2,8 +2,9 @@
 
 from .configuration_common import ZooTransformerConfig
 
-# BERT's pooler squashes with tanh, DeBERTa's ContextPooler with its `pooler_hidden_act` (GELU in every checkpoint).
-POOLER_ACTIVATIONS = ("tanh", "gelu", "gelu_new", "relu", "silu")
+# The activations of the encoder's ungated side modules: BERT's pooler squashes with tanh, DeBERTa's ContextPooler
+# with its `pooler_hidden_act` (GELU in every checkpoint), DeBERTa-v2's convolution with its `conv_act`.
+UNGATED_ACTIVATIONS = ("tanh", "gelu", "gelu_new", "relu", "silu")
 
 
 class ZooEncoderConfig(ZooTransformerConfig):
@@ -41,6 +42,11 @@ class ZooEncoderConfig(ZooTransformerConfig):
             10000, its global layers 160000); `None` uses `rope_theta`.
         first_block_attention_norm (`bool`, defaults to `True`): the pre-norm of the first block's attention; `False`
             lets it read the embedding norm's output directly, as ModernBERT does (pre-norm with `embedding_norm`).
+        conv_kernel_size (`int`, defaults to 0): DeBERTa-v2's convolution branch after the first block (its xlarge and
+            xxlarge checkpoints: 3): a 1-D convolution of this odd width over the embeddings, activated, added to the
+            block's output and normed. 0: none.
+        conv_groups (`int`, defaults to 1), conv_activation (`str`, defaults to `"tanh"`): its groups and activation
+            (DeBERTa's `conv_groups`, `conv_act`).
     """
 
     model_type = "hfzoo_encoder"
@@ -55,6 +61,9 @@ class ZooEncoderConfig(ZooTransformerConfig):
     global_attention_every_n_layers: int = 1
     local_rope_theta: float | None = None
     first_block_attention_norm: bool = True
+    conv_kernel_size: int = 0
+    conv_groups: int = 1
+    conv_activation: str = "tanh"
 
     def __post_init__(self, **kwargs):
         super().__post_init__(**kwargs)
@@ -64,21 +73,28 @@ class ZooEncoderConfig(ZooTransformerConfig):
             self.architectures = []
         if self.type_vocab_size < 0:
             raise ValueError(f"type_vocab_size must be >= 0 (0 = no token types), got {self.type_vocab_size}.")
-        if self.pooler_activation not in POOLER_ACTIVATIONS:
-            raise ValueError(
-                f"pooler_activation={self.pooler_activation!r} is not supported; choose one of "
-                f"{', '.join(map(repr, POOLER_ACTIVATIONS))}."
-            )
+        for name in ("pooler_activation", "conv_activation"):
+            if getattr(self, name) not in UNGATED_ACTIVATIONS:
+                raise ValueError(
+                    f"{name}={getattr(self, name)!r} is not supported; choose one of "
+                    f"{', '.join(map(repr, UNGATED_ACTIVATIONS))}."
+                )
+        if self.conv_kernel_size < 0 or (self.conv_kernel_size and self.conv_kernel_size % 2 == 0):
+            raise ValueError(f"conv_kernel_size must be 0 (no convolution) or odd, got {self.conv_kernel_size}.")
+        if self.conv_groups < 1 or self.hidden_size % self.conv_groups:
+            raise ValueError(f"conv_groups ({self.conv_groups}) must divide hidden_size ({self.hidden_size}).")
         if self.classifier_dropout is not None and not 0.0 <= self.classifier_dropout < 1.0:
             raise ValueError(
                 f"classifier_dropout must be in [0, 1) or None (= hidden_dropout), got {self.classifier_dropout}."
             )
         self._validate_local_attention()
         if self.classifier_pooling not in ("cls", "mean"):
-            raise ValueError(f"classifier_pooling={self.classifier_pooling!r} is not supported; choose 'cls' or 'mean'.")
+            raise ValueError(f"classifier_pooling={self.classifier_pooling!r} is not supported; use 'cls' or 'mean'.")
         if self.classifier_pooling == "mean" and self.add_pooling_layer:
-            raise ValueError("classifier_pooling='mean' averages the tokens where a pooler reads the first one: it needs "
-                             "add_pooling_layer=False.")  # fmt: skip
+            raise ValueError(
+                "classifier_pooling='mean' averages the tokens where a pooler reads the first one: it needs "
+                "add_pooling_layer=False."
+            )
         if not self.first_block_attention_norm and (self.norm_position != "pre" or not self.embedding_norm):
             raise ValueError(
                 "first_block_attention_norm=False leaves the first block to the embedding norm: it needs "

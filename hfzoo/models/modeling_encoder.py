@@ -19,6 +19,7 @@ from transformers.utils.output_capturing import capture_outputs
 
 from .component_options import GATED_ACTIVATIONS
 from .configuration_encoder import ZooEncoderConfig
+from .deberta_convolution import ConvolutionStack
 from .layers import build_norm
 from .local_attention import ModernBertStack
 from .losses import add_router_loss
@@ -98,7 +99,7 @@ class ZooEncoderPooler(nn.Module):
         return self.activation(self.dense(hidden_states[:, 0]))
 
 
-class ZooEncoderModel(ModernBertStack, TransformerStack, ZooEncoderPreTrainedModel):
+class ZooEncoderModel(ModernBertStack, ConvolutionStack, TransformerStack, ZooEncoderPreTrainedModel):
     """Token (+ token-type) embeddings, positions, bidirectional blocks, a final norm for pre-norm, optional pooler.
 
     `add_pooling_layer` overrides `config.add_pooling_layer`: heads that never read the pooler (masked LM, token
@@ -112,6 +113,7 @@ class ZooEncoderModel(ModernBertStack, TransformerStack, ZooEncoderPreTrainedMod
             self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
         self.build_blocks(config, config.num_hidden_layers)
         self.build_modernbert_blocks(config)
+        self.build_convolution(config)
         add_pooling_layer = config.add_pooling_layer if add_pooling_layer is None else add_pooling_layer
         self.pooler = ZooEncoderPooler(config) if add_pooling_layer else None
         self.post_init()
