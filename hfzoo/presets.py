@@ -55,13 +55,13 @@ _MODERNBERT = dict(
     tie_word_embeddings=True, type_vocab_size=0, add_pooling_layer=False, hidden_dropout=0.0, attention_dropout=0.0,
 )
 # DeBERTa-v3's encoder (He et al., 2021; 2023): BERT's post-norm layers with disentangled attention over
-# log-bucketed relative positions (no absolute position embedding), no token types; its enhanced mask decoder
-# and DeBERTa-v2's convolution layer are not part of these presets.
+# log-bucketed relative positions (no absolute position embedding), no token types, a GELU pooler (DeBERTa's
+# ContextPooler); its enhanced mask decoder and DeBERTa-v2's convolution layer are not part of these presets.
 _DEBERTA = dict(
     activation="gelu", norm_type="layernorm", norm_position="post", norm_eps=1e-7, position_embedding="disentangled",
     position_buckets=256, max_relative_positions=512, position_attention_terms="c2p|p2c", attention_bias=True,
     mlp_bias=True, embedding_norm=True, tie_word_embeddings=True, type_vocab_size=0, add_pooling_layer=True,
-    max_position_embeddings=512,
+    pooler_activation="gelu", max_position_embeddings=512,
 )
 _BERT_BASE = dict(vocab_size=30522, hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072)
 # Encoder-decoder presets: the depth is per stack (num_hidden_layers encoder blocks, as many decoder blocks).

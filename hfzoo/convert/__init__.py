@@ -1,5 +1,5 @@
 """Real pretrained weights in and out: hfzoo models <-> transformers' own GPT-2, Llama, Mistral, Qwen2, Gemma, BERT,
-RoBERTa, DistilBERT, ELECTRA, T5, mT5 and BART (the table is `FAMILIES`).
+RoBERTa, DistilBERT, ELECTRA, DeBERTa-v2/v3, ModernBERT, T5, mT5 and BART (the table is `FAMILIES`).
 
 `from_native` turns a native model (or folder) into the hfzoo model that computes the same outputs, so a real
 checkpoint trains with hfzoo's speed and adapters; `to_native` saves an hfzoo model as the native class, so tools

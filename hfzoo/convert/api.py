@@ -16,7 +16,7 @@ from ..integrations.transformers import model_from_config
 from ..models.checked_loading import load_checked
 from ..models.checkpoint_files import check_checkpoint_folder
 from ..presets import preset_config
-from . import bart, bert, distilbert, electra, gemma, gpt2, llama, mistral, mt5, qwen2, roberta, t5
+from . import bart, bert, deberta_v2, distilbert, electra, gemma, gpt2, llama, mistral, modernbert, mt5, qwen2, roberta, t5
 from .family import NativeFamily
 from .mapping import convert_state, load_converted
 
@@ -24,7 +24,7 @@ FAMILIES: dict[str, NativeFamily] = {
     family.model_type: family
     for family in (
         gpt2.FAMILY, gemma.FAMILY, mistral.FAMILY, llama.FAMILY, qwen2.FAMILY, electra.FAMILY, bert.FAMILY,
-        roberta.FAMILY, t5.FAMILY, mt5.FAMILY, bart.FAMILY, distilbert.FAMILY,
+        roberta.FAMILY, t5.FAMILY, mt5.FAMILY, bart.FAMILY, distilbert.FAMILY, deberta_v2.FAMILY, modernbert.FAMILY,
     )  # electra before bert: it is the one an encoder with narrower embeddings (embedding_size) exports to
 }
 
@@ -99,8 +99,9 @@ def to_native(
 
     The native family follows the hfzoo config's switches (decoder: learned positions -> GPT-2, rotary -> Llama,
     or Mistral with a sliding window, Qwen2 with q/k/v biases only; encoder: BERT, or RoBERTa without token types,
-    ELECTRA with narrower embeddings or for the discriminator head;
-    encoder-decoder: relative bias -> T5, learned -> BART) unless `native_type` names one (a key of `FAMILIES`). A component the native class cannot
+    ELECTRA with narrower embeddings or for the discriminator head, DeBERTa-v2 with disentangled attention, ModernBERT
+    with rotary positions; encoder-decoder: relative bias -> T5, learned -> BART) unless `native_type` names one (a key
+    of `FAMILIES`). A component the native class cannot
     express is refused, naming the switch. `out_dir` loads with the plain Auto classes (no remote code) and gets
     the tokenizer files of the folder the model came from (`model_or_path`, or the native folder a `from_native` model
     was imported from, else the model's `name_or_path`) when it has them. `out_dir` is written as `save_converted`

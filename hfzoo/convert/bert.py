@@ -56,13 +56,13 @@ def require_bert_layout(config: ZooEncoderConfig, what: str) -> None:
     require(config, what, **CONFIG.fixed, num_key_value_heads=config.num_attention_heads, activation=ACTIVATIONS)
 
 
-def layer_rules(zoo: ZooEncoderConfig) -> list:
-    """The blocks and the pooler, named as BERT and RoBERTa name them."""
+def layer_rules(zoo: ZooEncoderConfig, attention_names: tuple[str, ...] = ("query", "key", "value")) -> list:
+    """The blocks and the pooler, named as BERT and RoBERTa name them; DeBERTa's q/k/v are `attention_names`."""
     rules = []
     rows = zoo.hidden_size
     for i in range(zoo.num_hidden_layers):
         z, n = f"layers.{i}.", f"encoder.layer.{i}."
-        attention = [n + "attention.self.query", n + "attention.self.key", n + "attention.self.value"]
+        attention = [n + f"attention.self.{name}" for name in attention_names]
         rules += joined(z + "self_attn.qkv_proj", attention, (rows, rows, rows), True)
         rules += linear(z + "self_attn.o_proj", n + "attention.output.dense", True)
         rules += linear(z + "self_attn_norm", n + "attention.output.LayerNorm", True)

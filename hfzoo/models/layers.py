@@ -324,6 +324,8 @@ class Attention(nn.Module):
         else:
             self.qkv_proj = nn.Linear(config.hidden_size, q_width + 2 * kv_width, bias=config.attention_bias)
         self.o_proj = nn.Linear(q_width, config.hidden_size, bias=config.attention_output_bias)
+        # What flash kernels, which take no mask, are told of a window; a local encoder layer sets its own.
+        self.sliding_window = None if is_cross_attention else config.sliding_window
 
     def _heads(self, states: torch.Tensor) -> torch.Tensor:
         return states.view(*states.shape[:-1], -1, self.head_dim).transpose(1, 2)
@@ -385,7 +387,7 @@ class Attention(nn.Module):
             scaling=self.scaling,
             is_causal=self.is_causal,
             position_bias=position_bias,
-            sliding_window=None if self.is_cross_attention else self.config.sliding_window,  # for flash kernels
+            sliding_window=self.sliding_window,
             **kwargs,
         )
         output = output.reshape(*output.shape[:-2], -1)

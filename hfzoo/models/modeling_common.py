@@ -325,6 +325,30 @@ class TransformerStack:
                 attention_mask=encoder_attention_mask,
                 encoder_hidden_states=encoder_hidden_states,
             )
-        for layer in self.layers:
-            hidden_states = layer(hidden_states, mask, signals, past_key_values, **kwargs)
+        local = self.local_attention_inputs(hidden_states, attention_mask, position_ids, signals)
+        embeddings = hidden_states
+        for index, layer in enumerate(self.layers):
+            is_local = local is not None and self.config.is_local_layer(index)
+            layer_mask, layer_signals = local if is_local else (mask, signals)
+            hidden_states = layer(hidden_states, layer_mask, layer_signals, past_key_values, **kwargs)
+            if index == 0:
+                hidden_states = self.after_first_block(hidden_states, embeddings, attention_mask)
         return self.norm(hidden_states)
+
+    def after_first_block(
+        self, hidden_states: torch.Tensor, embeddings: torch.Tensor, attention_mask: torch.Tensor | None
+    ) -> torch.Tensor:
+        """The first block's output as the next block reads it: unchanged, or with DeBERTa-v2's convolution branch
+        over the `embeddings` the first block read (`conv_kernel_size`)."""
+        return hidden_states
+
+    def local_attention_inputs(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        position_ids: torch.Tensor | None,
+        signals: PositionSignals,
+    ) -> tuple[torch.Tensor | None, PositionSignals] | None:
+        """The mask and position signals of the stack's local-attention layers (ModernBERT's, `local_attention`);
+        None where every layer attends to the whole sequence."""
+        return None

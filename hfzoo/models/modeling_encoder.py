@@ -19,7 +19,9 @@ from transformers.utils.output_capturing import capture_outputs
 
 from .component_options import GATED_ACTIVATIONS
 from .configuration_encoder import ZooEncoderConfig
+from .deberta_convolution import ConvolutionStack
 from .layers import build_norm
+from .local_attention import ModernBertStack
 from .losses import add_router_loss
 from .modeling_common import TransformerStack, ZooPreTrainedModel
 
@@ -85,19 +87,19 @@ class ZooEncoderPreTrainedModel(ZooPreTrainedModel):
 
 
 class ZooEncoderPooler(nn.Module):
-    """BERT's pooler: dense + tanh on the first ([CLS]) token, the sentence representation its heads classify
-    (GELU instead of tanh in ELECTRA's classification heads: `pooler_activation`)."""
+    """BERT's pooler: dense + tanh on the first ([CLS]) token, the sentence representation its heads classify.
+    DeBERTa's ContextPooler and ELECTRA's classification heads are the same with GELU (`config.pooler_activation`)."""
 
     def __init__(self, config: ZooEncoderConfig):
         super().__init__()
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
-        self.act_fn = ACT2FN[config.pooler_activation]
+        self.activation = ACT2FN[config.pooler_activation]
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return self.act_fn(self.dense(hidden_states[:, 0]))
+        return self.activation(self.dense(hidden_states[:, 0]))
 
 
-class ZooEncoderModel(TransformerStack, ZooEncoderPreTrainedModel):
+class ZooEncoderModel(ModernBertStack, ConvolutionStack, TransformerStack, ZooEncoderPreTrainedModel):
     """Token (+ token-type) embeddings, positions, bidirectional blocks, a final norm for pre-norm, optional pooler.
 
     `add_pooling_layer` overrides `config.add_pooling_layer`: heads that never read the pooler (masked LM, token
@@ -111,6 +113,8 @@ class ZooEncoderModel(TransformerStack, ZooEncoderPreTrainedModel):
             width = config.embedding_size or config.hidden_size
             self.token_type_embeddings = nn.Embedding(config.type_vocab_size, width)
         self.build_blocks(config, config.num_hidden_layers)
+        self.build_modernbert_blocks(config)
+        self.build_convolution(config)
         add_pooling_layer = config.add_pooling_layer if add_pooling_layer is None else add_pooling_layer
         self.pooler = ZooEncoderPooler(config) if add_pooling_layer else None
         self.post_init()
@@ -162,28 +166,45 @@ class ZooEncoderModel(TransformerStack, ZooEncoderPreTrainedModel):
         return ZooEncoderModelOutput(last_hidden_state=hidden_states, pooler_output=pooled)
 
 
-def sentence_representation(outputs: ZooEncoderModelOutput) -> torch.Tensor:
-    """The pooler's output, or the first token's hidden state for encoders without a pooler (RoBERTa/ModernBERT)."""
-    return outputs.pooler_output if outputs.pooler_output is not None else outputs.last_hidden_state[:, 0]
+def sentence_representation(outputs: ZooEncoderModelOutput, mask: torch.Tensor | None, pooling: str) -> torch.Tensor:
+    """The pooler's output; for encoders without a pooler the first token's hidden state (RoBERTa, ModernBERT) or,
+    with `pooling="mean"` (`config.classifier_pooling`), the mean over the tokens `mask` keeps (any leading shape)."""
+    states = outputs.last_hidden_state
+    if outputs.pooler_output is not None or pooling == "cls":
+        return outputs.pooler_output if outputs.pooler_output is not None else states[:, 0]
+    mask = (torch.ones(states.shape[:2]) if mask is None else mask.reshape(states.shape[:2])).to(states)
+    return (states * mask.unsqueeze(-1)).sum(dim=1) / mask.sum(dim=1, keepdim=True)
 
 
-class ZooEncoderLMHead(nn.Module):
-    """BERT's masked-LM head: dense + activation + norm, then the vocabulary projection (tied to the embedding).
+class ZooEncoderTransform(nn.Module):
+    """Dense + activation + norm: the masked-LM head's transform, and ModernBERT's before its task projections.
 
-    With an `embedding_size` the dense layer maps to that width, as ELECTRA's generator head does."""
+    `width` is the output's (the masked-LM head of an encoder with an `embedding_size` maps back to it, as ELECTRA's
+    generator head does)."""
 
-    def __init__(self, config: ZooEncoderConfig):
+    def __init__(self, config: ZooEncoderConfig, width: int | None = None):
         super().__init__()
-        width = config.embedding_size or config.hidden_size
+        width = width or config.hidden_size
         self.dense = nn.Linear(config.hidden_size, width, bias=config.mlp_bias)
         # A gated feed-forward activation names its gate's function (geglu -> gelu); the head is not gated.
         self.act_fn = ACT2FN[GATED_ACTIVATIONS.get(config.activation, config.activation)]
         self.norm = build_norm(config, width)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.norm(self.act_fn(self.dense(hidden_states)))
+
+
+class ZooEncoderLMHead(ZooEncoderTransform):
+    """BERT's masked-LM head: the transform, then the vocabulary projection (tied to the embedding)."""
+
+    def __init__(self, config: ZooEncoderConfig):
+        width = config.embedding_size or config.hidden_size
+        super().__init__(config, width)
         # The per-token output bias is kept even in bias-free presets: BERT and ModernBERT both have it.
         self.decoder = nn.Linear(width, config.vocab_size)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return self.decoder(self.norm(self.act_fn(self.dense(hidden_states))))
+        return self.decoder(super().forward(hidden_states))
 
 
 class ZooEncoderTaskModel(ZooEncoderPreTrainedModel):
@@ -199,6 +220,11 @@ class ZooEncoderTaskModel(ZooEncoderPreTrainedModel):
         super().__init__(config)
         self.num_labels = config.num_labels
         self.model = ZooEncoderModel(config, add_pooling_layer=add_pooling_layer)
+
+    def pooled(self, outputs: ZooEncoderModelOutput, inputs: dict) -> torch.Tensor:
+        """What a sequence classifier classifies: the sentence representation, through the head's `transform`."""
+        pooling = self.config.classifier_pooling
+        return self.transform(sentence_representation(outputs, inputs["attention_mask"], pooling))
 
     @can_return_tuple
     def forward(
@@ -309,7 +335,7 @@ class ZooEncoderForPreTraining(ZooEncoderForMaskedLM):
     def head(self, outputs: ZooEncoderModelOutput, targets, inputs: dict, **kwargs) -> ZooPreTrainingOutput:
         labels, next_sentence_label = targets
         prediction_logits, masked_lm_loss = self.masked_lm(outputs.last_hidden_state, labels, **kwargs)
-        seq_relationship_logits = self.seq_relationship(sentence_representation(outputs))
+        seq_relationship_logits = self.seq_relationship(sentence_representation(outputs, None, "cls"))
         loss, nsp_loss = masked_lm_loss, None
         if next_sentence_label is not None:
             nsp_loss = F.cross_entropy(
@@ -360,6 +386,8 @@ class ZooEncoderClassifier(ZooEncoderTaskModel):
 
     def __init__(self, config: ZooEncoderConfig, num_outputs: int, add_pooling_layer: bool | None = None):
         super().__init__(config, add_pooling_layer=add_pooling_layer)
+        # ModernBERT's heads transform what they project (`classifier_transform`); BERT's project it as it is.
+        self.transform = ZooEncoderTransform(config) if config.classifier_transform else nn.Identity()
         dropout = config.hidden_dropout if config.classifier_dropout is None else config.classifier_dropout
         self.dropout = nn.Dropout(dropout)
         self.classifier = nn.Linear(config.hidden_size, num_outputs)
@@ -373,7 +401,7 @@ class ZooEncoderForSequenceClassification(ZooEncoderClassifier):
         super().__init__(config, config.num_labels)
 
     def head(self, outputs: ZooEncoderModelOutput, labels, inputs: dict, **kwargs) -> SequenceClassifierOutput:
-        logits = self.classifier(self.dropout(sentence_representation(outputs)))
+        logits = self.classifier(self.dropout(self.pooled(outputs, inputs)))
         loss = None if labels is None else self.loss_function(labels=labels, pooled_logits=logits, config=self.config)
         return self.task_output(SequenceClassifierOutput, loss, outputs, logits=logits)
 
@@ -385,7 +413,7 @@ class ZooEncoderForTokenClassification(ZooEncoderClassifier):
         super().__init__(config, config.num_labels, add_pooling_layer=False)
 
     def head(self, outputs: ZooEncoderModelOutput, labels, inputs: dict, **kwargs) -> TokenClassifierOutput:
-        logits = self.classifier(self.dropout(outputs.last_hidden_state))
+        logits = self.classifier(self.dropout(self.transform(outputs.last_hidden_state)))
         loss = None if labels is None else self.loss_function(logits, labels, self.config)
         return self.task_output(TokenClassifierOutput, loss, outputs, logits=logits)
 
@@ -407,7 +435,7 @@ class ZooEncoderForMultipleChoice(ZooEncoderClassifier):
 
     def head(self, outputs: ZooEncoderModelOutput, labels, inputs: dict, **kwargs) -> MultipleChoiceModelOutput:
         num_choices = (inputs["input_ids"] if inputs["input_ids"] is not None else inputs["inputs_embeds"]).shape[1]
-        logits = self.classifier(self.dropout(sentence_representation(outputs))).view(-1, num_choices)
+        logits = self.classifier(self.dropout(self.pooled(outputs, inputs))).view(-1, num_choices)
         # transformers has no shared multiple-choice loss; BERT uses plain cross-entropy over the choices.
         loss = None if labels is None else F.cross_entropy(logits, labels.to(logits.device))
         return self.task_output(MultipleChoiceModelOutput, loss, outputs, logits=logits)
@@ -422,6 +450,8 @@ class ZooEncoderForQuestionAnswering(ZooEncoderTaskModel):
 
     def __init__(self, config: ZooEncoderConfig):
         super().__init__(config, add_pooling_layer=False)
+        # ModernBERT's heads transform what they project (`classifier_transform`); BERT's project it as it is.
+        self.transform = ZooEncoderTransform(config) if config.classifier_transform else nn.Identity()
         self.qa_outputs = nn.Linear(config.hidden_size, 2)
         self.post_init()
 
@@ -441,7 +471,7 @@ class ZooEncoderForQuestionAnswering(ZooEncoderTaskModel):
         return super().forward(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, targets, **kwargs)
 
     def head(self, outputs: ZooEncoderModelOutput, targets, inputs: dict, **kwargs) -> QuestionAnsweringModelOutput:
-        start_logits, end_logits, loss = self.answer_span(outputs.last_hidden_state, *targets)
+        start_logits, end_logits, loss = self.answer_span(self.transform(outputs.last_hidden_state), *targets)
         return self.task_output(
             QuestionAnsweringModelOutput, loss, outputs, start_logits=start_logits, end_logits=end_logits
         )
