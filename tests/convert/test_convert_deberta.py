@@ -14,9 +14,9 @@ import torch
 import transformers
 from peft import PeftModel, get_peft_model
 from safetensors.torch import load_file
-from test_convert import TOLERANCE, VOCAB, max_difference, outputs
-from test_convert_adapters import check_on_native, gap, logits, lora, saved
-from test_convert_export import zoo_model
+from tests.convert.test_convert import TOLERANCE, VOCAB, max_difference, outputs
+from tests.convert.test_convert_adapters import check_on_native, gap, logits, lora, saved
+from tests.convert.test_convert_export import zoo_model
 
 import hfzoo
 from hfzoo.adapters import BottleneckConfig
