@@ -189,6 +189,8 @@ def _ungrouped(config_class: type, values: dict[str, Any]) -> dict[str, Any]:
             if owners.get(entry) != name:
                 keys = ", ".join(k for k, owner in owners.items() if owner == name)
                 raise ValueError(f"config section {name!r} has no key {entry!r}. Its keys: {keys}.")
+            if entry in values:
+                raise ValueError(f"config key {entry!r} is given twice: flat and in section {name!r}.")
             flat[entry] = entry_value
     return flat
 
@@ -249,11 +251,15 @@ def parse_overrides(argv: Sequence[str], config_class: type) -> tuple[str | None
             config_file = raw
             continue
         name, _, entry = name.partition(".")
-        if name in config_sections(config_class):
-            if owners.get(entry) != name:
-                raise ValueError(f"config section {name!r} has no key {entry!r}: --{name}.<key> takes one of "
+        if name in config_sections(config_class) and not entry:  # a mapping of the section's keys
+            values[name] = _parse_value(raw)
+            continue
+        if name in config_sections(config_class):  # --section.key (or --section.key.entry of a mapping key)
+            section_key, _, entry = entry.partition(".")
+            if owners.get(section_key) != name:
+                raise ValueError(f"config section {name!r} has no key {section_key!r}: --{name}.<key> takes one of "
                                  f"{', '.join(k for k, owner in owners.items() if owner == name)}.")  # fmt: skip
-            name, entry = entry, ""
+            name = section_key
         if name not in fields:
             raise unknown_key(name, config_class)
         if entry:
@@ -295,11 +301,11 @@ def usage(config_class: type, command: str) -> str:
         "traceback instead.", "", "keys (default):",
     ]  # fmt: skip
     owners, shown = key_sections(config_class), None
+    sections = {part.name: part.metadata["help"] for part in dataclasses.fields(config_class)}
     for name, f in config_fields(config_class).items():
         if owners[name] != shown:  # a section's keys under its name (also accepted as --section.key)
             shown = owners[name]
-            help_text = {f.name: f.metadata["help"] for f in dataclasses.fields(config_class)}[shown]
-            lines.append(f"{shown}: {help_text} (--{shown}.<key> or --<key>)")
+            lines.append(f"{shown}: {sections[shown]} (--{shown}.<key> or --<key>)")
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
         choices = _choices(f)
         help_text = f"{' | '.join(choices)}: {f.metadata['help']}" if choices else f.metadata["help"]
@@ -315,7 +321,9 @@ def parse_config(config_class: type[Config], argv: Sequence[str] | None, command
         print(usage(config_class, command))
         raise SystemExit(0)
     config_file, overrides = parse_overrides(argv, config_class)
+    overrides = _ungrouped(config_class, overrides)
     required = [name for name, f in config_fields(config_class).items() if f.metadata["required"]]
     if not config_file and not set(required) <= overrides.keys():
         raise ValueError(f"give --config FILE, or at least {' and '.join(f'--{name}' for name in required)}.")
-    return from_dict(config_class, apply_overrides(load_yaml(config_file) if config_file else {}, overrides))
+    values = _ungrouped(config_class, load_yaml(config_file) if config_file else {})
+    return from_dict(config_class, apply_overrides(values, overrides))

@@ -1,7 +1,7 @@
 """Compose trained task adapters for a new task: the base model and the adapters (PEFT folders, LoRA or bottleneck)
 stay frozen; a learned router or AdapterFusion (`hfzoo.adapters.compose`) and a fresh task head train on the target
 task with the fine-tuning recipe's data formatting, loop pieces and metrics (`hfzoo.training.task_runs`). Read
-`compose_adapters`, then `train_composition` (one run: examples, tokenizer, model, composition, AdamW and the
+`compose_adapters`, then `run_composition` (one run: examples, tokenizer, model, composition, AdamW and the
 schedule, the Accelerator's wrapping, checkpoints and resume, the loop, the saves) top to bottom; the config has the
 fine-tuning recipe's sections (`config.data`, `config.training`, `config.checkpoints`, `config.run`) and the
 composition's own keys.
@@ -174,7 +174,8 @@ def check_adapters(adapters: dict[str, str]) -> None:
 # ----------------------------------------------------------------------------------------------- the recipe
 def compose_adapters(config: ComposeConfig) -> Path:
     """Train the `config.strategy` composition of `config.adapters` on `config.data.task`, after the uniform-average
-    baseline for the learned strategies; returns the output folder."""
+    baseline for the learned strategies (or, `do_train: false`, evaluate `config.composition`); returns the output
+    folder."""
     # --- Accelerator: one for both runs (ending it ends the process group). A seedable sampler reshuffles each epoch
     # from (seed, epoch), so a resumed run sees the same order. The output folder is checked on every process before
     # any writes (the baseline's may hold its checkpoints); evaluation only writes into output_dir/eval/.
@@ -182,32 +183,29 @@ def compose_adapters(config: ComposeConfig) -> Path:
     output_dir = run_output(config.output_dir, config.do_train, config.run.overwrite_output_dir, "compose",
                             accelerator, [Path(config.output_dir) / BASELINE_DIR])  # fmt: skip
     config = dataclasses.replace(config, output_dir=str(output_dir))
-    if not config.do_train:
-        evaluate_composition(config, accelerator)
-        accelerator.end_training()
-        return output_dir
 
     # --- The baseline (a learned strategy's): the uniform average of the same adapters, with the same head, data,
     # steps and seed, in its own folder; then the composition itself.
     baseline = None
-    if config.baseline and learned(config.strategy):
+    if config.do_train and config.baseline and learned(config.strategy):
         options = {key: value for key, value in config.strategy_options.items() if key == "trainable_modules"}
         checkpoints = dataclasses.replace(config.checkpoints, resume=bool(config.checkpoints.resume))
-        baseline = train_composition(
+        baseline = run_composition(
             dataclasses.replace(
                 config, strategy="average", strategy_options=options, baseline=False,
                 output_dir=str(output_dir / BASELINE_DIR), checkpoints=checkpoints,
             ),
             accelerator,
         )  # fmt: skip
-    train_composition(config, accelerator, baseline)
+    run_composition(config, accelerator, baseline)
     accelerator.end_training()
     return output_dir
 
 
-def train_composition(config: ComposeConfig, accelerator: Accelerator, baseline: dict | None = None) -> dict | None:
-    """One composition run, read top to bottom; returns its metrics.json content (None: resumed from a checkpoint at
-    the last step, nothing done)."""
+def run_composition(config: ComposeConfig, accelerator: Accelerator, baseline: dict | None = None) -> dict | None:
+    """One composition run, read top to bottom (`do_train: false`: `config.composition` rebuilt on `config.data.model`
+    by `load_composition`, which refuses another base, and evaluated); returns its metrics.json content (None:
+    resumed from a checkpoint at the last step, nothing done)."""
     data, training, checkpoints, run = config.data, config.training, config.checkpoints, config.run
     output_dir = Path(config.output_dir)
 
@@ -216,7 +214,8 @@ def train_composition(config: ComposeConfig, accelerator: Accelerator, baseline:
     # checkpoints, or a resumed one whose config or inputs changed, is refused.
     task = TASK_CLASSES[data.task](data)
     check_model_paths(data)
-    check_resumable(config.output_dir, checkpoints, config.to_dict(), data)
+    if config.do_train:
+        check_resumable(config.output_dir, checkpoints, config.to_dict(), data)
     train_examples, eval_examples = load_examples(task, data)
     task.fit_labels(train_examples, eval_examples)
     set_seed(run.seed)  # the new head's initialisation: the same on every process
@@ -228,13 +227,32 @@ def train_composition(config: ComposeConfig, accelerator: Accelerator, baseline:
     base_model = model.name_or_path
 
     # --- The composition: base and adapters frozen; the routers or fusion and the head (trainable_modules) train.
-    composed = compose_for_task(model, config, head_modules(model, missing) if task.trains_head else [])
+    # Evaluation only: the saved one.
+    if config.do_train:
+        composed = compose_for_task(model, config, head_modules(model, missing) if task.trains_head else [])
+    else:
+        composed = load_composition(model, config.composition)
+    strategy, method = composed.strategy, f"{composed.strategy}-composition"
     parameters = count_trainable_parameters(composed)
-    log_trainable(f"{config.strategy} composition of {', '.join(config.adapters)} on {data.model}", parameters)
+    log_trainable(f"{strategy} composition of {', '.join(a.name for a in composed.adapters)} on {data.model}",
+                  parameters)  # fmt: skip
 
     # --- Features: token ids and targets laid out for the family (see hfzoo/tasks/task.py).
-    train_features = task.encode(train_examples, training=True)
     eval_features = task.encode(eval_examples, training=False)
+    if not config.do_train:  # metrics and predictions; no card: this folder holds no composition
+        evaluated = evaluate_only(
+            config.output_dir, config.to_dict(), training, task, composed, eval_examples, eval_features, accelerator,
+            family=family, strategy=strategy, composition=config.composition, train_examples=len(train_examples),
+            **parameters,
+        )  # fmt: skip
+        summary = run_summary(task, base_model, method, parameters, evaluated, len(train_examples),
+                              len(eval_examples), output_dir, data.import_native)  # fmt: skip
+        summary["composition"] = describe(composed, strategy, output_dir)
+        if accelerator.is_main_process:
+            write_results(output_dir, tokenizer, config.to_dict(), summary, evaluated.records, None)
+        accelerator.wait_for_everyone()
+        return summary
+    train_features = task.encode(train_examples, training=True)
 
     # --- AdamW on what is trainable; the Accelerator wraps model, optimizer and batches (its objects from the
     # baseline's run forgotten, so that checkpoints hold this run's); linear warmup, then cosine decay to zero.
@@ -266,7 +284,7 @@ def train_composition(config: ComposeConfig, accelerator: Accelerator, baseline:
 
     # --- The loop (hfzoo.training.loop): evaluations every eval_every steps and at the end, checkpoints every
     # save_every; the composition is saved when training is done, before the final evaluation.
-    fields = {"family": family, "strategy": config.strategy, "adapters": config.adapters,
+    fields = {"family": family, "strategy": strategy, "adapters": config.adapters,
               "train_examples": len(train_examples), **parameters}  # fmt: skip
     log = start_task_log(config.output_dir, config.to_dict(), training.tensorboard, task, accelerator, max_steps,
                          progress, **fields, resumed_from=str(resume_from) if resume_from else None,
@@ -301,10 +319,9 @@ def train_composition(config: ComposeConfig, accelerator: Accelerator, baseline:
 
     # --- Rebuild the saved composition on a fresh base, then metrics, predictions and the card.
     reload = check_reload(config, task, trained, eval_examples, eval_features, trained_run.records, accelerator)
-    method = f"{config.strategy}-composition"
     summary = run_summary(task, base_model, method, parameters, trained_run, len(train_examples), len(eval_examples),
                           output_dir, data.import_native)  # fmt: skip
-    summary["composition"] = describe(trained, config.strategy, output_dir)
+    summary["composition"] = describe(trained, strategy, output_dir)
     summary["baselines"] = baselines(baseline, majority_class_accuracy(train_examples, eval_examples))
     summary["reload_check"] = reload
     if accelerator.is_main_process:
@@ -323,39 +340,6 @@ def save_composition(accelerator: Accelerator, prepared, folder: Path) -> None:
     if accelerator.is_main_process:
         accelerator.unwrap_model(prepared).save_pretrained(folder)
     accelerator.wait_for_everyone()
-
-
-def evaluate_composition(config: ComposeConfig, accelerator: Accelerator) -> dict:
-    """`do_train: false`: rebuild `config.composition` on `config.data.model` (`load_composition`, which refuses
-    another base) and evaluate it; returns the metrics.json content written to `config.output_dir`."""
-    data = config.data
-    task = TASK_CLASSES[data.task](data)
-    check_model_paths(data)
-    train_examples, eval_examples = load_examples(task, data)
-    task.fit_labels(train_examples, eval_examples)
-    set_seed(config.run.seed)
-    write_run_config(config.output_dir, config.to_dict(), accelerator)
-    tokenizer = load_tokenizer(data)
-    model, family, _ = load_model(data, task, tokenizer)
-    check_max_length(data, model.config)
-    task.bind(tokenizer, family)
-    base_model = model.name_or_path
-    composed = load_composition(model, config.composition)
-    parameters = count_trainable_parameters(composed)
-    eval_features = task.encode(eval_examples, training=False)
-    evaluated = evaluate_only(
-        config.output_dir, config.to_dict(), config.training, task, composed, eval_examples, eval_features,
-        accelerator, family=family, strategy=composed.strategy, composition=config.composition,
-        train_examples=len(train_examples), **parameters,
-    )  # fmt: skip
-    method = f"{composed.strategy}-composition"
-    summary = run_summary(task, base_model, method, parameters, evaluated, len(train_examples), len(eval_examples),
-                          config.output_dir, data.import_native)  # fmt: skip
-    summary["composition"] = describe(composed, composed.strategy, config.output_dir)
-    if accelerator.is_main_process:
-        write_results(Path(config.output_dir), tokenizer, config.to_dict(), summary, evaluated.records, None)
-    accelerator.wait_for_everyone()
-    return summary
 
 
 # ----------------------------------------------------------------------------------------------- its steps
