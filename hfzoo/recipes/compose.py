@@ -57,7 +57,7 @@ from ..training.loop import Intervals, build_optimizer, build_scheduler, train
 from ..training.methods import count_trainable_parameters, head_modules
 from ..training.options import CheckpointOptions, RunOptions, TaskTrainingOptions
 from ..training.task_runs import (
-    TrainedRun, check_max_length, check_model_paths, check_resumable, check_task_run, evaluate_only, evaluate_task,
+    TaskEvaluation, TrainedRun, check_max_length, check_model_paths, check_resumable, check_task_run, evaluate_only,
     load_model, load_tokenizer, log_trainable, nothing_to_do, run_length, run_output, run_summary,
     smoothed_loss_function, start_task_log, task_run_inputs, train_loader, write_results, write_run_config,
 )  # fmt: skip
@@ -289,16 +289,8 @@ def run_composition(config: ComposeConfig, accelerator: Accelerator, baseline: d
     log = start_task_log(config.output_dir, config.to_dict(), training.tensorboard, task, accelerator, max_steps,
                          progress, **fields, resumed_from=str(resume_from) if resume_from else None,
                          train_features=len(train_features), eval_examples=len(eval_examples))  # fmt: skip
-    eval_batch_size = training.eval_batch_size or training.per_device_batch_size
-    last: dict = {}
-
-    def evaluate() -> dict[str, float]:
-        metrics, last["records"] = evaluate_task(task, composed, eval_examples, eval_features, accelerator,
-                                                 eval_batch_size)  # fmt: skip
-        if best is not None:
-            best.update(progress.step, metrics)
-        return metrics
-
+    batch_size = training.eval_batch_size or training.per_device_batch_size
+    evaluate = TaskEvaluation(task, composed, eval_examples, eval_features, accelerator, batch_size, progress, best)
     metrics = train(
         composed, optimizer, scheduler, batches, task.collate, accelerator,
         Intervals(max_steps, run.log_every, training.eval_every, checkpoints.save_every), log, progress,
@@ -313,7 +305,7 @@ def run_composition(config: ComposeConfig, accelerator: Accelerator, baseline: d
     log.write("end", step=progress.step, elapsed=round(log.elapsed, 3), **metrics,
               **({"best": best_record} if best_record else {}))  # fmt: skip
     log.close()
-    trained_run = TrainedRun(composed, metrics, last["records"], progress.step,
+    trained_run = TrainedRun(composed, metrics, evaluate.records, progress.step,
                              round(progress.step / steps_per_epoch, 2), best_record)  # fmt: skip
     trained: ComposedModel = accelerator.unwrap_model(composed)
 

@@ -56,8 +56,8 @@ from ..training.loop import Intervals, build_optimizer, train
 from ..training.methods import MethodOptions, apply_method, count_trainable_parameters, head_modules, peft_config_for
 from ..training.options import CheckpointOptions, RunOptions, TaskTrainingOptions, ULMFiTOptions
 from ..training.task_runs import (
-    TrainedRun, build_task_scheduler, check_max_length, check_model_paths, check_resumable, check_task_run,
-    evaluate_only, evaluate_task, load_model, load_tokenizer, log_trainable, nothing_to_do, run_length, run_output,
+    TaskEvaluation, TrainedRun, build_task_scheduler, check_max_length, check_model_paths, check_resumable,
+    check_task_run, evaluate_only, load_model, load_tokenizer, log_trainable, nothing_to_do, run_length, run_output,
     run_summary, smoothed_loss_function, start_task_log, task_run_inputs, train_loader, train_task_tokenizer,
     write_results, write_run_config,
 )  # fmt: skip
@@ -232,16 +232,8 @@ def finetune(config: FinetuneConfig) -> Path:
     log = start_task_log(config.output_dir, config.to_dict(), training.tensorboard, task, accelerator, max_steps,
                          progress, **fields, resumed_from=str(resume_from) if resume_from else None,
                          train_features=len(train_features), eval_examples=len(eval_examples))  # fmt: skip
-    eval_batch_size = training.eval_batch_size or training.per_device_batch_size
-    last: dict = {}
-
-    def evaluate() -> dict[str, float]:
-        metrics, last["records"] = evaluate_task(task, model, eval_examples, eval_features, accelerator,
-                                                 eval_batch_size)  # fmt: skip
-        if best is not None:
-            best.update(progress.step, metrics)
-        return metrics
-
+    batch_size = training.eval_batch_size or training.per_device_batch_size
+    evaluate = TaskEvaluation(task, model, eval_examples, eval_features, accelerator, batch_size, progress, best)
     metrics = train(
         model, optimizer, scheduler, batches, task.collate, accelerator,
         Intervals(max_steps, run.log_every, training.eval_every, checkpoints.save_every), log, progress,
@@ -259,7 +251,7 @@ def finetune(config: FinetuneConfig) -> Path:
     log.close()
 
     # --- Save: metrics, predictions, tokenizer, card (the model or adapter is in output_dir already).
-    trained = TrainedRun(model, metrics, last["records"], progress.step, round(progress.step / steps_per_epoch, 2),
+    trained = TrainedRun(model, metrics, evaluate.records, progress.step, round(progress.step / steps_per_epoch, 2),
                          best_record)  # fmt: skip
     summary = run_summary(task, base_model, method, parameters, trained, len(train_examples), len(eval_examples),
                           output_dir, data.import_native)  # fmt: skip

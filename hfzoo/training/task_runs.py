@@ -38,7 +38,7 @@ from ..models.checkpoint_files import check_checkpoint_folder
 from ..presets import list_presets, preset_config
 from ..recipe_config import CONFIG_FILE
 from ..tasks import Task, TaskOptions, model_family
-from .best_model import ranking_metric, resumable_keys
+from .best_model import BestModel, ranking_metric, resumable_keys
 from .checkpointing import (
     Progress, check_resumed_config, checkpoint_to_resume, latest_checkpoint, stopped_before_training,
 )  # fmt: skip
@@ -300,6 +300,26 @@ def evaluate_task(task: Task, model: nn.Module, eval_examples: list, eval_featur
                   accelerator: Accelerator, batch_size: int) -> tuple[dict[str, float], list[dict]]:  # fmt: skip
     """(validation metrics, one prediction record per validation example)."""
     return task.finish(eval_examples, eval_features, predict_all(task, model, eval_features, accelerator, batch_size))
+
+
+class TaskEvaluation:
+    """What the loop calls every `eval_every` steps and at the end: the validation metrics, keeping the prediction
+    records of the latest evaluation (`records`) and, with `best` (save_best), the best evaluation's model."""
+
+    def __init__(
+        self, task: Task, model: nn.Module, eval_examples: list, eval_features: list[dict], accelerator: Accelerator,
+        batch_size: int, progress: Progress, best: BestModel | None,
+    ) -> None:  # fmt: skip
+        self.task, self.model, self.examples, self.features = task, model, eval_examples, eval_features
+        self.accelerator, self.batch_size, self.progress, self.best = accelerator, batch_size, progress, best
+        self.records: list[dict] = []
+
+    def __call__(self) -> dict[str, float]:
+        metrics, self.records = evaluate_task(self.task, self.model, self.examples, self.features, self.accelerator,
+                                              self.batch_size)  # fmt: skip
+        if self.best is not None:
+            self.best.update(self.progress.step, metrics)
+        return metrics
 
 
 def start_task_log(
