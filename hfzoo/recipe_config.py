@@ -6,12 +6,17 @@ a mapping key). Every mistake is reported before anything expensive starts, nami
 valid: a typo in a key of a 10-minute run should cost a second, not the run.
 
 A config class is a dataclass whose fields are made with `key` (default, help, and the checks types cannot say:
-`required`, `minimum`, `choices`, `parse`). Recipes build theirs from shared parts by listing them as bases; a part
-checks its own keys in a `check` method, and `validate` runs every part's `check` (base parts first).
+`required`, `minimum`, `choices`, `parse`), and may hold sub-configs made with `section` (`config.ulmfit`,
+`config.checkpoints`): dataclasses of keys that a recipe shares with another. A key keeps its one name on the command
+line and in YAML files wherever it lives (`--lr_schedule`, or `--ulmfit.lr_schedule`; a YAML file may also group keys
+under their section, `ulmfit: {lr_schedule: ...}`), so key names are unique across a config's sections, and
+`config_dict` saves a config flat, as it is written. Each class checks its own keys in a `check` method; `validate`
+runs the sections' checks, then the config's own (which sees every section).
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
 import inspect
@@ -53,11 +58,56 @@ def key(
     return field(default=default, metadata=metadata)
 
 
-def config_fields(config_class: type) -> dict[str, dataclasses.Field]:
-    """{key: field} of a config class: its own keys first (what makes this recipe what it is), then its parts'."""
-    fields = {f.name: f for f in dataclasses.fields(config_class)}
+def section(config_class: type, help: str) -> Any:
+    """A sub-config of a recipe's config: `config_class`'s keys, read and checked with the config's own."""
+    return field(default_factory=config_class, metadata={"help": help, "section": True})
+
+
+def config_sections(config_class: type) -> dict[str, type]:
+    """{name: dataclass} of a config class's sub-configs (its fields made with `section`)."""
+    hints = typing.get_type_hints(config_class)
+    return {f.name: hints[f.name] for f in dataclasses.fields(config_class) if f.metadata.get("section")}
+
+
+def _own_fields(config_class: type) -> dict[str, dataclasses.Field]:
+    fields = {f.name: f for f in dataclasses.fields(config_class) if not f.metadata.get("section")}
     own = [name for name in inspect.get_annotations(config_class) if name in fields]
     return {name: fields[name] for name in [*own, *(name for name in fields if name not in own)]}
+
+
+def key_sections(config_class: type) -> dict[str, str | None]:
+    """{key: the section holding it, None for the config's own keys}, in `config_fields` order."""
+    owners: dict[str, str | None] = dict.fromkeys(_own_fields(config_class))
+    for name, part in config_sections(config_class).items():
+        for key_name in _own_fields(part):
+            if key_name in owners or key_name in config_sections(config_class):
+                raise TypeError(f"{config_class.__name__}: key {key_name!r} of section {name!r} is not unique")
+            owners[key_name] = name
+    return owners
+
+
+def config_fields(config_class: type) -> dict[str, dataclasses.Field]:
+    """{key: field} of a config class, its sections' keys included: its own keys first (what makes this recipe what
+    it is), then its parts'."""
+    owners = key_sections(config_class)
+    fields = {**{n: _own_fields(c) for n, c in config_sections(config_class).items()}, None: _own_fields(config_class)}
+    return {name: fields[owner][name] for name, owner in owners.items()}
+
+
+def _key_hints(config_class: type) -> dict[str, Any]:
+    hints = {name: typing.get_type_hints(part) for name, part in config_sections(config_class).items()}
+    own = typing.get_type_hints(config_class)
+    return {name: (own if owner is None else hints[owner])[name] for name, owner in key_sections(config_class).items()}
+
+
+def _value(config: Any, name: str, owner: str | None) -> Any:
+    return getattr(config if owner is None else getattr(config, owner), name)
+
+
+def config_dict(config: Any) -> dict[str, Any]:
+    """Every key of a config, flat (`{key: value}`, its sections' keys too), as it is written and saved in a run's
+    output folder and its log; `from_dict` reads it back."""
+    return {name: copy.deepcopy(_value(config, name, owner)) for name, owner in key_sections(type(config)).items()}
 
 
 def _choices(f: dataclasses.Field) -> Collection[str] | None:
@@ -103,16 +153,17 @@ def unknown_key(name: str, config_class: type) -> ValueError:
     if name in foreign:
         return ValueError(f"config key {name!r} {foreign[name]}")
     fields = config_fields(config_class)
-    close = difflib.get_close_matches(name, fields, n=1)
+    close = difflib.get_close_matches(name, [*fields, *config_sections(config_class)], n=1)
     hint = f" Did you mean {close[0]!r}?" if close else ""
     return ValueError(f"unknown config key {name!r}.{hint} Valid keys: {', '.join(fields)}.")
 
 
 def coerce_values(config_class: type, values: dict[str, Any]) -> dict[str, Any]:
-    """`values` with every key checked against `config_class`'s fields and every value converted to its type."""
-    fields, hints = config_fields(config_class), typing.get_type_hints(config_class)
+    """`values` with every key checked against `config_class`'s fields and every value converted to its type; keys
+    grouped under their section (`ulmfit: {lr_schedule: ...}`) are read as the flat keys they are."""
+    fields, hints = config_fields(config_class), _key_hints(config_class)
     coerced = {}
-    for name, value in values.items():
+    for name, value in _ungrouped(config_class, values).items():
         if name not in fields:
             raise unknown_key(name, config_class)
         parse = fields[name].metadata["parse"]
@@ -125,10 +176,31 @@ def coerce_values(config_class: type, values: dict[str, Any]) -> dict[str, Any]:
     return coerced
 
 
+def _ungrouped(config_class: type, values: dict[str, Any]) -> dict[str, Any]:
+    """`values` with each section's mapping (`ulmfit: {...}`) spread into flat keys, which must be that section's."""
+    sections, owners, flat = config_sections(config_class), key_sections(config_class), {}
+    for name, value in values.items():
+        if name not in sections:
+            flat[name] = value
+            continue
+        if not isinstance(value, dict):
+            raise ValueError(f"config key {name!r} is a section: give it a mapping of its keys, or give them flat.")
+        for entry, entry_value in value.items():
+            if owners.get(entry) != name:
+                keys = ", ".join(k for k, owner in owners.items() if owner == name)
+                raise ValueError(f"config section {name!r} has no key {entry!r}. Its keys: {keys}.")
+            if entry in values:
+                raise ValueError(f"config key {entry!r} is given twice: flat and in section {name!r}.")
+            flat[entry] = entry_value
+    return flat
+
+
 def validate(config: Any) -> None:
-    """The checks of every key (required, minimum, choices), then each part's own `check`, base parts first."""
+    """The checks of every key (required, minimum, choices), then each section's own `check`, then the config's
+    (each part's, base parts first)."""
+    owners = key_sections(type(config))
     for name, f in config_fields(type(config)).items():
-        value = getattr(config, name)
+        value = _value(config, name, owners[name])
         if f.metadata["required"] and not value:
             raise ValueError(f"config key {name!r} is required (give it in the YAML file or as --{name}).")
         if f.metadata["minimum"] is not None and value is not None and value < f.metadata["minimum"]:
@@ -138,14 +210,20 @@ def validate(config: Any) -> None:
             raise ValueError(
                 f"config key {name!r}: unknown value {value!r}. Valid {f.metadata['noun']}: {', '.join(choices)}."
             )
-    for part in reversed(type(config).__mro__):
-        if "check" in vars(part):
-            vars(part)["check"](config)
+    for checked in [*(getattr(config, name) for name in config_sections(type(config))), config]:
+        for part in reversed(type(checked).__mro__):
+            if "check" in vars(part):
+                vars(part)["check"](checked)
 
 
 def from_dict(config_class: type[Config], values: dict[str, Any]) -> Config:
     """A checked config from a mapping (a YAML file's content, with overrides applied)."""
-    config = config_class(**coerce_values(config_class, values))
+    values, owners = coerce_values(config_class, values), key_sections(config_class)
+    sections = {
+        name: part(**{key_name: value for key_name, value in values.items() if owners[key_name] == name})
+        for name, part in config_sections(config_class).items()
+    }
+    config = config_class(**{name: value for name, value in values.items() if owners[name] is None}, **sections)
     validate(config)
     return config
 
@@ -155,8 +233,9 @@ def _parse_value(raw: str) -> Any:
 
 
 def parse_overrides(argv: Sequence[str], config_class: type) -> tuple[str | None, dict[str, Any]]:
-    """(--config path, {key: value}) from `--key value`, `--key=value`, `--flag` and `--a.b value` tokens."""
-    fields, hints = config_fields(config_class), typing.get_type_hints(config_class)
+    """(--config path, {key: value}) from `--key value`, `--key=value`, `--flag` and `--a.b value` tokens (`a` a
+    mapping key, or a section: `--ulmfit.lr_schedule` is `--lr_schedule`)."""
+    fields, hints, owners = config_fields(config_class), _key_hints(config_class), key_sections(config_class)
     config_file, values, i = None, {}, 0
     while i < len(argv):
         token = argv[i]
@@ -172,6 +251,15 @@ def parse_overrides(argv: Sequence[str], config_class: type) -> tuple[str | None
             config_file = raw
             continue
         name, _, entry = name.partition(".")
+        if name in config_sections(config_class) and not entry:  # a mapping of the section's keys
+            values[name] = _parse_value(raw)
+            continue
+        if name in config_sections(config_class):  # --section.key (or --section.key.entry of a mapping key)
+            section_key, _, entry = entry.partition(".")
+            if owners.get(section_key) != name:
+                raise ValueError(f"config section {name!r} has no key {section_key!r}: --{name}.<key> takes one of "
+                                 f"{', '.join(k for k, owner in owners.items() if owner == name)}.")  # fmt: skip
+            name = section_key
         if name not in fields:
             raise unknown_key(name, config_class)
         if entry:
@@ -212,7 +300,12 @@ def usage(config_class: type, command: str) -> str:
         "Input the run cannot use is refused in one line, exit status 2; --debug (or HFZOO_DEBUG=1) shows the "
         "traceback instead.", "", "keys (default):",
     ]  # fmt: skip
+    owners, shown = key_sections(config_class), None
+    sections = {part.name: part.metadata["help"] for part in dataclasses.fields(config_class)}
     for name, f in config_fields(config_class).items():
+        if owners[name] != shown:  # a section's keys under its name (also accepted as --section.key)
+            shown = owners[name]
+            lines.append(f"{shown}: {sections[shown]} (--{shown}.<key> or --<key>)")
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
         choices = _choices(f)
         help_text = f"{' | '.join(choices)}: {f.metadata['help']}" if choices else f.metadata["help"]
@@ -228,7 +321,9 @@ def parse_config(config_class: type[Config], argv: Sequence[str] | None, command
         print(usage(config_class, command))
         raise SystemExit(0)
     config_file, overrides = parse_overrides(argv, config_class)
+    overrides = _ungrouped(config_class, overrides)
     required = [name for name, f in config_fields(config_class).items() if f.metadata["required"]]
     if not config_file and not set(required) <= overrides.keys():
         raise ValueError(f"give --config FILE, or at least {' and '.join(f'--{name}' for name in required)}.")
-    return from_dict(config_class, apply_overrides(load_yaml(config_file) if config_file else {}, overrides))
+    values = _ungrouped(config_class, load_yaml(config_file) if config_file else {})
+    return from_dict(config_class, apply_overrides(values, overrides))

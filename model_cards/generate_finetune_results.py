@@ -178,7 +178,7 @@ def baselines(run_dir: Path) -> dict[str, float | None]:
     from hfzoo.tasks import TASK_CLASSES, load_examples
     from hfzoo.tasks.baselines import best_overlap_sentence, majority_class_accuracy, memorized_entities
 
-    config = from_dict(FinetuneConfig, load_yaml(run_dir / CONFIG_FILE))
+    config = from_dict(FinetuneConfig, load_yaml(run_dir / CONFIG_FILE)).data
     task = TASK_CLASSES[config.task](config)
     train, validation = load_examples(task, config)
     if config.task == "token-classification":

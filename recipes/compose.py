@@ -1,10 +1,11 @@
 """Train a router or AdapterFusion over task adapters: `python recipes/compose.py --config <a compose YAML>`.
 
-The recipe, step by step, is `hfzoo.recipes.compose.train_composition` (hfzoo/recipes/compose.py): config (the
-task, data and optimisation keys of fine-tuning plus `adapters`, `strategy`, `strategy_options`, `baseline`) ->
-examples -> tokenizer -> base model with a fresh head -> `hfzoo.adapters.compose` (base and adapters frozen; routers
-or AdapterFusion and the head trainable) -> the shared loop -> validation metrics -> `metrics.json`,
-`predictions.jsonl`, `composition/`, a model card, and a reload check. A learned composition (soft, hard, fusion) first trains the uniform average of the
+The recipe, step by step, is `hfzoo.recipes.compose.run_composition` (hfzoo/recipes/compose.py): config (the
+fine-tuning recipe's sections `data`, `training`, `checkpoints`, `run`, plus `adapters`, `strategy`,
+`strategy_options`, `baseline`) -> examples -> tokenizer -> base model with a fresh head -> `hfzoo.adapters.compose`
+(base and adapters frozen; routers or AdapterFusion and the head trainable) -> AdamW + warmup/cosine -> Accelerator
+-> checkpoints and resume -> the loop -> validation metrics -> `metrics.json`, `predictions.jsonl`, `composition/`,
+a model card, and a reload check. A learned composition (soft, hard, fusion) first trains the uniform average of the
 same adapters as its baseline. It lives in the package so that `hfzoo compose` runs the very same code:
 
     python recipes/compose.py --config recipes/configs/compose/stdlib-area-fusion.yaml --strategy soft

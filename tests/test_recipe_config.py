@@ -126,3 +126,80 @@ def test_unknown_collator_option_is_named():
     )
     with pytest.raises(ValueError, match=message):
         from_dict(PretrainConfig, {"preset": "gpt-tiny", "objective": "clm", "collator": {"mlm_probability": 0.2}})
+
+
+# ------------------------------------------------------------------------------ a config made of sections (finetune)
+FINETUNE_REQUIRED = ["--model", "runs/any", "--task", "sequence-classification", "--dataset", "runs/any-data"]
+
+
+def test_a_sections_key_is_given_by_its_own_name_or_with_its_section(tmp_path):
+    from hfzoo.recipes.finetune import parse_args as finetune_args
+
+    flat = finetune_args([*FINETUNE_REQUIRED, "--lr_schedule", "slanted_triangular", "--save_every", "5"])
+    qualified = finetune_args([*FINETUNE_REQUIRED, "--ulmfit.lr_schedule", "slanted_triangular",
+                               "--checkpoints.save_every=5"])  # fmt: skip
+    path = tmp_path / "run.yaml"
+    path.write_text("ulmfit: {lr_schedule: slanted_triangular}\ncheckpoints:\n  save_every: 5\n")
+    grouped = finetune_args(["--config", str(path), *FINETUNE_REQUIRED])
+    for config in (flat, qualified, grouped):
+        assert (config.ulmfit.lr_schedule, config.checkpoints.save_every) == ("slanted_triangular", 5)
+        assert config.data.model == "runs/any" and config.run.seed == 42  # untouched sections keep their defaults
+    assert flat.to_dict() == qualified.to_dict() == grouped.to_dict()
+
+
+def test_a_config_is_saved_flat_and_read_back_from_what_it_saved():
+    """training_config.yaml and checkpoints hold every key by its own name, as a command line writes it."""
+    from hfzoo.recipes.compose import ComposeConfig
+    from hfzoo.recipes.finetune import FinetuneConfig
+    from hfzoo.recipes.finetune import parse_args as finetune_args
+
+    config = finetune_args([*FINETUNE_REQUIRED, "--method", "lora", "--method_options.r", "4",
+                            "--tuning.method_options.lora_alpha", "8", "--seed", "3"])  # fmt: skip
+    saved = config.to_dict()
+    assert {"model", "method", "method_options", "lr_schedule", "save_every", "seed", "do_train"} <= saved.keys()
+    assert not {"data", "tuning", "ulmfit", "checkpoints", "run"} & saved.keys()
+    assert saved["method_options"] == {"r": 4, "lora_alpha": 8} and saved["seed"] == 3
+    assert from_dict(FinetuneConfig, saved) == config
+    assert "adapters" in ComposeConfig().to_dict() and "lr_schedule" not in ComposeConfig().to_dict()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--ulmfit.seed", "3"], r"config section 'ulmfit' has no key 'seed': --ulmfit.<key> takes one of lr_schedule"),
+        (["--tuning.methd", "lora"], r"config section 'tuning' has no key 'methd'"),
+        (["--lr_scheduel", "cosine"], r"unknown config key 'lr_scheduel'\. Did you mean 'lr_schedule'\?"),
+        (["--ulmfit", "cosine"], r"config key 'ulmfit' is a section: give it a mapping of its keys, or give them flat"),
+        (["--ulmfit", "{seed: 3}"], r"config section 'ulmfit' has no key 'seed'\. Its keys: lr_schedule"),
+    ],
+)
+def test_a_key_outside_its_section_is_refused_naming_the_sections_keys(args, message):
+    from hfzoo.recipes.finetune import parse_args as finetune_args
+
+    with pytest.raises(ValueError, match=message):
+        finetune_args([*FINETUNE_REQUIRED, *args])
+
+
+def test_yaml_grouping_a_key_under_another_section_or_twice_is_refused(tmp_path):
+    from hfzoo.recipes.finetune import parse_args as finetune_args
+
+    path = tmp_path / "run.yaml"
+    path.write_text("run: {lr_schedule: cosine}\n")
+    with pytest.raises(ValueError, match=r"config section 'run' has no key 'lr_schedule'\. Its keys: gradient_acc"):
+        finetune_args(["--config", str(path), *FINETUNE_REQUIRED])
+    path.write_text("seed: 1\nrun: {seed: 2}\n")
+    with pytest.raises(ValueError, match=r"config key 'seed' is given twice: flat and in section 'run'"):
+        finetune_args(["--config", str(path), *FINETUNE_REQUIRED])
+    path.write_text("run: {seed: 2}\n")  # the command line overrides a grouped key by either of its names
+    assert finetune_args(["--config", str(path), *FINETUNE_REQUIRED, "--seed", "5"]).run.seed == 5
+    assert finetune_args(["--config", str(path), *FINETUNE_REQUIRED, "--run", "{seed: 6}"]).run.seed == 6
+
+
+def test_help_lists_each_sections_keys_under_it(capsys):
+    from hfzoo.recipes.finetune import parse_args as finetune_args
+
+    with pytest.raises(SystemExit):
+        finetune_args(["--help"])
+    out = capsys.readouterr().out
+    assert out.index("\nulmfit: ") < out.index("  --lr_schedule") < out.index("\ncheckpoints: ")
+    assert "--ulmfit.<key> or --<key>" in out

@@ -1,6 +1,10 @@
 """Compose trained task adapters for a new task: the base model and the adapters (PEFT folders, LoRA or bottleneck)
 stay frozen; a learned router or AdapterFusion (`hfzoo.adapters.compose`) and a fresh task head train on the target
-task with the fine-tuning recipe's data formatting, loop and metrics (`hfzoo.training.task_runs`).
+task with the fine-tuning recipe's data formatting, loop pieces and metrics (`hfzoo.training.task_runs`). Read
+`compose_adapters`, then `run_composition` (one run: examples, tokenizer, model, composition, AdamW and the
+schedule, the Accelerator's wrapping, checkpoints and resume, the loop, the saves) top to bottom; the config has the
+fine-tuning recipe's sections (`config.data`, `config.training`, `config.checkpoints`, `config.run`) and the
+composition's own keys.
 
 A learned composition is only worth having if it beats the uniform average of the same adapters with a head trained
 the same way, so a `soft`, `hard` or `fusion` run first trains that baseline (same data, steps and seed, in
@@ -34,30 +38,29 @@ from typing import Any
 
 import torch
 from accelerate import Accelerator
+from accelerate.utils import set_seed
 from transformers import PreTrainedModel
 
 from ..adapters import STRATEGIES, ComposedModel, compose, load_composition, read_adapter
 from ..adapters.composition.task_adapter import base_differences, describe_base
 from ..cards import FINETUNE_METRICS, composition_sections
 from ..data.recorded_paths import recorded_path
-from ..recipe_config import key, parse_config
-from ..tasks import Task
+from ..integrations.accelerate import forget_checkpointed_objects
+from ..recipe_config import config_dict, key, parse_config, section
+from ..tasks import TASK_CLASSES, Task, TaskOptions, load_examples
 from ..tasks.baselines import majority_class_accuracy
-from ..training.checkpointing import exit_on_checkpoint_error
+from ..training.best_model import BestModel, ranking_metric, save_published
+from ..training.checkpointing import exit_on_checkpoint_error, resume_state, save_checkpoint
 from ..training.evaluation import predict_all
 from ..training.logging import start_recipe
+from ..training.loop import Intervals, build_optimizer, build_scheduler, train
 from ..training.methods import count_trainable_parameters, head_modules
+from ..training.options import CheckpointOptions, RunOptions, TaskTrainingOptions
 from ..training.task_runs import (
-    TaskRunOptions,
-    evaluate_only,
-    load_model,
-    log_trainable,
-    prepare_run,
-    run_output,
-    run_summary,
-    train_and_evaluate,
-    write_results,
-)
+    TaskEvaluation, TrainedRun, check_max_length, check_model_paths, check_resumable, check_task_run, evaluate_only,
+    load_model, load_tokenizer, log_trainable, nothing_to_do, run_length, run_output, run_summary,
+    smoothed_loss_function, start_task_log, task_run_inputs, train_loader, write_results, write_run_config,
+)  # fmt: skip
 
 # Routers, fusion layers and the head all start fresh (routers at zero, fusion's value at the identity), as adapters
 # do, so they take adapter-sized steps rather than full fine-tuning's (AdapterFusion used 5e-5 on a trained head).
@@ -91,10 +94,10 @@ def parse_adapter_list(text: str) -> dict[str, str]:
 
 
 @dataclass
-class ComposeConfig(TaskRunOptions):
-    """Every setting of a composition run: the task and its data, optimisation and outputs as fine-tuning has them,
-    and the composition's own keys. YAML keys and command-line flags have exactly these names; `learning_rate: null`
-    means `DEFAULT_LEARNING_RATE`."""
+class ComposeConfig:
+    """Every setting of a composition run: the composition's own keys, and the sections fine-tuning has too (the task
+    and its data, optimisation, checkpoints, how the run executes). YAML keys and command-line flags have exactly the
+    keys' names, wherever they live; `learning_rate: null` means `DEFAULT_LEARNING_RATE`."""
 
     foreign_keys = {name: _NOT_A_METHOD for name in ("method", "peft_config", "method_options", "from_scratch")}
 
@@ -107,10 +110,21 @@ class ComposeConfig(TaskRunOptions):
     )
     baseline: bool = key(True, "a learned strategy: first train the head on the uniform average of the same adapters")
     output_dir: str = key("runs/compose", "where metrics, predictions, the composition and the card go")
+    do_train: bool = key(True, "false = only evaluate a saved composition (--composition on --model) and write "
+                         "metrics.json")  # fmt: skip
     composition: str | None = key(None, "do_train false: a saved composition folder to evaluate on --model (adapters "
                                   "and strategy are then read from it)")  # fmt: skip
+    data: TaskOptions = section(TaskOptions, "what to train, on which data, formatted how")
+    training: TaskTrainingOptions = section(TaskTrainingOptions, "batches, AdamW, warmup, run length, evaluations")
+    checkpoints: CheckpointOptions = section(CheckpointOptions, "checkpoints to resume from, the best composition")
+    run: RunOptions = section(RunOptions, "devices, precision, gradient steps, logging, seed")
+
+    def to_dict(self) -> dict:
+        """Every key, flat, as written on the command line and saved in `training_config.yaml` and checkpoints."""
+        return config_dict(self)
 
     def check(self) -> None:
+        check_task_run(self.data, self.training, self.checkpoints, self.do_train)
         if not self.do_train:
             if self.composition is None:
                 raise ValueError("config key 'composition' is required with --do_train false: the saved composition "
@@ -159,106 +173,165 @@ def check_adapters(adapters: dict[str, str]) -> None:
 
 # ----------------------------------------------------------------------------------------------- the recipe
 def compose_adapters(config: ComposeConfig) -> Path:
-    """Train the `config.strategy` composition of `config.adapters` on `config.task`, after the uniform-average
-    baseline for the learned strategies; returns the output folder."""
-    # One for both runs (ending it ends the process group). A seedable sampler reshuffles each epoch from (seed,
-    # epoch), so a resumed run sees the same order.
-    accelerator = config.accelerator(seedable_data=True)
-    config = run_output(config, "compose", accelerator, [Path(config.output_dir) / BASELINE_DIR])
-    if not config.do_train:  # into output_dir/eval/
-        evaluate_composition(config, accelerator)
-        accelerator.end_training()
-        return Path(config.output_dir)
+    """Train the `config.strategy` composition of `config.adapters` on `config.data.task`, after the uniform-average
+    baseline for the learned strategies (or, `do_train: false`, evaluate `config.composition`); returns the output
+    folder."""
+    # --- Accelerator: one for both runs (ending it ends the process group). A seedable sampler reshuffles each epoch
+    # from (seed, epoch), so a resumed run sees the same order. The output folder is checked on every process before
+    # any writes (the baseline's may hold its checkpoints); evaluation only writes into output_dir/eval/.
+    accelerator = config.run.accelerator(seedable_data=True)
+    output_dir = run_output(config.output_dir, config.do_train, config.run.overwrite_output_dir, "compose",
+                            accelerator, [Path(config.output_dir) / BASELINE_DIR])  # fmt: skip
+    config = dataclasses.replace(config, output_dir=str(output_dir))
+
+    # --- The baseline (a learned strategy's): the uniform average of the same adapters, with the same head, data,
+    # steps and seed, in its own folder; then the composition itself.
     baseline = None
-    if config.baseline and learned(config.strategy):
+    if config.do_train and config.baseline and learned(config.strategy):
         options = {key: value for key, value in config.strategy_options.items() if key == "trainable_modules"}
-        baseline = train_composition(
+        checkpoints = dataclasses.replace(config.checkpoints, resume=bool(config.checkpoints.resume))
+        baseline = run_composition(
             dataclasses.replace(
                 config, strategy="average", strategy_options=options, baseline=False,
-                output_dir=str(Path(config.output_dir) / BASELINE_DIR), resume=bool(config.resume),
+                output_dir=str(output_dir / BASELINE_DIR), checkpoints=checkpoints,
             ),
             accelerator,
         )  # fmt: skip
-    train_composition(config, accelerator, baseline)
+    run_composition(config, accelerator, baseline)
     accelerator.end_training()
-    return Path(config.output_dir)
+    return output_dir
 
 
-def _save_composition(accelerator: Accelerator, prepared, folder: Path) -> None:
-    """Save the trained composition (called by every process when training is done, before the final evaluation,
-    and at each best evaluation with `save_best`)."""
-    accelerator.wait_for_everyone()
-    if accelerator.is_main_process:
-        accelerator.unwrap_model(prepared).save_pretrained(folder)
-    accelerator.wait_for_everyone()
-
-
-def train_composition(config: ComposeConfig, accelerator: Accelerator, baseline: dict | None = None) -> dict | None:
-    """One composition run, read top to bottom; returns its metrics.json content (None: resumed from a checkpoint at
-    the last step, nothing done)."""
+def run_composition(config: ComposeConfig, accelerator: Accelerator, baseline: dict | None = None) -> dict | None:
+    """One composition run, read top to bottom (`do_train: false`: `config.composition` rebuilt on `config.data.model`
+    by `load_composition`, which refuses another base, and evaluated); returns its metrics.json content (None:
+    resumed from a checkpoint at the last step, nothing done)."""
+    data, training, checkpoints, run = config.data, config.training, config.checkpoints, config.run
     output_dir = Path(config.output_dir)
 
     # --- Examples, tokenizer, and the model with a fresh head, exactly as fine-tuning prepares them (seeded: the
-    # baseline's head starts where the learned composition's does).
-    task, train_examples, eval_examples, model, missing = prepare_run(config, accelerator)
-    tokenizer, family, base_model = task.tokenizer, task.family, model.name_or_path
+    # baseline's head starts where the learned composition's does). Before anything is written: a fresh run over
+    # checkpoints, or a resumed one whose config or inputs changed, is refused.
+    task = TASK_CLASSES[data.task](data)
+    check_model_paths(data)
+    if config.do_train:
+        check_resumable(config.output_dir, checkpoints, config.to_dict(), data)
+    train_examples, eval_examples = load_examples(task, data)
+    task.fit_labels(train_examples, eval_examples)
+    set_seed(run.seed)  # the new head's initialisation: the same on every process
+    write_run_config(config.output_dir, config.to_dict(), accelerator)
+    tokenizer = load_tokenizer(data)
+    model, family, missing = load_model(data, task, tokenizer)
+    check_max_length(data, model.config)
+    task.bind(tokenizer, family)
+    base_model = model.name_or_path
 
     # --- The composition: base and adapters frozen; the routers or fusion and the head (trainable_modules) train.
-    composed = compose_for_task(model, config, head_modules(model, missing) if task.trains_head else [])
+    # Evaluation only: the saved one.
+    if config.do_train:
+        composed = compose_for_task(model, config, head_modules(model, missing) if task.trains_head else [])
+    else:
+        composed = load_composition(model, config.composition)
+    strategy, method = composed.strategy, f"{composed.strategy}-composition"
     parameters = count_trainable_parameters(composed)
-    log_trainable(f"{config.strategy} composition of {', '.join(config.adapters)} on {config.model}", parameters)
+    log_trainable(f"{strategy} composition of {', '.join(a.name for a in composed.adapters)} on {data.model}",
+                  parameters)  # fmt: skip
 
-    # --- Features, then the shared loop: AdamW on what is trainable, evaluation, log.jsonl.
-    train_features = task.encode(train_examples, training=True)
+    # --- Features: token ids and targets laid out for the family (see hfzoo/tasks/task.py).
     eval_features = task.encode(eval_examples, training=False)
-    # The composition is saved when training is done, before the final evaluation: a failure there keeps it.
-    learning_rate = config.learning_rate if config.learning_rate is not None else DEFAULT_LEARNING_RATE
-    run = train_and_evaluate(
-        config, task, composed, train_features, eval_examples, eval_features, accelerator, learning_rate,
-        lambda prepared, folder: _save_composition(accelerator, prepared, folder / COMPOSITION_DIR),
-        family=family, strategy=config.strategy, adapters=config.adapters,
-        train_examples=len(train_examples), **parameters,
-    )  # fmt: skip
-    if run is None:
+    if not config.do_train:  # metrics and predictions; no card: this folder holds no composition
+        evaluated = evaluate_only(
+            config.output_dir, config.to_dict(), training, task, composed, eval_examples, eval_features, accelerator,
+            family=family, strategy=strategy, composition=config.composition, train_examples=len(train_examples),
+            **parameters,
+        )  # fmt: skip
+        summary = run_summary(task, base_model, method, parameters, evaluated, len(train_examples),
+                              len(eval_examples), output_dir, data.import_native)  # fmt: skip
+        summary["composition"] = describe(composed, strategy, output_dir)
+        if accelerator.is_main_process:
+            write_results(output_dir, tokenizer, config.to_dict(), summary, evaluated.records, None)
+        accelerator.wait_for_everyone()
+        return summary
+    train_features = task.encode(train_examples, training=True)
+
+    # --- AdamW on what is trainable; the Accelerator wraps model, optimizer and batches (its objects from the
+    # baseline's run forgotten, so that checkpoints hold this run's); linear warmup, then cosine decay to zero.
+    accelerator.free_memory()
+    forget_checkpointed_objects(accelerator)
+    learning_rate = training.learning_rate if training.learning_rate is not None else DEFAULT_LEARNING_RATE
+    batches = train_loader(train_features, training.per_device_batch_size, run.seed)
+    optimizer = build_optimizer(composed, learning_rate, training.weight_decay, (0.9, 0.999), 1e-8)
+    composed, optimizer, batches = accelerator.prepare(composed, optimizer, batches)
+    steps_per_epoch, max_steps, warmup_steps = run_length(len(batches), training, run.gradient_accumulation_steps)
+    scheduler = build_scheduler(optimizer, warmup_steps, max_steps, 0.0)
+    accelerator.register_for_checkpointing(scheduler)
+
+    def save_model(folder: Path) -> None:
+        save_composition(accelerator, composed, folder / COMPOSITION_DIR)
+
+    best = None
+    if checkpoints.save_best:  # the best evaluation's composition in best/composition/
+        best = BestModel(ranking_metric(task.name, checkpoints.best_metric), output_dir, save_model, accelerator)
+        accelerator.register_for_checkpointing(best)
+    set_seed(run.seed, device_specific=True)  # dropout: a different stream on each process
+
+    # --- Checkpoints: the state of every prepared and registered object; a resumed run continues exactly.
+    saves = checkpoints.save_every is not None
+    resume_from, progress = resume_state(accelerator, output_dir, checkpoints.resume, saves)
+    inputs = task_run_inputs(tokenizer, data)  # what each checkpoint records, to check on resume
+    if nothing_to_do(resume_from, progress, max_steps):
         return None
-    trained: ComposedModel = accelerator.unwrap_model(run.model)
+
+    # --- The loop (hfzoo.training.loop): evaluations every eval_every steps and at the end, checkpoints every
+    # save_every; the composition is saved when training is done, before the final evaluation.
+    fields = {"family": family, "strategy": strategy, "adapters": config.adapters,
+              "train_examples": len(train_examples), **parameters}  # fmt: skip
+    log = start_task_log(config.output_dir, config.to_dict(), training.tensorboard, task, accelerator, max_steps,
+                         progress, **fields, resumed_from=str(resume_from) if resume_from else None,
+                         train_features=len(train_features), eval_examples=len(eval_examples))  # fmt: skip
+    batch_size = training.eval_batch_size or training.per_device_batch_size
+    evaluate = TaskEvaluation(task, composed, eval_examples, eval_features, accelerator, batch_size, progress, best)
+    metrics = train(
+        composed, optimizer, scheduler, batches, task.collate, accelerator,
+        Intervals(max_steps, run.log_every, training.eval_every, checkpoints.save_every), log, progress,
+        max_grad_norm=run.max_grad_norm, evaluate=evaluate,
+        checkpoint=lambda progress: save_checkpoint(
+            accelerator, output_dir, progress, None, checkpoints.keep_checkpoints, config.to_dict(), inputs
+        ),
+        on_trained=lambda: save_published(accelerator, save_model, output_dir),
+        loss_function=smoothed_loss_function(task, accelerator, training.label_smoothing),
+    )  # fmt: skip
+    best_record = None if best is None else best.record()
+    log.write("end", step=progress.step, elapsed=round(log.elapsed, 3), **metrics,
+              **({"best": best_record} if best_record else {}))  # fmt: skip
+    log.close()
+    trained_run = TrainedRun(composed, metrics, evaluate.records, progress.step,
+                             round(progress.step / steps_per_epoch, 2), best_record)  # fmt: skip
+    trained: ComposedModel = accelerator.unwrap_model(composed)
 
     # --- Rebuild the saved composition on a fresh base, then metrics, predictions and the card.
-    reload = check_reload(config, task, trained, eval_examples, eval_features, run.records, accelerator)
-    method = f"{config.strategy}-composition"
-    summary = run_summary(task, base_model, method, parameters, run, len(train_examples), len(eval_examples),
-                          output_dir, config.import_native)  # fmt: skip
-    summary["composition"] = describe(trained, config.strategy, output_dir)
+    reload = check_reload(config, task, trained, eval_examples, eval_features, trained_run.records, accelerator)
+    summary = run_summary(task, base_model, method, parameters, trained_run, len(train_examples), len(eval_examples),
+                          output_dir, data.import_native)  # fmt: skip
+    summary["composition"] = describe(trained, strategy, output_dir)
     summary["baselines"] = baselines(baseline, majority_class_accuracy(train_examples, eval_examples))
     summary["reload_check"] = reload
     if accelerator.is_main_process:
-        write_results(output_dir, tokenizer, config, summary, run.records, composition_sections(COMPOSITION_DIR))
+        write_results(output_dir, tokenizer, config.to_dict(), summary, trained_run.records,
+                      composition_sections(COMPOSITION_DIR))  # fmt: skip
     accelerator.wait_for_everyone()
     if not all(reload.values()):
         raise RuntimeError(f"{output_dir / COMPOSITION_DIR} does not reload to the trained composition: {reload}")
     return summary
 
 
-def evaluate_composition(config: ComposeConfig, accelerator: Accelerator) -> dict:
-    """`do_train: false`: rebuild `config.composition` on `config.model` (`load_composition`, which refuses another
-    base) and evaluate it; returns the metrics.json content written to `config.output_dir`."""
-    task, train_examples, eval_examples, model, _ = prepare_run(config, accelerator)
-    base_model = model.name_or_path
-    composed = load_composition(model, config.composition)
-    parameters = count_trainable_parameters(composed)
-    eval_features = task.encode(eval_examples, training=False)
-    run = evaluate_only(
-        config, task, composed, eval_examples, eval_features, accelerator, family=task.family,
-        strategy=composed.strategy, composition=config.composition, train_examples=len(train_examples), **parameters,
-    )  # fmt: skip
-    method = f"{composed.strategy}-composition"
-    summary = run_summary(task, base_model, method, parameters, run, len(train_examples), len(eval_examples),
-                          config.output_dir, config.import_native)  # fmt: skip
-    summary["composition"] = describe(composed, composed.strategy, config.output_dir)
-    if accelerator.is_main_process:
-        write_results(Path(config.output_dir), task.tokenizer, config, summary, run.records, None)
+def save_composition(accelerator: Accelerator, prepared, folder: Path) -> None:
+    """Save the trained composition (called by every process when training is done, before the final evaluation,
+    and at each best evaluation with `save_best`)."""
     accelerator.wait_for_everyone()
-    return summary
+    if accelerator.is_main_process:
+        accelerator.unwrap_model(prepared).save_pretrained(folder)
+    accelerator.wait_for_everyone()
 
 
 # ----------------------------------------------------------------------------------------------- its steps
@@ -271,8 +344,8 @@ def compose_for_task(model: PreTrainedModel, config: ComposeConfig, heads: list[
     if not any(p.requires_grad for p in composed.parameters()):
         composed.unload()
         raise ValueError(
-            f"nothing to train: task {config.task!r} has no head on this model and an 'average' composition has no "
-            "parameters; name modules in strategy_options.trainable_modules"
+            f"nothing to train: task {config.data.task!r} has no head on this model and an 'average' composition has "
+            "no parameters; name modules in strategy_options.trainable_modules"
         )
     return composed
 
@@ -288,11 +361,11 @@ def check_reload(
 ) -> dict[str, bool]:  # fmt: skip
     """Rebuild the saved composition on a freshly loaded base model, as a user would (`load_composition`), and
     compare: every parameter (so the frozen base and adapters did not move) and every validation prediction."""
-    base, _, _ = load_model(config, task, task.tokenizer)
+    base, _, _ = load_model(config.data, task, task.tokenizer)
     reloaded = load_composition(base, Path(config.output_dir) / COMPOSITION_DIR).to(accelerator.device)
     expected, found = trained.state_dict(), reloaded.state_dict()
     same_parameters = expected.keys() == found.keys() and all(torch.equal(v, found[k]) for k, v in expected.items())
-    batch_size = config.eval_batch_size or config.per_device_batch_size
+    batch_size = config.training.eval_batch_size or config.training.per_device_batch_size
     with accelerator.autocast():  # as the prepared model predicted
         outputs = predict_all(task, reloaded, eval_features, accelerator, batch_size)
     _, reloaded_records = task.finish(eval_examples, eval_features, outputs)

@@ -1,8 +1,10 @@
 """Fine-tune a pretrained model on a labelled task: config -> examples -> tokenizer -> model (+ adapter) ->
 features -> AdamW -> loop -> model or adapter -> validation metrics -> metrics.json, predictions, card.
 
-Read `finetune` top to bottom; it is the recipe. What it shares with the composition recipe (preparing the run, the
-training run with its evaluations, the files it leaves) is in `hfzoo.training.task_runs`. The task (`hfzoo.tasks`:
+Read `finetune` top to bottom; it is the recipe: its config's sections (`config.data`, `config.tuning`,
+`config.training`, `config.ulmfit`, `config.checkpoints`, `config.run`), then examples, tokenizer, model, method,
+AdamW and the schedule, the Accelerator's wrapping, checkpoints and resume, the loop with its evaluations, and the
+saves. The parts it shares with the composition recipe are in `hfzoo.training.task_runs`. The task (`hfzoo.tasks`:
 sequence-classification, token-classification, question-answering, seq2seq) decides how examples become token ids
 for the model's family and how outputs become predictions and metrics. It runs as one process or under
 `accelerate launch` / `torchrun`:
@@ -25,67 +27,87 @@ true --train_tokenizer true --label_smoothing 0.1 --lr_schedule inverse_sqrt --w
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from accelerate import Accelerator
+from accelerate.utils import set_seed
 from peft import PeftModel
 from torch import nn
-from transformers import PreTrainedModel
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from ..adapters.peft_warnings import building_peft_model
 from ..adapters.composition.task_adapter import (
     ADAPTER_CONFIG, adapter_weights_file, base_identity, check_adapter_fits, check_recorded_base, describe_base,
     recorded_base, save_base_identity,
 )  # fmt: skip
+from ..adapters.peft_warnings import building_peft_model
 from ..cards import FINETUNE_SECTIONS
 from ..models.checkpoint_files import read_json_file
 from ..presets import list_presets
-from ..recipe_config import key, parse_config
-from ..training.checkpointing import exit_on_checkpoint_error
+from ..recipe_config import config_dict, key, parse_config, section
+from ..tasks import TASK_CLASSES, TaskOptions, load_examples
+from ..training.best_model import BestModel, ranking_metric, save_published
+from ..training.checkpointing import exit_on_checkpoint_error, resume_state, save_checkpoint
 from ..training.logging import start_recipe
+from ..training.loop import Intervals, build_optimizer, train
 from ..training.methods import MethodOptions, apply_method, count_trainable_parameters, head_modules, peft_config_for
-from ..training.options import ULMFiTOptions
+from ..training.options import CheckpointOptions, RunOptions, TaskTrainingOptions, ULMFiTOptions
 from ..training.task_runs import (
-    TaskRunOptions,
-    evaluate_only,
-    log_trainable,
-    prepare_run,
-    run_output,
-    run_summary,
-    train_and_evaluate,
-    write_results,
-)
+    TaskEvaluation, TrainedRun, build_task_scheduler, check_max_length, check_model_paths, check_resumable,
+    check_task_run, evaluate_only, load_model, load_tokenizer, log_trainable, nothing_to_do, run_length, run_output,
+    run_summary, smoothed_loss_function, start_task_log, task_run_inputs, train_loader, train_task_tokenizer,
+    write_results, write_run_config,
+)  # fmt: skip
+from ..training.ulmfit import GradualUnfreezing, discriminative_learning_rates, layer_groups
 
 
 @dataclass
-class FinetuneConfig(MethodOptions, TaskRunOptions, ULMFiTOptions):
-    """Every setting of a fine-tuning run: the task and its data, the method, optimisation, outputs. YAML keys and
-    command-line flags have exactly these names; `learning_rate: null` means the method's default."""
+class FinetuneConfig:
+    """Every setting of a fine-tuning run: its own keys, and its sections (what to train on which data, the method,
+    optimisation, ULMFiT's techniques, checkpoints, how the run executes). YAML keys and command-line flags have
+    exactly the keys' names, wherever they live (`--lr_schedule`, or `--ulmfit.lr_schedule`); `learning_rate: null`
+    means the method's default."""
 
     output_dir: str = key("runs/finetune", "where metrics, predictions, the model or adapter and the card go")
+    do_train: bool = key(True, "false = only evaluate the trained model (--model, or --adapter on it) and write "
+                         "metrics.json")  # fmt: skip
     adapter: str | None = key(None, "do_train false: a trained adapter folder (PEFT format) to evaluate on --model")
+    data: TaskOptions = section(TaskOptions, "what to train, on which data, formatted how")
+    tuning: MethodOptions = section(MethodOptions, "which weights train (all, or an adapter's), from which start")
+    training: TaskTrainingOptions = section(TaskTrainingOptions, "batches, AdamW, warmup, run length, evaluations")
+    ulmfit: ULMFiTOptions = section(ULMFiTOptions, "the learning-rate schedule and ULMFiT's techniques")
+    checkpoints: CheckpointOptions = section(CheckpointOptions, "checkpoints to resume from, the best model")
+    run: RunOptions = section(RunOptions, "devices, precision, gradient steps, logging, seed")
 
     def check(self) -> None:
+        data, tuning, ulmfit, training = self.data, self.tuning, self.ulmfit, self.training
+        check_task_run(data, training, self.checkpoints, self.do_train)
         if self.adapter is not None and self.do_train:
             raise ValueError("config key 'adapter' names a trained adapter to evaluate: use it with --do_train false.")
-        if self.from_scratch and not self.do_train:
+        if tuning.from_scratch and not self.do_train:
             raise ValueError("config key 'from_scratch': an evaluation-only run (do_train false) would score random "
                              "weights; drop from_scratch.")  # fmt: skip
-        if self.lr_schedule == "slanted_triangular" and (self.warmup_ratio != 0.06 or self.warmup_steps is not None):
+        custom_warmup = training.warmup_ratio != 0.06 or training.warmup_steps is not None
+        if ulmfit.lr_schedule == "slanted_triangular" and custom_warmup:
             raise ValueError("config keys 'warmup_ratio'/'warmup_steps': the slanted triangular schedule warms up for "
                              "its own stlr_cut_frac of the steps; drop them.")  # fmt: skip
-        if self.model in list_presets() and not Path(self.model).exists():
-            if not self.from_scratch:
-                raise ValueError(f"config key 'model': {self.model} is a preset, an architecture without weights: "
+        if data.model in list_presets() and not Path(data.model).exists():
+            if not tuning.from_scratch:
+                raise ValueError(f"config key 'model': {data.model} is a preset, an architecture without weights: "
                                  "add --from_scratch true, or give a trained checkpoint.")  # fmt: skip
-            if not self.train_tokenizer and self.tokenizer is None:
-                raise ValueError(f"config key 'model': the preset {self.model} has no tokenizer: add --train_tokenizer "
+            if not tuning.train_tokenizer and data.tokenizer is None:
+                raise ValueError(f"config key 'model': the preset {data.model} has no tokenizer: add --train_tokenizer "
                                  "true or --tokenizer <path>.")  # fmt: skip
-        if self.train_tokenizer and self.tokenizer is not None:
+        if tuning.train_tokenizer and data.tokenizer is not None:
             raise ValueError("config keys 'train_tokenizer' and 'tokenizer': a run trains a tokenizer or uses one, "
                              "not both.")  # fmt: skip
+
+    def to_dict(self) -> dict:
+        """Every key, flat, as written on the command line and saved in `training_config.yaml` and checkpoints."""
+        return config_dict(self)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> FinetuneConfig:
@@ -94,86 +116,187 @@ def parse_args(argv: Sequence[str] | None = None) -> FinetuneConfig:
 
 
 def finetune(config: FinetuneConfig) -> Path:
-    """Fine-tune `config.model` on `config.task`; returns the output folder (metrics, predictions, model, card;
-    evaluation only: metrics and predictions in `output_dir/eval/`)."""
-    # A seedable sampler reshuffles each epoch from (seed, epoch), so a resumed run sees the same order.
-    accelerator = config.accelerator(seedable_data=True)
-    config = run_output(config, "finetune", accelerator)  # evaluation only: into output_dir/eval/
-    output_dir = Path(config.output_dir)
+    """Fine-tune `config.data.model` on `config.data.task`; returns the output folder (metrics, predictions, model,
+    card; evaluation only: metrics and predictions in `output_dir/eval/`)."""
+    data, tuning, training, ulmfit, checkpoints, run = (
+        config.data, config.tuning, config.training, config.ulmfit, config.checkpoints, config.run
+    )  # fmt: skip
 
-    # --- Examples, tokenizer and model with the task's head (hfzoo.training.task_runs.prepare_run).
-    task, train_examples, eval_examples, model, missing = prepare_run(config, accelerator, config.from_scratch, config)
-    tokenizer, family = task.tokenizer, task.family
+    # --- Accelerator: one process, DDP, FSDP or DeepSpeed, decided by how the script was launched. A seedable
+    # sampler reshuffles each epoch from (seed, epoch), so a resumed run sees the same order. The output folder is
+    # checked on every process before any writes; evaluation only writes into output_dir/eval/.
+    accelerator = run.accelerator(seedable_data=True)
+    output_dir = run_output(config.output_dir, config.do_train, run.overwrite_output_dir, "finetune", accelerator)
+    config = dataclasses.replace(config, output_dir=str(output_dir))
+
+    # --- Examples, read and checked (a malformed row fails naming its file and line), labels from train. Before
+    # anything is written: a fresh run over checkpoints, or a resumed one whose config or inputs changed, is refused.
+    task = TASK_CLASSES[data.task](data)
+    check_model_paths(data)
+    if config.do_train:
+        check_resumable(config.output_dir, checkpoints, config.to_dict(), data, tuning.train_tokenizer)
+    train_examples, eval_examples = load_examples(task, data)
+    task.fit_labels(train_examples, eval_examples)
+    set_seed(run.seed)  # the new head's initialisation: the same on every process
+    write_run_config(config.output_dir, config.to_dict(), accelerator)
+
+    # --- Tokenizer: the model's, or one trained on the training examples (deterministic: a resumed run trains the
+    # same one again). Model: the pretrained body (or its architecture, from scratch) with the task's head.
+    vocab_size = None
+    if tuning.train_tokenizer:
+        tokenizer = train_task_tokenizer(data, task, train_examples, tuning.tokenizer_kind, tuning.vocab_size)
+        vocab_size = len(tokenizer)
+    else:
+        tokenizer = load_tokenizer(data)
+        if tuning.from_scratch and data.model in list_presets():  # a preset's vocab_size is a placeholder: fit it
+            vocab_size = len(tokenizer)
+    model, family, missing = load_model(data, task, tokenizer, tuning.from_scratch, vocab_size)
+    check_max_length(data, model.config)
+    task.bind(tokenizer, family)
     base_model = model.name_or_path  # a local folder's absolute path: what an adapter reloads onto
 
     # --- The method: an adapter freezes the body (and trains the head with it). Evaluation only: the trained model.
     if config.do_train:
         heads = head_modules(model, missing) if task.trains_head else []
-        model = apply_method(model, peft_config_for(config, task.peft_task_types[family], heads))
-        method = config.peft_config or config.method
+        model = apply_method(model, peft_config_for(tuning, task.peft_task_types[family], heads))
+        method = tuning.peft_config or tuning.method
     else:
-        model, method = load_trained(model, missing, config)
+        model, method = load_trained(model, missing, data.model, config.adapter)
     parameters = count_trainable_parameters(model)
-    log_trainable(f"{task.name} on {config.model} ({family}), method {method}", parameters)
+    log_trainable(f"{task.name} on {data.model} ({family}), method {method}", parameters)
 
     # --- Features: token ids and targets laid out for the family (see hfzoo/tasks/task.py).
     eval_features = task.encode(eval_examples, training=False)
-
-    def save_model(trained, folder: Path) -> None:
-        """The adapter (PEFT format, with the base it must reload onto) or the full model, and the tokenizer: into
-        `output_dir` before the final evaluation (a failure there or in writing the results loses no training), and
-        into `best/` at each best evaluation."""
-        unwrapped = accelerator.unwrap_model(trained)
-        accelerator.wait_for_everyone()
-        main_process = accelerator.is_main_process
-        # The recipe never resizes the vocabulary (a tokenizer larger than the model is refused), so an adapter never
-        # needs the base's embedding matrices. Saying so also skips PEFT's check for a resize, which re-reads the
-        # base's config.json with the model's config class: a native one, for an imported base (import_native).
-        embeddings = {"save_embedding_layers": False} if isinstance(unwrapped, PeftModel) else {}
-        unwrapped.save_pretrained(folder, is_main_process=main_process, save_function=accelerator.save, **embeddings)
-        if main_process:
-            tokenizer.save_pretrained(folder)
-            if isinstance(unwrapped, PeftModel):
-                save_base_identity(folder, unwrapped.get_base_model())
-        accelerator.wait_for_everyone()
-
-    # --- AdamW, the loop (checkpoints, the best model, the model when training is done), metrics and the log.
     fields = {"family": family, "method": method, "train_examples": len(train_examples), **parameters}
-    if config.do_train:
-        learning_rate = config.learning_rate if config.learning_rate is not None else config.default_learning_rate()
-        train_features = task.encode(train_examples, training=True)
-        run = train_and_evaluate(config, task, model, train_features, eval_examples, eval_features, accelerator,
-                                 learning_rate, save_model, config, **fields)  # fmt: skip
-    else:
-        run = evaluate_only(config, task, model, eval_examples, eval_features, accelerator, **fields)
-
-    # --- Save: metrics, predictions, tokenizer, card (none when only evaluating: this folder holds no model).
-    accelerator.wait_for_everyone()
-    if run is not None:  # None: resumed from a checkpoint at the last step, nothing done
-        summary = run_summary(task, base_model, method, parameters, run, len(train_examples), len(eval_examples),
-                              output_dir, config.import_native)  # fmt: skip
+    if not config.do_train:  # metrics and predictions; no card: this folder holds no model
+        evaluated = evaluate_only(config.output_dir, config.to_dict(), training, task, model, eval_examples,
+                                  eval_features, accelerator, **fields)  # fmt: skip
+        summary = run_summary(task, base_model, method, parameters, evaluated, len(train_examples),
+                              len(eval_examples), output_dir, data.import_native)  # fmt: skip
         if accelerator.is_main_process:
-            sections = FINETUNE_SECTIONS if config.do_train else None
-            write_results(output_dir, tokenizer, config, summary, run.records, sections)
+            write_results(output_dir, tokenizer, config.to_dict(), summary, evaluated.records, None)
+        accelerator.wait_for_everyone()
+        accelerator.end_training()
+        return output_dir
+    train_features = task.encode(train_examples, training=True)
+
+    # --- AdamW on the trainable parameters (whatever is frozen stays frozen), per layer group with ULMFiT's
+    # discriminative learning rates; the Accelerator wraps model, optimizer and batches; then the schedule over the
+    # run's length: linear warmup and cosine decay, the slanted triangular one, or the inverse square root.
+    learning_rate = training.learning_rate if training.learning_rate is not None else tuning.default_learning_rate()
+    batches = train_loader(train_features, training.per_device_batch_size, run.seed)
+    groups = layer_groups(model) if ulmfit.uses_layer_groups else None
+    layers = None
+    if ulmfit.discriminative_lr_decay is not None:
+        layers = discriminative_learning_rates(groups, learning_rate, ulmfit.discriminative_lr_decay)
+    optimizer = build_optimizer(model, learning_rate, training.weight_decay, (0.9, 0.999), 1e-8, layers)
+    model, optimizer, batches = accelerator.prepare(model, optimizer, batches)
+    steps_per_epoch, max_steps, warmup_steps = run_length(len(batches), training, run.gradient_accumulation_steps)
+    scheduler = build_task_scheduler(optimizer, ulmfit, max_steps, warmup_steps)
+    accelerator.register_for_checkpointing(scheduler)
+
+    def save_model(folder: Path) -> None:
+        save_trained(accelerator, tokenizer, model, folder)
+
+    best = None
+    if checkpoints.save_best:  # the best evaluation's model in best/, its record in each checkpoint
+        best = BestModel(ranking_metric(task.name, checkpoints.best_metric), output_dir, save_model, accelerator)
+        accelerator.register_for_checkpointing(best)
+    reallocate = getattr(accelerator.unwrap_model(model).base_model, "update_and_allocate", None)  # AdaLoRA's ranks
+    set_seed(run.seed, device_specific=True)  # dropout: a different stream on each process
+
+    # --- Checkpoints: the state of every prepared and registered object; a resumed run continues exactly.
+    if reallocate is not None and (checkpoints.save_every is not None or checkpoints.resume):
+        raise ValueError(
+            "config key 'save_every'/'resume': AdaLoRA keeps its rank allocator's importance scores outside the model "
+            "and optimizer, so a checkpoint could not resume it exactly; train AdaLoRA without checkpoints"
+        )
+    saves = checkpoints.save_every is not None
+    resume_from, progress = resume_state(accelerator, output_dir, checkpoints.resume, saves)
+    inputs = task_run_inputs(tokenizer, data)  # what each checkpoint records, to check on resume
+    after_step = reallocate
+    if ulmfit.gradual_unfreezing:
+        # Frozen parameters would break DDP's gradient all-reduce, which expects every registered parameter.
+        if accelerator.num_processes > 1:
+            raise ValueError("config key 'gradual_unfreezing' works in one process only: launch without DDP/FSDP.")
+        unfreezing = GradualUnfreezing(groups, ulmfit.unfreeze_every or steps_per_epoch)
+        unfreezing.apply(progress.step)  # a resumed run is back at its checkpoint's stage
+        after_step = unfreezing.apply if reallocate is None else lambda step: (reallocate(step), unfreezing.apply(step))
+    if nothing_to_do(resume_from, progress, max_steps):
+        accelerator.end_training()
+        return output_dir
+
+    # --- The loop (hfzoo.training.loop): evaluations every eval_every steps and at the end, checkpoints every
+    # save_every; the model is saved into output_dir when training is done, before the final evaluation (a failure
+    # there loses no training).
+    log = start_task_log(config.output_dir, config.to_dict(), training.tensorboard, task, accelerator, max_steps,
+                         progress, **fields, resumed_from=str(resume_from) if resume_from else None,
+                         train_features=len(train_features), eval_examples=len(eval_examples))  # fmt: skip
+    batch_size = training.eval_batch_size or training.per_device_batch_size
+    evaluate = TaskEvaluation(task, model, eval_examples, eval_features, accelerator, batch_size, progress, best)
+    metrics = train(
+        model, optimizer, scheduler, batches, task.collate, accelerator,
+        Intervals(max_steps, run.log_every, training.eval_every, checkpoints.save_every), log, progress,
+        max_grad_norm=run.max_grad_norm, evaluate=evaluate,
+        checkpoint=lambda progress: save_checkpoint(
+            accelerator, output_dir, progress, None, checkpoints.keep_checkpoints, config.to_dict(), inputs
+        ),
+        after_optimizer_step=after_step,
+        on_trained=lambda: save_published(accelerator, save_model, output_dir),
+        loss_function=smoothed_loss_function(task, accelerator, training.label_smoothing),
+    )  # fmt: skip
+    best_record = None if best is None else best.record()
+    log.write("end", step=progress.step, elapsed=round(log.elapsed, 3), **metrics,
+              **({"best": best_record} if best_record else {}))  # fmt: skip
+    log.close()
+
+    # --- Save: metrics, predictions, tokenizer, card (the model or adapter is in output_dir already).
+    trained = TrainedRun(model, metrics, evaluate.records, progress.step, round(progress.step / steps_per_epoch, 2),
+                         best_record)  # fmt: skip
+    summary = run_summary(task, base_model, method, parameters, trained, len(train_examples), len(eval_examples),
+                          output_dir, data.import_native)  # fmt: skip
+    if accelerator.is_main_process:
+        write_results(output_dir, tokenizer, config.to_dict(), summary, trained.records, FINETUNE_SECTIONS)
     accelerator.wait_for_everyone()
     accelerator.end_training()
     return output_dir
 
 
-def load_trained(model: PreTrainedModel, missing: list[str], config: FinetuneConfig) -> tuple[nn.Module, str]:
-    """(`do_train: false`) the model to evaluate and its method: `model` itself (a fine-tuned checkpoint, which must
-    hold every weight: a head initialised at random would be scored), or `config.adapter` on it, which must have
-    been trained on this base (its record, else its keys and shapes, are checked before PEFT loads it; safetensors
-    only) and must hold what the base lacks (its `modules_to_save`)."""
-    if config.adapter is None:
+def save_trained(accelerator: Accelerator, tokenizer: PreTrainedTokenizerBase, model: nn.Module, folder: Path) -> None:
+    """The adapter (PEFT format, with the base it must reload onto) or the full model, and the tokenizer, into
+    `folder` (called by every process): into `output_dir` before the final evaluation, into `best/` at each best
+    evaluation."""
+    unwrapped = accelerator.unwrap_model(model)
+    accelerator.wait_for_everyone()
+    main_process = accelerator.is_main_process
+    # The recipe never resizes the vocabulary (a tokenizer larger than the model is refused), so an adapter never
+    # needs the base's embedding matrices. Saying so also skips PEFT's check for a resize, which re-reads the
+    # base's config.json with the model's config class: a native one, for an imported base (import_native).
+    embeddings = {"save_embedding_layers": False} if isinstance(unwrapped, PeftModel) else {}
+    unwrapped.save_pretrained(folder, is_main_process=main_process, save_function=accelerator.save, **embeddings)
+    if main_process:
+        tokenizer.save_pretrained(folder)
+        if isinstance(unwrapped, PeftModel):
+            save_base_identity(folder, unwrapped.get_base_model())
+    accelerator.wait_for_everyone()
+
+
+def load_trained(
+    model: PreTrainedModel, missing: list[str], model_name: str, adapter: str | None
+) -> tuple[nn.Module, str]:
+    """(`do_train: false`) the model to evaluate and its method: `model` itself (`model_name`: a fine-tuned
+    checkpoint, which must hold every weight: a head initialised at random would be scored), or `adapter` on it,
+    which must have been trained on this base (its record, else its keys and shapes, are checked before PEFT loads
+    it; safetensors only) and must hold what the base lacks (its `modules_to_save`)."""
+    if adapter is None:
         if missing:
             raise ValueError(
-                f"config key 'model': {config.model} holds no trained weights for {', '.join(missing[:4])}: "
+                f"config key 'model': {model_name} holds no trained weights for {', '.join(missing[:4])}: "
                 "evaluating it would score a randomly initialised head. Give a fine-tuned model, or its base with "
                 "--adapter <trained adapter folder>."
             )
         return model, "full"
-    folder = Path(config.adapter)
+    folder = Path(adapter)
     adapter_config = read_json_file(folder / ADAPTER_CONFIG)  # names the file when missing or broken
     adapter_weights_file(folder)  # safetensors only, and whole: PEFT would unpickle adapter_model.bin
     check_recorded_base(folder.name, folder, recorded_base(folder, adapter_config), model)
@@ -186,7 +309,7 @@ def load_trained(model: PreTrainedModel, missing: list[str], config: FinetuneCon
         )
     with torch.device("meta"):  # the base's module kinds and shapes, without its weights
         shell = type(model)(copy.deepcopy(model.config))
-    check_adapter_fits(folder, shell, f"{config.model} ({describe_base(base_identity(model))})")
+    check_adapter_fits(folder, shell, f"{model_name} ({describe_base(base_identity(model))})")
     with building_peft_model():
         adapted = PeftModel.from_pretrained(model, folder)
     return adapted, str(adapter_config.get("peft_type", "adapter")).lower()

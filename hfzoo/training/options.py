@@ -1,7 +1,9 @@
-"""Config parts the recipes share: how any run executes, and how a run on a labelled task trains.
+"""Config parts the recipes share: how any run executes, and how a run on a labelled task trains, keeps checkpoints
+and uses ULMFiT's techniques.
 
-A recipe's config lists the parts it is made of as bases (`hfzoo.recipe_config` explains the machinery); the keys
-are flat, so YAML files and command lines name them directly (`--seed 3`, not `--run.seed 3`).
+Pretraining lists `RunOptions` as a base; fine-tuning and composition hold these parts as sections (`config.run`,
+`config.training`, `config.checkpoints`, `config.ulmfit`: `hfzoo.recipe_config.section`). Key names are the same
+either way, so YAML files and command lines name them directly (`--seed 3`; also `--run.seed 3` in a section).
 """
 
 from __future__ import annotations
@@ -89,9 +91,8 @@ class TaskTrainingOptions:
 
 
 @dataclass
-class TaskSavingOptions:
-    """What a run on a labelled task keeps while it trains (checkpoints to resume from, the best model so far), and
-    whether it trains at all (`do_train: false` evaluates a trained model on the validation data)."""
+class CheckpointOptions:
+    """What a run on a labelled task keeps while it trains: checkpoints to resume from, the best model so far."""
 
     save_every: int | None = key(None, "optimizer steps between checkpoints (resume with --resume); none = none",
                                  minimum=1)  # fmt: skip
@@ -99,8 +100,6 @@ class TaskSavingOptions:
     resume: bool | str = key(False, "true = continue from the latest checkpoint in output_dir; or a checkpoint path")
     save_best: bool = key(False, "keep the model of the best evaluation (every eval_every steps) in output_dir/best")
     best_metric: str | None = key(None, "the validation metric save_best ranks by; none = the task's main one")
-    do_train: bool = key(True, "false = only evaluate the trained model (fine-tuning: --model, or --adapter on it; "
-                               "composition: --composition on --model) and write metrics.json")  # fmt: skip
 
 
 @dataclass

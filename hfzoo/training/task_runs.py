@@ -1,10 +1,11 @@
-"""What the two recipes that train on a labelled task share (fine-tuning and composition): the config keys they both
-have, preparing examples, tokenizer and model, the training run with its evaluations, and the files it leaves.
+"""The parts the two recipes that train on a labelled task share (fine-tuning and composition), each called from the
+recipe in the order it reads: the checks of the run's output folder and of a resumed run, tokenizer and model with the
+task's head, the learning-rate schedule, evaluation and the run log, and the files a run leaves. The recipes
+themselves (`hfzoo.recipes.finetune`, `hfzoo.recipes.compose`) hold the order, the loop and the saves.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import math
@@ -12,13 +13,13 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import torch
 import yaml
 from accelerate import Accelerator
-from accelerate.utils import set_seed
 from torch import nn
+from torch.optim.lr_scheduler import LambdaLR
 from torch.utils.data import DataLoader
 from transformers import (
     AutoConfig, AutoModelForCausalLM, AutoTokenizer, PretrainedConfig, PreTrainedModel, PreTrainedTokenizerBase,
@@ -31,83 +32,75 @@ from ..data.corpus import missing_local_path
 from ..data.recorded_paths import recorded_path
 from ..data.tokenizer_training import train_tokenizer
 from ..files import check_output_folder, write_atomic
-from ..integrations.accelerate import forget_checkpointed_objects
 from ..integrations.transformers import auto_class_has
 from ..models.checked_loading import load_checked
 from ..models.checkpoint_files import check_checkpoint_folder
 from ..presets import list_presets, preset_config
 from ..recipe_config import CONFIG_FILE
-from ..tasks import TASK_CLASSES, Task, TaskOptions, load_examples, model_family
-from .best_model import BestModel, ranking_metric, resumable_keys, save_published
+from ..tasks import Task, TaskOptions, model_family
+from .best_model import BestModel, ranking_metric, resumable_keys
 from .checkpointing import (
-    Progress, check_resumed_config, checkpoint_to_resume, latest_checkpoint, resume_state, save_checkpoint,
-    stopped_before_training,
+    Progress, check_resumed_config, checkpoint_to_resume, latest_checkpoint, stopped_before_training,
 )  # fmt: skip
 from .evaluation import predict_all, task_loss
 from .logging import RunLogger, read_log
-from .loop import (
-    Intervals, build_inverse_sqrt_scheduler, build_optimizer, build_scheduler, build_slanted_triangular_scheduler,
-    label_smoothed_loss, train,
-)  # fmt: skip
-from .methods import MethodOptions
-from .options import RunOptions, TaskSavingOptions, TaskTrainingOptions, ULMFiTOptions
+from .loop import build_inverse_sqrt_scheduler, build_scheduler, build_slanted_triangular_scheduler, label_smoothed_loss
+from .options import CheckpointOptions, TaskTrainingOptions, ULMFiTOptions
 from .run_inputs import check_resumed_inputs, run_inputs, tokenizer_file_names
-from .ulmfit import GradualUnfreezing, discriminative_learning_rates, layer_groups
 
 logger = logging.getLogger(__name__)
-Options = TypeVar("Options", bound="TaskRunOptions")
 
 METRICS_FILE = "metrics.json"
 PREDICTIONS_FILE = "predictions.jsonl"
 EVAL_DIR = "eval"  # where an evaluation-only run writes, inside its output_dir
 
 
-@dataclass
-class TaskRunOptions(RunOptions, TaskTrainingOptions, TaskSavingOptions, TaskOptions):
-    """The keys of every run on a labelled task; a recipe adds its own (how the model adapts, `output_dir`)."""
-
-    def check(self) -> None:
-        if self.save_best and self.eval_every is None:
-            raise ValueError(
-                "config key 'save_best' needs eval_every: the best model is chosen among the evaluations made every "
-                "eval_every steps (and at the end)."
-            )
-        if self.save_best:
-            ranking_metric(self.task, self.best_metric)
-        elif self.best_metric is not None:
-            raise ValueError("config key 'best_metric' ranks the evaluations for save_best: add --save_best true.")
-        if self.label_smoothing and self.task == "question-answering":
-            raise ValueError("config key 'label_smoothing' smooths token or class labels; question answering predicts "
-                             "span positions: drop it.")  # fmt: skip
-        if not self.do_train and (self.resume or self.save_best or self.save_every is not None):
-            raise ValueError(
-                "config key 'do_train' is false: an evaluation-only run has nothing to checkpoint, resume or keep the "
-                "best of; drop resume, save_every and save_best."
-            )
+def check_task_run(data: TaskOptions, training: TaskTrainingOptions, checkpoints: CheckpointOptions,
+                   do_train: bool) -> None:  # fmt: skip
+    """The checks across the sections of a run on a labelled task (each section checks its own keys)."""
+    if checkpoints.save_best and training.eval_every is None:
+        raise ValueError(
+            "config key 'save_best' needs eval_every: the best model is chosen among the evaluations made every "
+            "eval_every steps (and at the end)."
+        )
+    if checkpoints.save_best:
+        ranking_metric(data.task, checkpoints.best_metric)
+    elif checkpoints.best_metric is not None:
+        raise ValueError("config key 'best_metric' ranks the evaluations for save_best: add --save_best true.")
+    if training.label_smoothing and data.task == "question-answering":
+        raise ValueError("config key 'label_smoothing' smooths token or class labels; question answering predicts "
+                         "span positions: drop it.")  # fmt: skip
+    if not do_train and (checkpoints.resume or checkpoints.save_best or checkpoints.save_every is not None):
+        raise ValueError(
+            "config key 'do_train' is false: an evaluation-only run has nothing to checkpoint, resume or keep the "
+            "best of; drop resume, save_every and save_best."
+        )
 
 
-def run_output(config: Options, command: str, accelerator: Accelerator, resumable: Sequence[Path] = ()) -> Options:
-    """The config a run writes with, once its output folder is checked (on every process, before any writes).
+def run_output(
+    output_dir: str, do_train: bool, overwrite: bool, command: str, accelerator: Accelerator,
+    resumable: Sequence[Path] = (),
+) -> Path:  # fmt: skip
+    """The folder a run writes into, once checked (on every process, before any writes).
 
     A training run writes into `output_dir` when it is new or empty, or holds checkpoints (`--resume` continues
     them; without it the run is refused, by `checkpoint_to_resume`); so may a run whose `resumable` folders hold
     them (compose's baseline), and one where a run stopped before training (`stopped_before_training`). A folder
-    holding anything else (a finished run) is refused, naming it, unless `overwrite_output_dir`. An evaluation-only run writes into `output_dir/eval/` instead (returned as the
-    config's `output_dir`), beside the record of the run it evaluates, never over it; an earlier evaluation there is
-    replaced."""
-    output_dir = Path(config.output_dir)
-    if config.do_train:
-        resuming = any(latest_checkpoint(folder) is not None for folder in (output_dir, *resumable))
-        reusable = resuming or stopped_before_training(output_dir)
-        check_output_folder(output_dir, command, overwrite=config.overwrite_output_dir, reusable=reusable)
+    holding anything else (a finished run) is refused, naming it, unless `overwrite` (overwrite_output_dir). An
+    evaluation-only run writes into `output_dir/eval/` instead (returned, to become the config's `output_dir`),
+    beside the record of the run it evaluates, never over it; an earlier evaluation there is replaced."""
+    folder = Path(output_dir)
+    if do_train:
+        resuming = any(latest_checkpoint(path) is not None for path in (folder, *resumable))
+        reusable = resuming or stopped_before_training(folder)
+        check_output_folder(folder, command, overwrite=overwrite, reusable=reusable)
     else:
-        output_dir = output_dir / EVAL_DIR
-        earlier = (output_dir / CONFIG_FILE).is_file() and yaml.safe_load((output_dir / CONFIG_FILE).read_text())
-        check_output_folder(output_dir, command, overwrite=config.overwrite_output_dir,
+        folder = folder / EVAL_DIR
+        earlier = (folder / CONFIG_FILE).is_file() and yaml.safe_load((folder / CONFIG_FILE).read_text())
+        check_output_folder(folder, command, overwrite=overwrite,
                             reusable=isinstance(earlier, dict) and earlier.get("do_train") is False)  # fmt: skip
-        config = dataclasses.replace(config, output_dir=str(output_dir))
     accelerator.wait_for_everyone()  # no process writes before every one has looked
-    return config
+    return folder
 
 
 def load_tokenizer(config: TaskOptions) -> PreTrainedTokenizerBase:
@@ -219,49 +212,39 @@ def data_sources(config: TaskOptions) -> list[str | None]:
     return [config.dataset, *files, *sides]
 
 
-def prepare_run(
-    config: TaskRunOptions,
-    accelerator: Accelerator,
-    from_scratch: bool = False,
-    tokenizing: MethodOptions | None = None,
-) -> tuple[Task, list, list, PreTrainedModel, list[str]]:
-    """The start of a run: the output folder with the resolved config; the examples, read and checked (a malformed
-    row fails here, naming its file and line), labels from train; the tokenizer; the pretrained body with the task's
-    head, the task bound to them (`task.tokenizer`, `task.family`); with `tokenizing.train_tokenizer`, a tokenizer
-    trained on the training examples (deterministic: a resumed run trains the same one again). A resumed run's
-    config is checked against its checkpoint's first, so a refused change writes nothing. Returns (task, training
-    examples, validation examples, model, the parameters the checkpoint did not provide)."""
-    task = TASK_CLASSES[config.task](config)
-    for key in ("model", "tokenizer"):  # transformers would take a mistyped path for a Hub name
-        if getattr(config, key) and missing_local_path(installed_model_path(getattr(config, key))):
-            raise FileNotFoundError(f"config key {key!r}: {getattr(config, key)} does not exist")
-    if config.do_train:  # before anything is written: a fresh run over checkpoints, or a changed config, is refused
-        resume_from = checkpoint_to_resume(config.output_dir, config.resume)
-        if resume_from is not None:
-            check_resumed_config(resume_from, config.to_dict(), resumable_keys(config.save_best))
-            # The tokenizer's files (none when the run trains its own: the data decides it) and the data files.
-            trained = tokenizing is not None and tokenizing.train_tokenizer
-            folder = None if trained else _local_folder(installed_model_path(config.tokenizer or config.model))
-            check_resumed_inputs(resume_from, folder, data_sources(config))
-    train_examples, eval_examples = load_examples(task, config)  # a missing file or a bad row: nothing written yet
-    task.fit_labels(train_examples, eval_examples)
-    set_seed(config.seed)  # the new head's initialisation: the same on every process
+def check_model_paths(data: TaskOptions) -> None:
+    """A local `model` or `tokenizer` path that does not exist, named: transformers would take it for a Hub name."""
+    for name in ("model", "tokenizer"):
+        if getattr(data, name) and missing_local_path(installed_model_path(getattr(data, name))):
+            raise FileNotFoundError(f"config key {name!r}: {getattr(data, name)} does not exist")
+
+
+def check_resumable(
+    output_dir: str, checkpoints: CheckpointOptions, config_values: dict[str, Any], data: TaskOptions,
+    trains_tokenizer: bool = False,
+) -> None:  # fmt: skip
+    """Before anything is written: a fresh run over checkpoints is refused (`checkpoint_to_resume`), and so is a
+    resumed run whose config (`config_values`, outside the keys a resumed run may change), tokenizer files (none
+    when the run trains its own: the data decides it) or data files differ from its checkpoint's."""
+    resume_from = checkpoint_to_resume(output_dir, checkpoints.resume)
+    if resume_from is None:
+        return
+    check_resumed_config(resume_from, config_values, resumable_keys(checkpoints.save_best))
+    folder = None if trains_tokenizer else _local_folder(installed_model_path(data.tokenizer or data.model))
+    check_resumed_inputs(resume_from, folder, data_sources(data))
+
+
+def task_run_inputs(tokenizer: PreTrainedTokenizerBase, data: TaskOptions) -> dict:
+    """What each checkpoint records of the run's inputs (the tokenizer's files, the data files), for
+    `check_resumable` to compare on resume."""
+    return run_inputs(_local_folder(tokenizer.name_or_path), tokenizer_file_names(tokenizer), data_sources(data))
+
+
+def write_run_config(output_dir: str, config_values: dict[str, Any], accelerator: Accelerator) -> None:
+    """The run's resolved config, `training_config.yaml` in its output folder (by the main process)."""
     if accelerator.is_main_process:
-        Path(config.output_dir).mkdir(parents=True, exist_ok=True)
-        write_atomic(Path(config.output_dir) / CONFIG_FILE, yaml.safe_dump(config.to_dict(), sort_keys=False))
-    vocab_size = None
-    if tokenizing is not None and tokenizing.train_tokenizer:
-        tokenizer = train_task_tokenizer(config, task, train_examples, tokenizing.tokenizer_kind,
-                                         tokenizing.vocab_size)  # fmt: skip
-        vocab_size = len(tokenizer)
-    else:
-        tokenizer = load_tokenizer(config)
-        if from_scratch and config.model in list_presets():  # a preset's vocab_size is a placeholder: fit the tokenizer
-            vocab_size = len(tokenizer)
-    model, family, missing = load_model(config, task, tokenizer, from_scratch, vocab_size)
-    check_max_length(config, model.config)
-    task.bind(tokenizer, family)
-    return task, train_examples, eval_examples, model, missing
+        Path(output_dir).mkdir(parents=True, exist_ok=True)
+        write_atomic(Path(output_dir) / CONFIG_FILE, yaml.safe_dump(config_values, sort_keys=False))
 
 
 # transformers' models whose token at index i reads position row pad_token_id + 1 + i (RoBERTa's embeddings).
@@ -302,8 +285,8 @@ def log_trainable(what: str, parameters: dict[str, float]) -> None:
 
 @dataclass
 class TrainedRun:
-    """What `train_and_evaluate` (or `evaluate_only`) leaves: the model as `accelerator.prepare` wrapped it, the final
-    validation metrics and prediction records, how far it trained, and the best evaluation (`save_best`)."""
+    """What a recipe's training run (or `evaluate_only`) leaves: the model as `accelerator.prepare` wrapped it, the
+    final validation metrics and prediction records, how far it trained, and the best evaluation (`save_best`)."""
 
     model: nn.Module
     metrics: dict[str, float]
@@ -313,138 +296,79 @@ class TrainedRun:
     best: dict[str, Any] | None = None
 
 
-def _evaluate(task: Task, model: nn.Module, eval_examples: list, eval_features: list[dict], accelerator: Accelerator,
-              config: TaskRunOptions) -> tuple[dict[str, float], list[dict]]:  # fmt: skip
+def evaluate_task(task: Task, model: nn.Module, eval_examples: list, eval_features: list[dict],
+                  accelerator: Accelerator, batch_size: int) -> tuple[dict[str, float], list[dict]]:  # fmt: skip
     """(validation metrics, one prediction record per validation example)."""
-    batch_size = config.eval_batch_size or config.per_device_batch_size
     return task.finish(eval_examples, eval_features, predict_all(task, model, eval_features, accelerator, batch_size))
 
 
-def _start_log(config: TaskRunOptions, task: Task, accelerator: Accelerator, max_steps: int, progress: Progress,
-               **fields: Any) -> RunLogger:  # fmt: skip
+class TaskEvaluation:
+    """What the loop calls every `eval_every` steps and at the end: the validation metrics, keeping the prediction
+    records of the latest evaluation (`records`) and, with `best` (save_best), the best evaluation's model."""
+
+    def __init__(
+        self, task: Task, model: nn.Module, eval_examples: list, eval_features: list[dict], accelerator: Accelerator,
+        batch_size: int, progress: Progress, best: BestModel | None,
+    ) -> None:  # fmt: skip
+        self.task, self.model, self.examples, self.features = task, model, eval_examples, eval_features
+        self.accelerator, self.batch_size, self.progress, self.best = accelerator, batch_size, progress, best
+        self.records: list[dict] = []
+
+    def __call__(self) -> dict[str, float]:
+        metrics, self.records = evaluate_task(self.task, self.model, self.examples, self.features, self.accelerator,
+                                              self.batch_size)  # fmt: skip
+        if self.best is not None:
+            self.best.update(self.progress.step, metrics)
+        return metrics
+
+
+def start_task_log(
+    output_dir: str, config_values: dict[str, Any], tensorboard: bool, task: Task, accelerator: Accelerator,
+    max_steps: int, progress: Progress, **fields: Any,
+) -> RunLogger:  # fmt: skip
+    """The run's `log.jsonl` (and TensorBoard), opened with its start record: the task, `fields`, the config."""
     log = RunLogger(
-        config.output_dir, enabled=accelerator.is_main_process, max_steps=max_steps, start_step=progress.step,
-        elapsed=progress.elapsed, tensorboard=config.tensorboard, description=task.name,
+        output_dir, enabled=accelerator.is_main_process, max_steps=max_steps, start_step=progress.step,
+        elapsed=progress.elapsed, tensorboard=tensorboard, description=task.name,
     )  # fmt: skip
     log.write("start", step=progress.step, task=task.name, **fields, num_processes=accelerator.num_processes,
-              device=str(accelerator.device), max_steps=max_steps, config=config.to_dict())  # fmt: skip
+              device=str(accelerator.device), max_steps=max_steps, config=config_values)  # fmt: skip
     return log
 
 
-def train_and_evaluate(
-    config: TaskRunOptions,
-    task: Task,
-    model: nn.Module,
-    train_features: list[dict],
-    eval_examples: list,
-    eval_features: list[dict],
-    accelerator: Accelerator,
-    peak_learning_rate: float,
-    save_trained: Callable[[nn.Module, Path], None],
-    ulmfit: ULMFiTOptions | None = None,
-    **start_fields: Any,
-) -> TrainedRun | None:
-    """Train `model`'s trainable parameters on `train_features`, evaluate every `eval_every` steps and at the end,
-    and log to `log.jsonl` in `config.output_dir` (`start_fields`, e.g. the method and parameter counts, go into its
-    start record). Whatever is frozen stays frozen: the optimizer only sees parameters that require gradients.
+def train_loader(features: list[dict], batch_size: int, seed: int) -> DataLoader:
+    """The training features in shuffled batches of `batch_size`, as lists (the loop collates: see
+    `hfzoo.training.loop`); its own generator, so that creating an iterator does not draw from the global RNG."""
+    return DataLoader(features, batch_size=batch_size, shuffle=True, collate_fn=list,
+                      generator=torch.Generator().manual_seed(seed))  # fmt: skip
 
-    `save_trained(model, folder)` saves what the run trains (on every process): into `output_dir` once training is
-    done, before the final evaluation (a failure there still leaves the trained weights), and into `best/` at each
-    best evaluation (`save_best`). Every `save_every` steps the full state is checkpointed (model, optimizer,
-    schedule, RNG, data position, best so far); `resume` continues from a checkpoint exactly. Returns None when the
-    checkpoint resumed from is already at the run's last step (nothing to do). `ulmfit`: learning rates per layer
-    group, the slanted triangular schedule and gradual unfreezing (none: one rate, warmup and cosine decay)."""
-    # An Accelerator reused for a second run (a composition after its baseline) must checkpoint this run's objects.
-    accelerator.free_memory()
-    forget_checkpointed_objects(accelerator)
-    train_loader = DataLoader(
-        train_features,
-        batch_size=config.per_device_batch_size,
-        shuffle=True,
-        collate_fn=list,  # the loop collates (see hfzoo.training.loop)
-        generator=torch.Generator().manual_seed(config.seed),
-    )
 
-    # --- AdamW on the trainable parameters (per layer group with ULMFiT's options), and the learning-rate schedule:
-    # linear warmup then cosine decay to zero, the slanted triangular one, or the Transformer's inverse square root.
-    ulmfit = ulmfit or ULMFiTOptions()
-    groups = layer_groups(model) if ulmfit.uses_layer_groups else None
-    layers = None
-    if ulmfit.discriminative_lr_decay is not None:
-        layers = discriminative_learning_rates(groups, peak_learning_rate, ulmfit.discriminative_lr_decay)
-    optimizer = build_optimizer(model, peak_learning_rate, config.weight_decay, (0.9, 0.999), 1e-8, layers)
-    model, optimizer, train_loader = accelerator.prepare(model, optimizer, train_loader)
-    steps_per_epoch = math.ceil(len(train_loader) / config.gradient_accumulation_steps)
-    max_steps = config.max_steps or math.ceil(config.num_epochs * steps_per_epoch)
-    warmup_steps = config.warmup_steps or round(config.warmup_ratio * max_steps)
+def run_length(batches: int, training: TaskTrainingOptions, accumulation: int) -> tuple[int, int, int]:
+    """(optimizer steps per epoch, steps of the run, warmup steps) for `batches` micro-batches per epoch:
+    `max_steps`, else `num_epochs` passes; `warmup_steps`, else `warmup_ratio` of the steps."""
+    steps_per_epoch = math.ceil(batches / accumulation)
+    max_steps = training.max_steps or math.ceil(training.num_epochs * steps_per_epoch)
+    return steps_per_epoch, max_steps, training.warmup_steps or round(training.warmup_ratio * max_steps)
+
+
+def build_task_scheduler(optimizer: torch.optim.Optimizer, ulmfit: ULMFiTOptions, max_steps: int,
+                         warmup_steps: int) -> LambdaLR:  # fmt: skip
+    """The learning-rate schedule `ulmfit.lr_schedule` names: linear warmup then cosine decay to zero, ULMFiT's
+    slanted triangular one, or the Transformer's inverse square root."""
     if ulmfit.lr_schedule == "slanted_triangular":
-        scheduler = build_slanted_triangular_scheduler(optimizer, max_steps, ulmfit.stlr_cut_frac, ulmfit.stlr_ratio)
-    elif ulmfit.lr_schedule == "inverse_sqrt":
-        scheduler = build_inverse_sqrt_scheduler(optimizer, max(warmup_steps, 1))
-    else:
-        scheduler = build_scheduler(optimizer, warmup_steps, max_steps, 0.0)
-    accelerator.register_for_checkpointing(scheduler)
-    output_dir = Path(config.output_dir)
-    best = None
-    if config.save_best:
-        metric = ranking_metric(task.name, config.best_metric)
-        best = BestModel(metric, output_dir, lambda folder: save_trained(model, folder), accelerator)
-        accelerator.register_for_checkpointing(best)
-    base_model = accelerator.unwrap_model(model).base_model
-    # AdaLoRA reallocates its rank budget from each step's gradients.
-    reallocate = getattr(base_model, "update_and_allocate", None)
-    set_seed(config.seed, device_specific=True)  # dropout: a different stream on each process
+        return build_slanted_triangular_scheduler(optimizer, max_steps, ulmfit.stlr_cut_frac, ulmfit.stlr_ratio)
+    if ulmfit.lr_schedule == "inverse_sqrt":
+        return build_inverse_sqrt_scheduler(optimizer, max(warmup_steps, 1))
+    return build_scheduler(optimizer, warmup_steps, max_steps, 0.0)
 
-    # --- Checkpoints: the state of every prepared and registered object; a resumed run continues exactly.
-    if reallocate is not None and (config.save_every is not None or config.resume):
-        raise ValueError(
-            "config key 'save_every'/'resume': AdaLoRA keeps its rank allocator's importance scores outside the model "
-            "and optimizer, so a checkpoint could not resume it exactly; train AdaLoRA without checkpoints"
-        )
-    resume_from, progress = resume_state(accelerator, output_dir, config.resume, config.save_every is not None)
-    tokenizer = task.tokenizer  # what `prepare_run` checked a resumed run's against
-    inputs = run_inputs(_local_folder(tokenizer.name_or_path), tokenizer_file_names(tokenizer), data_sources(config))
-    after_step = reallocate
-    if ulmfit.gradual_unfreezing:
-        # Frozen parameters would break DDP's gradient all-reduce, which expects every registered parameter.
-        if accelerator.num_processes > 1:
-            raise ValueError("config key 'gradual_unfreezing' works in one process only: launch without DDP/FSDP.")
-        unfreezing = GradualUnfreezing(groups, ulmfit.unfreeze_every or steps_per_epoch)
-        unfreezing.apply(progress.step)  # a resumed run is back at its checkpoint's stage
-        after_step = unfreezing.apply if reallocate is None else lambda step: (reallocate(step), unfreezing.apply(step))
-    if resume_from is not None and progress.step >= max_steps:
-        logger.warning("nothing to do: %s is at step %d and the run has %d steps; its outputs are left as they are "
-                       "(raise max_steps to train further)", resume_from, progress.step, max_steps)  # fmt: skip
-        return None
 
-    log = _start_log(config, task, accelerator, max_steps, progress, **start_fields,
-                     resumed_from=str(resume_from) if resume_from else None,
-                     train_features=len(train_features), eval_examples=len(eval_examples))  # fmt: skip
-    last: dict[str, Any] = {}
-
-    def evaluate() -> dict[str, float]:
-        metrics, last["records"] = _evaluate(task, model, eval_examples, eval_features, accelerator, config)
-        if best is not None:
-            best.update(progress.step, metrics)
-        return metrics
-
-    metrics = train(
-        model, optimizer, scheduler, train_loader, task.collate, accelerator,
-        Intervals(max_steps, config.log_every, config.eval_every, config.save_every), log, progress,
-        max_grad_norm=config.max_grad_norm, evaluate=evaluate,
-        checkpoint=lambda progress: save_checkpoint(
-            accelerator, output_dir, progress, None, config.keep_checkpoints, config.to_dict(), inputs
-        ),
-        after_optimizer_step=after_step,
-        on_trained=lambda: save_published(accelerator, lambda folder: save_trained(model, folder), output_dir),
-        loss_function=smoothed_loss_function(task, accelerator, config.label_smoothing),
-    )  # fmt: skip
-    best_record = None if best is None else best.record()
-    log.write("end", step=progress.step, elapsed=round(log.elapsed, 3), **metrics,
-              **({"best": best_record} if best_record else {}))  # fmt: skip
-    log.close()
-    epochs = round(progress.step / steps_per_epoch, 2)
-    return TrainedRun(model, metrics, last["records"], progress.step, epochs, best_record)
+def nothing_to_do(resume_from: Path | None, progress: Progress, max_steps: int) -> bool:
+    """Whether the checkpoint resumed from is already at the run's last step (its outputs are left as they are)."""
+    if resume_from is None or progress.step < max_steps:
+        return False
+    logger.warning("nothing to do: %s is at step %d and the run has %d steps; its outputs are left as they are "
+                   "(raise max_steps to train further)", resume_from, progress.step, max_steps)  # fmt: skip
+    return True
 
 
 def smoothed_loss_function(
@@ -464,12 +388,15 @@ def smoothed_loss_function(
     return loss
 
 
-def evaluate_only(config: TaskRunOptions, task: Task, model: nn.Module, eval_examples: list, eval_features: list[dict],
-                  accelerator: Accelerator, **start_fields: Any) -> TrainedRun:  # fmt: skip
+def evaluate_only(output_dir: str, config_values: dict[str, Any], training: TaskTrainingOptions, task: Task,
+                  model: nn.Module, eval_examples: list, eval_features: list[dict], accelerator: Accelerator,
+                  **start_fields: Any) -> TrainedRun:  # fmt: skip
     """`do_train: false`: evaluate `model` (already trained) once, logging to `log.jsonl` as a run of 0 steps."""
     model = accelerator.prepare(model)
-    log = _start_log(config, task, accelerator, 0, Progress(), **start_fields, eval_examples=len(eval_examples))
-    metrics, records = _evaluate(task, model, eval_examples, eval_features, accelerator, config)
+    log = start_task_log(output_dir, config_values, training.tensorboard, task, accelerator, 0, Progress(),
+                         **start_fields, eval_examples=len(eval_examples))  # fmt: skip
+    batch_size = training.eval_batch_size or training.per_device_batch_size
+    metrics, records = evaluate_task(task, model, eval_examples, eval_features, accelerator, batch_size)
     log.write("eval", step=0, **metrics)
     log.write("end", step=0, elapsed=round(log.elapsed, 3), **metrics)
     log.close()
@@ -507,18 +434,18 @@ def run_summary(
 def write_results(
     output_dir: Path,
     tokenizer: PreTrainedTokenizerBase,
-    config: RunOptions,
+    config_values: dict[str, Any],
     summary: dict[str, Any],
     predictions: list[dict],
     card_sections: Sequence[Section] | None,
 ) -> None:
     """The tokenizer, `metrics.json`, `predictions.jsonl` (one record per validation example) and the model card
-    (`card_sections` rendered from the config, the run's log and `summary`) into `output_dir`. No card for an
+    (`card_sections` rendered from `config_values`, the run's log and `summary`) into `output_dir`. No card for an
     evaluation-only run (`card_sections` None): the folder holds no model for a card to describe."""
     tokenizer.save_pretrained(output_dir)
     write_atomic(output_dir / METRICS_FILE, json.dumps(summary, indent=2) + "\n")
     write_atomic(output_dir / PREDICTIONS_FILE, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in predictions))
     if card_sections is None:
         return
-    record = RunRecord(output_dir.name, config.to_dict(), read_log(output_dir), summary)
+    record = RunRecord(output_dir.name, config_values, read_log(output_dir), summary)
     write_card(output_dir, record, card_sections, finetune_metadata(record))

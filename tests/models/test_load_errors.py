@@ -111,7 +111,7 @@ def test_load_model_names_invalid_json_in_config_with_its_line(checkpoint: Path,
     """`load_model`, which the fine-tuning and composition recipes load their model with."""
     config = checkpoint / "config.json"
     config.write_text(config.read_text().replace('"hidden_size": 128,', '"hidden_size": 128'))
-    options = parse_args(recipe_args(checkpoint, tmp_path))
+    options = parse_args(recipe_args(checkpoint, tmp_path)).data
     task = SequenceClassification(options)
     task.fit_labels(*load_examples(task, options))
     with pytest.raises(CheckpointFileError, match=r"config.json is not valid JSON: .* at line \d+, column \d+") as error:

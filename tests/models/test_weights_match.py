@@ -89,7 +89,7 @@ def run_finetune(args: list[str]) -> None:
 
 def recipe_load(model: Path, tmp_path: Path, tokenizer, *extra: str):
     """`load_model` as the fine-tuning and composition recipes call it: (model, family, new keys)."""
-    options = parse_args(recipe_args(model, tmp_path, *extra))
+    options = parse_args(recipe_args(model, tmp_path, *extra)).data
     task = SequenceClassification(options)
     task.fit_labels(*load_examples(task, options))
     return load_model(options, task, tokenizer)

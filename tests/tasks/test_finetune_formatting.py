@@ -80,7 +80,7 @@ def checkpoints(tmp_path_factory) -> dict[str, Path]:
 
 def task_for(checkpoint: Path, *args: str):
     """(task, train, validation) bound to `checkpoint`'s tokenizer and family, as the recipe prepares them."""
-    config = parse_args(["--model", str(checkpoint), *args])
+    config = parse_args(["--model", str(checkpoint), *args]).data  # what to train, on which data, formatted how
     task = {c.name: c for c in (SequenceClassification, TokenClassification, QuestionAnswering, Seq2Seq)}[config.task]
     task = task(config)
     train, validation = load_examples(task, config)
@@ -375,4 +375,4 @@ def test_shipped_configs_parse():
     assert {c.stem for c in configs} >= {"sst2", "rte", "conll2003", "squad", "multi30k", "sst2-native-bert"}
     for path in configs:
         config = parse_args(["--config", str(path)])
-        assert config.model and config.task
+        assert config.data.model and config.data.task

@@ -26,7 +26,8 @@ def test_attaching_and_loading_adapters_prints_no_deprecation_warning(tmp_path):
         adapted.save_pretrained(tmp_path / "adapter")
         evaluation = finetune.parse_args(["--model", "unused", "--task", "sequence-classification", "--dataset",
                                           "unused", "--do_train", "false", "--adapter", str(tmp_path / "adapter")])
-        loaded, method = finetune.load_trained(AutoModelForSequenceClassification.from_config(config), [], evaluation)
+        loaded, method = finetune.load_trained(AutoModelForSequenceClassification.from_config(config), [],
+                                               evaluation.data.model, evaluation.adapter)
     assert isinstance(loaded, PeftModel) and method == "lora"
     deprecations = [w for w in caught_warnings if issubclass(w.category, (FutureWarning, DeprecationWarning))]
     assert not deprecations, [str(w.message) for w in deprecations]

@@ -75,7 +75,7 @@ def test_label_smoothing_is_torch_cross_entropy_with_label_smoothing_and_zero_is
 
 
 def test_the_recipes_loss_function_smooths_the_models_targets(shared_data):
-    config = parse_args(multi30k_args(shared_data, "--train_tokenizer", "true", "--label_smoothing", "0.2"))
+    config = parse_args(multi30k_args(shared_data, "--train_tokenizer", "true", "--label_smoothing", "0.2")).data
     task = TASK_CLASSES["seq2seq"](config)
     task.bind(None, "encoder_decoder")
     assert smoothed_loss_function(task, Accelerator(cpu=True), 0.0) is None  # the model's own loss
@@ -94,7 +94,7 @@ def pieces_per_word(tokenizer, sentences: list[str]) -> float:
 
 
 def test_the_joint_tokenizer_covers_both_languages(shared_data):
-    config = parse_args(multi30k_args(shared_data, "--train_tokenizer", "true", "--max_train_samples", "4000"))
+    config = parse_args(multi30k_args(shared_data, "--train_tokenizer", "true", "--max_train_samples", "4000")).data
     task = TASK_CLASSES["seq2seq"](config)
     train, validation = load_examples(task, config)
     joint = train_task_tokenizer(config, task, train, "bpe", 2000)
