@@ -1,0 +1,177 @@
+"""Pretraining sharded with FSDP2 (`--sharding fsdp`) on two real CPU processes (torchrun, gloo), as users launch it.
+
+An uninterrupted 2-process run is the reference. The same run, its whole job (torchrun and both workers) killed
+with SIGKILL at a random step or while it writes a checkpoint, then resumed with `--resume`, must end with
+bit-identical weights. A checkpoint of the reference resumes in one process, and a one-process checkpoint on two
+(DCP reshards them): those runs train on and their logs say they are not exact. No checkpoint holds a pickle file,
+and the consolidated `model.safetensors` loads with the Auto class. gpt-tiny with recipes/configs/test-gpt-tiny-clm
+(dropout and gradient accumulation on), one thread per process.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from accelerate.state import AcceleratorState, GradientState
+from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM
+
+from hfzoo.recipes.pretrain import main
+from hfzoo.training import list_checkpoints
+from hfzoo.training.logging import read_log
+
+REPO = Path(__file__).resolve().parents[1]
+RECIPE = REPO / "recipes" / "pretrain.py"
+CONFIG = REPO / "recipes" / "configs" / "test-gpt-tiny-clm.yaml"
+MAX_STEPS = 8
+STEPS = ["--max_steps", str(MAX_STEPS), "--save_every", "2", "--eval_every", str(MAX_STEPS)]
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
+
+
+def recipe_env() -> dict[str, str]:
+    """One thread per process (float sums are split by thread: runs compared bit for bit must use as many)."""
+    return {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1",
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}  # fmt: skip
+
+
+def torchrun(output_dir: Path, *extra: str) -> list[str]:
+    """`torchrun --standalone --nproc_per_node 2 recipes/pretrain.py ... --sharding fsdp` (standalone: a free port)."""
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(RECIPE),
+            "--config", str(CONFIG), "--sharding", "fsdp", *STEPS, "--output_dir", str(output_dir), *extra]  # fmt: skip
+
+
+def launch(command: list[str]) -> subprocess.CompletedProcess:
+    result = subprocess.run(command, env=recipe_env(), capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+def run_in_process(output_dir: Path, *extra: str) -> Path:
+    """One process, as `hfzoo pretrain` runs; accelerate's process-wide state is reset after, as a new process's."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return main(["--config", str(CONFIG), "--sharding", "fsdp", *STEPS, "--output_dir", str(output_dir), *extra])
+    finally:
+        torch.set_num_threads(threads)
+        GradientState._reset_state()
+        AcceleratorState._reset_state(reset_partial_state=True)
+
+
+def weights(output_dir: Path) -> dict[str, torch.Tensor]:
+    return load_file(output_dir / "model.safetensors")
+
+
+def train_losses(output_dir: Path) -> dict[int, float]:
+    return {r["step"]: r["loss"] for r in read_log(output_dir) if r["event"] == "train"}
+
+
+def starts(output_dir: Path) -> list[dict]:
+    return [r for r in read_log(output_dir) if r["event"] == "start"]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> Path:
+    """An uninterrupted 2-process sharded run: 8 steps, checkpoints every 2."""
+    out = tmp_path_factory.mktemp("fsdp") / "reference"
+    launch(torchrun(out))
+    return out
+
+
+def test_a_two_process_run_is_sharded_and_saves_one_loadable_model(reference):
+    start = starts(reference)[0]
+    assert (start["num_processes"], start["sharded"], start["config"]["sharding"]) == (2, True, "fsdp")
+    step = list_checkpoints(reference)[-1]
+    shards = sorted(p.name for p in (step / "state").iterdir())
+    assert shards == [f"shard-0000{r}-model-00001-of-00001.safetensors" for r in (1, 2)]  # each rank its own
+    assert not list(reference.glob("_fsdp*.py")), "torch's FSDP code was copied as the model's"
+    model = AutoModelForCausalLM.from_pretrained(reference)
+    assert type(model).__name__ == "ZooDecoderForCausalLM"
+    saved = weights(reference)
+    assert all(torch.equal(saved[name], value) for name, value in model.state_dict().items() if name in saved)
+    assert sorted(train_losses(reference)) == list(range(1, MAX_STEPS + 1))
+
+
+def _kill_whole_job(command: list[str], out: Path, log_file: Path, during_save: bool) -> None:
+    """Start `command` in a process group of its own; SIGKILL the group (torchrun and both workers) once a random
+    step after the first checkpoint is logged, or (`during_save`) while a checkpoint is being written."""
+    target = random.SystemRandom().randint(3, MAX_STEPS - 2)  # the recipe seeds `random` itself
+    with open(log_file, "w") as log:
+        process = subprocess.Popen(command, env=recipe_env(), stdout=log, stderr=subprocess.STDOUT,
+                                   start_new_session=True)  # fmt: skip
+        deadline = time.monotonic() + 240
+        while process.poll() is None and time.monotonic() < deadline:
+            if during_save and list_checkpoints(out) and list((out / "checkpoints").glob(".tmp-*")):
+                break
+            if not during_save and (out / "log.jsonl").is_file() and any(
+                r.get("step", 0) >= target for r in read_log(out) if r["event"] == "train"
+            ):
+                break
+            time.sleep(0.002)
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    assert process.returncode == -signal.SIGKILL, log_file.read_text()[-3000:]
+    assert not (out / "model.safetensors").exists(), "the run finished before it was killed"
+
+
+@pytest.mark.parametrize("during_save", [False, True], ids=["at-a-random-step", "during-a-save"])
+def test_sigkill_of_the_whole_job_then_resume_gives_bit_identical_weights(reference, tmp_path, during_save):
+    out = tmp_path / "killed"
+    _kill_whole_job(torchrun(out), out, tmp_path / "killed.log", during_save)
+    launch(torchrun(out, "--resume", "true"))
+    start = starts(out)[-1]
+    assert start["resumed_from"] is not None and start["resumed_exactly"] is True
+    print(f"resumed from step {start['step']}")
+    resumed, uninterrupted = weights(out), weights(reference)
+    assert resumed.keys() == uninterrupted.keys()
+    assert [k for k in resumed if not torch.equal(resumed[k], uninterrupted[k])] == []
+    assert train_losses(out) == train_losses(reference)
+
+
+def test_a_two_process_checkpoint_resumes_in_one_process_and_says_it_is_not_exact(reference, tmp_path):
+    out = tmp_path / "resharded"
+    shutil.copytree(reference, out, ignore=shutil.ignore_patterns("model.safetensors"))
+    for later in list_checkpoints(out)[1:]:  # resume from the earliest kept checkpoint
+        shutil.rmtree(later)
+    resumed_at = int(list_checkpoints(out)[0].name.split("-")[1])
+    run_in_process(out, "--resume", "true")
+    start = starts(out)[-1]
+    assert (start["step"], start["num_processes"], start["resumed_exactly"]) == (resumed_at, 1, False)
+    # Resharded exactly: the first step after the resume starts from the reference's weights and moments, so its
+    # loss is close to the reference's (another dropout stream and batch split make it differ a little).
+    assert train_losses(out)[resumed_at + 1] == pytest.approx(train_losses(reference)[resumed_at + 1], rel=0.05)
+    assert AutoModelForCausalLM.from_pretrained(out) is not None
+
+
+def test_a_one_process_checkpoint_resumes_on_two(tmp_path):
+    out = tmp_path / "grown"
+    run_in_process(out, "--max_steps", "4")
+    reference_losses = train_losses(out)
+    launch(torchrun(out, "--resume", "true"))
+    start = starts(out)[-1]
+    assert (start["step"], start["num_processes"], start["resumed_exactly"], start["sharded"]) == (2, 2, False, True)
+    assert train_losses(out)[1] == reference_losses[1] and sorted(train_losses(out)) == list(range(1, MAX_STEPS + 1))
+
+
+def test_no_checkpoint_holds_a_pickle_file(reference, tmp_path):
+    """Sharded checkpoints (2 processes, and 1 process with sharding: fsdp) and unsharded ones: only safetensors and
+    JSON, nothing that unpickles."""
+    single = run_in_process(tmp_path / "single", "--max_steps", "3")
+    unsharded = run_in_process(tmp_path / "unsharded", "--max_steps", "3", "--sharding", "none")
+    for run in (reference, single, unsharded):
+        files = [p for p in run.rglob("*") if p.is_file()]
+        assert list_checkpoints(run), run
+        assert not [p for p in files if p.suffix in PICKLE_SUFFIXES], run
+        in_checkpoints = [p for p in files if "checkpoints" in p.parts]
+        assert {p.suffix for p in in_checkpoints} <= {".safetensors", ".json"}, run
+        for path in in_checkpoints:
+            assert not path.read_bytes().startswith(b"\x80"), f"{path} is a pickle"  # pickle's protocol opcode
