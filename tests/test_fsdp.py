@@ -25,6 +25,7 @@ from accelerate.state import AcceleratorState, GradientState
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
+from hfzoo.recipes.compose import parse_args as parse_compose_args
 from hfzoo.recipes.pretrain import main
 from hfzoo.training import list_checkpoints
 from hfzoo.training.logging import read_log
@@ -175,3 +176,31 @@ def test_no_checkpoint_holds_a_pickle_file(reference, tmp_path):
         assert {p.suffix for p in in_checkpoints} <= {".safetensors", ".json"}, run
         for path in in_checkpoints:
             assert not path.read_bytes().startswith(b"\x80"), f"{path} is a pickle"  # pickle's protocol opcode
+
+
+
+def test_a_composition_refuses_sharding_naming_the_key():
+    with pytest.raises(ValueError, match="config key 'sharding'.*--sharding none"):
+        parse_compose_args(["--model", "x", "--task", "sequence-classification", "--dataset", "x", "--adapters", "a=x",
+                            "--sharding", "fsdp"])  # fmt: skip
+
+
+def test_accelerates_fsdp_config_where_it_would_not_shard_is_refused_before_any_work(tmp_path, monkeypatch):
+    """What `accelerate launch --config_file recipes/configs/accelerate/fsdp.yaml` sets; here accelerate would not
+    shard (one CPU process), as on a CPU machine it runs DDP."""
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
+    with pytest.raises(ValueError, match=r"its FSDP plugin shards on GPUs only; run `torchrun --nproc_per_node 2"):
+        run_in_process(tmp_path / "out", "--sharding", "none")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow  # a real accelerate launch of two processes; the test above covers the refusal in one
+def test_accelerate_launch_with_the_fsdp_config_on_cpu_is_refused_in_one_line(tmp_path):
+    config = REPO / "recipes" / "configs" / "accelerate" / "fsdp.yaml"
+    launch = [str(Path(sys.executable).parent / "accelerate"), "launch", "--config_file", str(config), str(RECIPE),
+              "--config", str(CONFIG), "--output_dir", str(tmp_path / "out")]  # fmt: skip
+    result = subprocess.run(launch, env=recipe_env(), capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0
+    assert "pretrain: accelerate launch asked for FSDP, but accelerate runs MULTI_CPU (unsharded)" in result.stderr
+    # One line per process, no traceback of hfzoo's (accelerate's launcher prints its own on a failed process).
+    assert f"{os.sep}hfzoo{os.sep}" not in result.stderr and not (tmp_path / "out").exists()

@@ -111,6 +111,9 @@ class ComposeConfig(TaskRunOptions):
                                   "and strategy are then read from it)")  # fmt: skip
 
     def check(self) -> None:
+        if self.sharding == "fsdp":  # its save and reload check read the composition's weights whole on every process
+            raise ValueError("config key 'sharding': a composition trains routers and a head only, and is not sharded "
+                             "yet; launch it with --sharding none (DDP over the processes).")  # fmt: skip
         if not self.do_train:
             if self.composition is None:
                 raise ValueError("config key 'composition' is required with --do_train false: the saved composition "

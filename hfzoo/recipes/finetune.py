@@ -47,6 +47,7 @@ from ..training.checkpointing import exit_on_checkpoint_error
 from ..training.logging import start_recipe
 from ..training.methods import MethodOptions, apply_method, count_trainable_parameters, head_modules, peft_config_for
 from ..training.options import ULMFiTOptions
+from ..training.sharding import whole_for_saving
 from ..training.task_runs import (
     TaskRunOptions,
     evaluate_only,
@@ -130,7 +131,11 @@ def finetune(config: FinetuneConfig) -> Path:
         # needs the base's embedding matrices. Saying so also skips PEFT's check for a resize, which re-reads the
         # base's config.json with the model's config class: a native one, for an imported base (import_native).
         embeddings = {"save_embedding_layers": False} if isinstance(unwrapped, PeftModel) else {}
-        unwrapped.save_pretrained(folder, is_main_process=main_process, save_function=accelerator.save, **embeddings)
+        with whole_for_saving(trained) as whole:  # `--sharding fsdp`: the weights gathered on the main process
+            if whole is None or main_process:
+                gathered = {} if whole is None else {"state_dict": whole}
+                unwrapped.save_pretrained(folder, is_main_process=main_process, save_function=accelerator.save,
+                                          **embeddings, **gathered)  # fmt: skip
         if main_process:
             tokenizer.save_pretrained(folder)
             if isinstance(unwrapped, PeftModel):

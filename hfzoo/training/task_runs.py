@@ -40,8 +40,8 @@ from ..recipe_config import CONFIG_FILE
 from ..tasks import TASK_CLASSES, Task, TaskOptions, load_examples, model_family
 from .best_model import BestModel, ranking_metric, resumable_keys, save_published
 from .checkpointing import (
-    Progress, check_resumed_config, checkpoint_to_resume, latest_checkpoint, resume_state, save_checkpoint,
-    stopped_before_training,
+    Progress, check_resumed_config, checkpoint_to_resume, latest_checkpoint, resume_is_exact, resume_state,
+    save_checkpoint, stopped_before_training,
 )  # fmt: skip
 from .evaluation import predict_all, task_loss
 from .logging import RunLogger, read_log
@@ -52,6 +52,7 @@ from .loop import (
 from .methods import MethodOptions
 from .options import RunOptions, TaskSavingOptions, TaskTrainingOptions, ULMFiTOptions
 from .run_inputs import check_resumed_inputs, run_inputs, tokenizer_file_names
+from .sharding import is_sharded, prepare, shard_model
 from .ulmfit import GradualUnfreezing, discriminative_learning_rates, layer_groups
 
 logger = logging.getLogger(__name__)
@@ -357,6 +358,8 @@ def train_and_evaluate(
     # An Accelerator reused for a second run (a composition after its baseline) must checkpoint this run's objects.
     accelerator.free_memory()
     forget_checkpointed_objects(accelerator)
+    # `--sharding fsdp`: each transformer block one FSDP unit, before the optimizer (and the layer groups) see the weights.
+    model = shard_model(model, accelerator, config.sharding)
     train_loader = DataLoader(
         train_features,
         batch_size=config.per_device_batch_size,
@@ -373,7 +376,7 @@ def train_and_evaluate(
     if ulmfit.discriminative_lr_decay is not None:
         layers = discriminative_learning_rates(groups, peak_learning_rate, ulmfit.discriminative_lr_decay)
     optimizer = build_optimizer(model, peak_learning_rate, config.weight_decay, (0.9, 0.999), 1e-8, layers)
-    model, optimizer, train_loader = accelerator.prepare(model, optimizer, train_loader)
+    model, optimizer, train_loader = prepare(accelerator, model, optimizer, train_loader)
     steps_per_epoch = math.ceil(len(train_loader) / config.gradient_accumulation_steps)
     max_steps = config.max_steps or math.ceil(config.num_epochs * steps_per_epoch)
     warmup_steps = config.warmup_steps or round(config.warmup_ratio * max_steps)
@@ -417,8 +420,9 @@ def train_and_evaluate(
                        "(raise max_steps to train further)", resume_from, progress.step, max_steps)  # fmt: skip
         return None
 
-    log = _start_log(config, task, accelerator, max_steps, progress, **start_fields,
+    log = _start_log(config, task, accelerator, max_steps, progress, **start_fields, sharded=is_sharded(model),
                      resumed_from=str(resume_from) if resume_from else None,
+                     resumed_exactly=resume_is_exact(resume_from, accelerator.num_processes) if resume_from else None,
                      train_features=len(train_features), eval_examples=len(eval_examples))  # fmt: skip
     last: dict[str, Any] = {}
 
@@ -433,7 +437,8 @@ def train_and_evaluate(
         Intervals(max_steps, config.log_every, config.eval_every, config.save_every), log, progress,
         max_grad_norm=config.max_grad_norm, evaluate=evaluate,
         checkpoint=lambda progress: save_checkpoint(
-            accelerator, output_dir, progress, None, config.keep_checkpoints, config.to_dict(), inputs
+            accelerator, output_dir, progress, None, config.keep_checkpoints, config.to_dict(), inputs,
+            sharded=config.sharding == "fsdp",
         ),
         after_optimizer_step=after_step,
         on_trained=lambda: save_published(accelerator, lambda folder: save_trained(model, folder), output_dir),
