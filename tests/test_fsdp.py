@@ -25,7 +25,6 @@ from accelerate.state import AcceleratorState, GradientState
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
-from hfzoo.recipes.compose import parse_args as parse_compose_args
 from hfzoo.recipes.pretrain import main
 from hfzoo.training import list_checkpoints
 from hfzoo.training.logging import read_log
@@ -177,12 +176,6 @@ def test_no_checkpoint_holds_a_pickle_file(reference, tmp_path):
         for path in in_checkpoints:
             assert not path.read_bytes().startswith(b"\x80"), f"{path} is a pickle"  # pickle's protocol opcode
 
-
-
-def test_a_composition_refuses_sharding_naming_the_key():
-    with pytest.raises(ValueError, match="config key 'sharding'.*--sharding none"):
-        parse_compose_args(["--model", "x", "--task", "sequence-classification", "--dataset", "x", "--adapters", "a=x",
-                            "--sharding", "fsdp"])  # fmt: skip
 
 
 def test_accelerates_fsdp_config_where_it_would_not_shard_is_refused_before_any_work(tmp_path, monkeypatch):

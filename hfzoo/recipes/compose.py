@@ -47,6 +47,7 @@ from ..training.checkpointing import exit_on_checkpoint_error
 from ..training.evaluation import predict_all
 from ..training.logging import start_recipe
 from ..training.methods import count_trainable_parameters, head_modules
+from ..training.sharding import whole_for_saving, whole_state_dict
 from ..training.task_runs import (
     TaskRunOptions,
     evaluate_only,
@@ -111,9 +112,6 @@ class ComposeConfig(TaskRunOptions):
                                   "and strategy are then read from it)")  # fmt: skip
 
     def check(self) -> None:
-        if self.sharding == "fsdp":  # its save and reload check read the composition's weights whole on every process
-            raise ValueError("config key 'sharding': a composition trains routers and a head only, and is not sharded "
-                             "yet; launch it with --sharding none (DDP over the processes).")  # fmt: skip
         if not self.do_train:
             if self.composition is None:
                 raise ValueError("config key 'composition' is required with --do_train false: the saved composition "
@@ -191,8 +189,9 @@ def _save_composition(accelerator: Accelerator, prepared, folder: Path) -> None:
     """Save the trained composition (called by every process when training is done, before the final evaluation,
     and at each best evaluation with `save_best`)."""
     accelerator.wait_for_everyone()
-    if accelerator.is_main_process:
-        accelerator.unwrap_model(prepared).save_pretrained(folder)
+    with whole_for_saving(prepared) as whole:  # `--sharding fsdp`: the weights gathered on the main process
+        if accelerator.is_main_process:
+            accelerator.unwrap_model(prepared).save_pretrained(folder, state_dict=whole)
     accelerator.wait_for_everyone()
 
 
@@ -293,7 +292,7 @@ def check_reload(
     compare: every parameter (so the frozen base and adapters did not move) and every validation prediction."""
     base, _, _ = load_model(config, task, task.tokenizer)
     reloaded = load_composition(base, Path(config.output_dir) / COMPOSITION_DIR).to(accelerator.device)
-    expected, found = trained.state_dict(), reloaded.state_dict()
+    expected, found = whole_state_dict(trained), reloaded.state_dict()
     same_parameters = expected.keys() == found.keys() and all(torch.equal(v, found[k]) for k, v in expected.items())
     batch_size = config.eval_batch_size or config.per_device_batch_size
     with accelerator.autocast():  # as the prepared model predicted

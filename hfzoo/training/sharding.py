@@ -112,3 +112,11 @@ def whole_for_saving(model: nn.Module) -> Iterator[dict[str, torch.Tensor] | Non
     state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     with classes_before_sharding(model):
         yield state
+
+
+def whole_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
+    """`model.state_dict()`, with a sharded model's weights gathered whole on every process (all must call it): what
+    a check comparing every weight reads."""
+    if not is_sharded(model):
+        return model.state_dict()
+    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
