@@ -10,6 +10,7 @@ and the consolidated `model.safetensors` loads with the Auto class. gpt-tiny wit
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -19,12 +20,16 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 import torch
 from accelerate.state import AcceleratorState, GradientState
 from safetensors.torch import load_file
-from transformers import AutoModelForCausalLM
+from peft import LoraConfig, get_peft_model
+from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoModelForSequenceClassification, BertConfig
 
+import hfzoo
+from hfzoo.integrations.transformers import block_class_names
 from hfzoo.recipes.pretrain import main
 from hfzoo.training import list_checkpoints
 from hfzoo.training.logging import read_log
@@ -90,6 +95,7 @@ def reference(tmp_path_factory) -> Path:
 def test_a_two_process_run_is_sharded_and_saves_one_loadable_model(reference):
     start = starts(reference)[0]
     assert (start["num_processes"], start["sharded"], start["config"]["sharding"]) == (2, True, "fsdp")
+    assert "| processes | 2 (MULTI_CPU, FSDP2-sharded, cpu:0) |" in (reference / "README.md").read_text()
     step = list_checkpoints(reference)[-1]
     shards = sorted(p.name for p in (step / "state").iterdir())
     assert shards == [f"shard-0000{r}-model-00001-of-00001.safetensors" for r in (1, 2)]  # each rank its own
@@ -101,29 +107,51 @@ def test_a_two_process_run_is_sharded_and_saves_one_loadable_model(reference):
     assert sorted(train_losses(reference)) == list(range(1, MAX_STEPS + 1))
 
 
+def _complete_records(out: Path) -> list[dict]:
+    """The log's records so far, without a last line the writer has not finished."""
+    if not (out / "log.jsonl").is_file():
+        return []
+    records = []
+    for line in (out / "log.jsonl").read_text(encoding="utf-8").splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            pass
+    return records
+
+
 def _kill_whole_job(command: list[str], out: Path, log_file: Path, during_save: bool) -> None:
-    """Start `command` in a process group of its own; SIGKILL the group (torchrun and both workers) once a random
-    step after the first checkpoint is logged, or (`during_save`) while a checkpoint is being written."""
+    """Start `command`; SIGKILL the whole job (torchrun and both workers) once a random step after the first checkpoint
+    is logged, or (`during_save`) while the 2nd or 3rd checkpoint is being written."""
     target = random.SystemRandom().randint(3, MAX_STEPS - 2)  # the recipe seeds `random` itself
+    saving = out / "checkpoints" / f".tmp-step-{2 * random.SystemRandom().randint(2, 3):08d}"  # 2nd or 3rd save
     with open(log_file, "w") as log:
-        process = subprocess.Popen(command, env=recipe_env(), stdout=log, stderr=subprocess.STDOUT,
-                                   start_new_session=True)  # fmt: skip
+        process = subprocess.Popen(command, env=recipe_env(), stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 240
         while process.poll() is None and time.monotonic() < deadline:
-            if during_save and list_checkpoints(out) and list((out / "checkpoints").glob(".tmp-*")):
+            if during_save and saving.is_dir():
                 break
-            if not during_save and (out / "log.jsonl").is_file() and any(
-                r.get("step", 0) >= target for r in read_log(out) if r["event"] == "train"
-            ):
+            if not during_save and any(r["event"] == "train" and r["step"] >= target for r in _complete_records(out)):
                 break
             time.sleep(0.002)
-        os.killpg(process.pid, signal.SIGKILL)
+        # torchrun starts each worker in a session of its own: killing its process group would leave them running.
+        workers = psutil.Process(process.pid).children(recursive=True)
+        for worker in workers:  # the workers first: torchrun would notice a dead one and stop the others
+            worker.send_signal(signal.SIGKILL)
+        process.send_signal(signal.SIGKILL)
         process.wait()
     assert process.returncode == -signal.SIGKILL, log_file.read_text()[-3000:]
+    _, alive = psutil.wait_procs(workers, timeout=10)
+    assert not [w for w in alive if w.status() != psutil.STATUS_ZOMBIE], "a worker survived the kill"
     assert not (out / "model.safetensors").exists(), "the run finished before it was killed"
+    if during_save:
+        assert not (out / "checkpoints" / saving.name.removeprefix(".tmp-")).exists(), "killed after the save"
 
 
-@pytest.mark.parametrize("during_save", [False, True], ids=["at-a-random-step", "during-a-save"])
+# A kill at a random step is slow-marked (two more launches); a kill during a randomly chosen save is the fast
+# variant and covers the same resume.
+@pytest.mark.parametrize("during_save", [pytest.param(False, marks=pytest.mark.slow), True],
+                         ids=["at-a-random-step", "during-a-save"])  # fmt: skip
 def test_sigkill_of_the_whole_job_then_resume_gives_bit_identical_weights(reference, tmp_path, during_save):
     out = tmp_path / "killed"
     _kill_whole_job(torchrun(out), out, tmp_path / "killed.log", during_save)
@@ -150,8 +178,11 @@ def test_a_two_process_checkpoint_resumes_in_one_process_and_says_it_is_not_exac
     # loss is close to the reference's (another dropout stream and batch split make it differ a little).
     assert train_losses(out)[resumed_at + 1] == pytest.approx(train_losses(reference)[resumed_at + 1], rel=0.05)
     assert AutoModelForCausalLM.from_pretrained(out) is not None
+    card = (out / "README.md").read_text()
+    assert f"at step {resumed_at} on 1 processes, not bit-exact (saved by another number of processes)" in card
 
 
+@pytest.mark.slow  # a third launch; the 2 -> 1 test above covers resharding in the fast suite
 def test_a_one_process_checkpoint_resumes_on_two(tmp_path):
     out = tmp_path / "grown"
     run_in_process(out, "--max_steps", "4")
@@ -197,3 +228,21 @@ def test_accelerate_launch_with_the_fsdp_config_on_cpu_is_refused_in_one_line(tm
     assert "pretrain: accelerate launch asked for FSDP, but accelerate runs MULTI_CPU (unsharded)" in result.stderr
     # One line per process, no traceback of hfzoo's (accelerate's launcher prints its own on a failed process).
     assert f"{os.sep}hfzoo{os.sep}" not in result.stderr and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("build", "blocks"),
+    [
+        (lambda: AutoModelForCausalLM.from_config(hfzoo.preset_config("gpt-tiny")), {"TransformerBlock"}),
+        (lambda: AutoModelForSeq2SeqLM.from_config(hfzoo.preset_config("t5-tiny")), {"TransformerBlock"}),
+        (lambda: get_peft_model(AutoModelForSequenceClassification.from_config(BertConfig(
+            hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, vocab_size=100)),
+            LoraConfig(target_modules=["query", "value"])), {"BertLayer", "BertEmbeddings"}),
+    ],
+    ids=["decoder", "encoder-decoder", "native-bert-with-lora"],
+)
+def test_the_units_sharded_are_each_models_transformer_blocks(build, blocks):
+    """What `fully_shard` wraps before the model itself: hfzoo's blocks, and transformers' own through PEFT."""
+    model = build()
+    assert block_class_names(model) == blocks
+    assert sum(type(m).__name__ in blocks for m in model.modules()) >= 2

@@ -14,6 +14,9 @@ hyperparameters are JSON (`optimizer.json`), as in an unsharded checkpoint.
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +78,14 @@ def _distributed() -> bool:
     return dist.is_available() and dist.is_initialized()
 
 
+@contextmanager
+def _one_process_is_intended() -> Iterator[None]:
+    """DCP warns that it assumes one process when there is no process group, even when told so (`no_dist`)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
+        yield
+
+
 def save_sharded_state(folder: Path, models: list[nn.Module], optimizers: list[Optimizer]) -> list[dict[str, Any]]:
     """Write this process's shards of `models` and `optimizers` under `folder/state`; every process must call it.
     Returns each optimizer's JSON part (hyperparameters, non-tensor values) for the main process to write."""
@@ -84,7 +95,8 @@ def save_sharded_state(folder: Path, models: list[nn.Module], optimizers: list[O
     # A whole (unsharded) weight may be a transposed view; safetensors stores laid-out tensors (DTensor shards are).
     laid_out = {key: value.detach() if isinstance(value, DTensor) else value.detach().contiguous()
                 for key, value in tensors.items()}  # fmt: skip
-    dcp.save(laid_out, storage_writer=writer, no_dist=not distributed)
+    with _one_process_is_intended():
+        dcp.save(laid_out, storage_writer=writer, no_dist=not distributed)
     return described
 
 
@@ -95,7 +107,8 @@ def load_sharded_state(
     this run's sharding, whatever the number of processes that saved it; every process must call it."""
     tensors, _, model_states, optimizer_states = _flat_state(models, optimizers)
     distributed = _distributed()
-    dcp.load(tensors, storage_reader=HuggingFaceStorageReader(str(folder / STATE_DIR)), no_dist=not distributed)
+    with _one_process_is_intended():
+        dcp.load(tensors, storage_reader=HuggingFaceStorageReader(str(folder / STATE_DIR)), no_dist=not distributed)
     for i, (model, optimizer) in enumerate(_pairs(models, optimizers)):
         model_state, optimizer_state, tied = model_states[i], optimizer_states[i], _tied_names(model)
         for name in model_state:
