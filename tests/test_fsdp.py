@@ -103,7 +103,9 @@ def test_a_two_process_run_is_sharded_and_saves_one_loadable_model(reference):
     model = AutoModelForCausalLM.from_pretrained(reference)
     assert type(model).__name__ == "ZooDecoderForCausalLM"
     saved = weights(reference)
+    assert "lm_head.weight" not in saved  # tied to the embeddings: saved once, as an unsharded run saves it
     assert all(torch.equal(saved[name], value) for name, value in model.state_dict().items() if name in saved)
+    assert torch.equal(model.lm_head.weight, saved["model.embed_tokens.weight"])
     assert sorted(train_losses(reference)) == list(range(1, MAX_STEPS + 1))
 
 

@@ -7,6 +7,7 @@ Read `pretrain` top to bottom; it is the recipe. It runs unchanged as one proces
     accelerate launch recipes/pretrain.py --config recipes/configs/gpt-small-clm.yaml --max_steps 200
     accelerate launch --config_file recipes/configs/accelerate/cpu_ddp.yaml recipes/pretrain.py --config ...
     torchrun --nproc_per_node 2 recipes/pretrain.py --config ...   # 2 CPU processes (gloo) or GPUs
+    torchrun --nproc_per_node 2 recipes/pretrain.py --config ... --sharding fsdp   # sharded: hfzoo.training.sharding
     hfzoo pretrain --preset gpt-tiny --objective clm --max_steps 50
 
 A run killed at any point continues with `--resume` and ends with the weights an uninterrupted run

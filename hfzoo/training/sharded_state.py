@@ -29,19 +29,9 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_di
 from torch.distributed.tensor import DTensor
 from torch.optim import Optimizer
 
+from .sharding import tied_parameter_names
+
 STATE_DIR = "state"
-
-
-def _tied_names(model: nn.Module) -> dict[str, str]:
-    """Parameter name -> the name it is tied to (the same Parameter reached by two paths), for all but the first."""
-    first: dict[int, str] = {}
-    tied = {}
-    for name, parameter in model.named_parameters(remove_duplicate=False):
-        if id(parameter) in first:
-            tied[name] = first[id(parameter)]
-        else:
-            first[id(parameter)] = name
-    return tied
 
 
 def _pairs(models: list[nn.Module], optimizers: list[Optimizer]) -> list[tuple[nn.Module, Optimizer]]:
@@ -59,7 +49,7 @@ def _flat_state(models: list[nn.Module], optimizers: list[Optimizer]):
     model_states, optimizer_states = [], []
     for i, (model, optimizer) in enumerate(_pairs(models, optimizers)):
         model_state, optimizer_state = get_state_dict(model, optimizer)
-        tied = _tied_names(model)
+        tied = tied_parameter_names(model)
         tensors |= {f"model.{i}.{name}": value for name, value in model_state.items() if name not in tied}
         values = {}
         for parameter, moments in optimizer_state["state"].items():
@@ -110,7 +100,7 @@ def load_sharded_state(
     with _one_process_is_intended():
         dcp.load(tensors, storage_reader=HuggingFaceStorageReader(str(folder / STATE_DIR)), no_dist=not distributed)
     for i, (model, optimizer) in enumerate(_pairs(models, optimizers)):
-        model_state, optimizer_state, tied = model_states[i], optimizer_states[i], _tied_names(model)
+        model_state, optimizer_state, tied = model_states[i], optimizer_states[i], tied_parameter_names(model)
         for name in model_state:
             model_state[name] = tensors[f"model.{i}.{tied.get(name, name)}"]
         for parameter, moments in optimizer_state["state"].items():

@@ -86,6 +86,19 @@ def shard_model(model: nn.Module, accelerator: Accelerator, sharding: str) -> nn
     return model
 
 
+def tied_parameter_names(model: nn.Module) -> dict[str, str]:
+    """Parameter name -> the name it is tied to (the same Parameter reached by two paths, e.g. a language model's head
+    and its token embeddings), for every name but the first."""
+    first: dict[int, str] = {}
+    tied = {}
+    for name, parameter in model.named_parameters(remove_duplicate=False):
+        if id(parameter) in first:
+            tied[name] = first[id(parameter)]
+        else:
+            first[id(parameter)] = name
+    return tied
+
+
 def is_sharded(model: nn.Module) -> bool:
     return isinstance(model, FSDPModule)
 
@@ -110,6 +123,8 @@ def whole_for_saving(model: nn.Module) -> Iterator[dict[str, torch.Tensor] | Non
         yield None
         return
     state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    tied = tied_parameter_names(model)  # gathered apart, a tied copy would be saved twice: the model ties it on load
+    state = {name: value for name, value in state.items() if name not in tied}
     with classes_before_sharding(model):
         yield state
 
