@@ -10,7 +10,6 @@ and the consolidated `model.safetensors` loads with the Auto class. gpt-tiny wit
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import shutil
@@ -18,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -26,6 +26,7 @@ import torch
 from accelerate.state import AcceleratorState, GradientState
 from safetensors.torch import load_file
 from peft import LoraConfig, get_peft_model
+from test_finetune_resume import _records as complete_records
 from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoModelForSequenceClassification, BertConfig
 
 import hfzoo
@@ -48,10 +49,16 @@ def recipe_env() -> dict[str, str]:
             "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}  # fmt: skip
 
 
+def on_two_processes(recipe: Path, *args) -> list[str]:
+    """`torchrun --standalone --nproc_per_node 2 <recipe> <args>` (standalone: on a free port)."""
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(recipe),
+            *map(str, args)]  # fmt: skip
+
+
 def torchrun(output_dir: Path, *extra: str) -> list[str]:
-    """`torchrun --standalone --nproc_per_node 2 recipes/pretrain.py ... --sharding fsdp` (standalone: a free port)."""
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(RECIPE),
-            "--config", str(CONFIG), "--sharding", "fsdp", *STEPS, "--output_dir", str(output_dir), *extra]  # fmt: skip
+    """The sharded pretraining run on two processes."""
+    sharded = ["--config", CONFIG, "--sharding", "fsdp", *STEPS, "--output_dir", output_dir]
+    return on_two_processes(RECIPE, *sharded, *extra)
 
 
 def launch(command: list[str]) -> subprocess.CompletedProcess:
@@ -60,16 +67,22 @@ def launch(command: list[str]) -> subprocess.CompletedProcess:
     return result
 
 
-def run_in_process(output_dir: Path, *extra: str) -> Path:
-    """One process, as `hfzoo pretrain` runs; accelerate's process-wide state is reset after, as a new process's."""
+def in_one_thread(recipe_main: Callable[[list[str]], Path], *args) -> Path:
+    """A recipe's `main` in this process with one thread, as each torchrun worker has; accelerate's process-wide
+    state is reset after, as a new process would have it."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        return main(["--config", str(CONFIG), "--sharding", "fsdp", *STEPS, "--output_dir", str(output_dir), *extra])
+        return recipe_main(list(map(str, args)))
     finally:
         torch.set_num_threads(threads)
         GradientState._reset_state()
         AcceleratorState._reset_state(reset_partial_state=True)
+
+
+def run_in_process(output_dir: Path, *extra: str) -> Path:
+    """The sharded pretraining run in one process, as `hfzoo pretrain` runs it."""
+    return in_one_thread(main, "--config", CONFIG, "--sharding", "fsdp", *STEPS, "--output_dir", output_dir, *extra)
 
 
 def weights(output_dir: Path) -> dict[str, torch.Tensor]:
@@ -109,19 +122,6 @@ def test_a_two_process_run_is_sharded_and_saves_one_loadable_model(reference):
     assert sorted(train_losses(reference)) == list(range(1, MAX_STEPS + 1))
 
 
-def _complete_records(out: Path) -> list[dict]:
-    """The log's records so far, without a last line the writer has not finished."""
-    if not (out / "log.jsonl").is_file():
-        return []
-    records = []
-    for line in (out / "log.jsonl").read_text(encoding="utf-8").splitlines():
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            pass
-    return records
-
-
 def _kill_whole_job(command: list[str], out: Path, log_file: Path, during_save: bool) -> None:
     """Start `command`; SIGKILL the whole job (torchrun and both workers) once a random step after the first checkpoint
     is logged, or (`during_save`) while the 2nd or 3rd checkpoint is being written."""
@@ -133,7 +133,9 @@ def _kill_whole_job(command: list[str], out: Path, log_file: Path, during_save: 
         while process.poll() is None and time.monotonic() < deadline:
             if during_save and saving.is_dir():
                 break
-            if not during_save and any(r["event"] == "train" and r["step"] >= target for r in _complete_records(out)):
+            if not during_save and (out / "log.jsonl").is_file() and any(
+                r["event"] == "train" and r["step"] >= target for r in complete_records(out)
+            ):
                 break
             time.sleep(0.002)
         # torchrun starts each worker in a session of its own: killing its process group would leave them running.

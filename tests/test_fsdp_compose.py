@@ -6,14 +6,11 @@ adapters and the dropout-free bert-tiny base are test_compose_recipe's `setup`.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
-import torch
 from safetensors.torch import load_file
-from test_compose_recipe import compose_args, read_run, run_recipe, setup  # noqa: F401 (the adapters fixture)
-from test_fsdp import recipe_env
+from test_compose_recipe import compose_args, read_run, setup  # noqa: F401 (the adapters fixture)
+from test_fsdp import in_one_thread, launch, on_two_processes
 
 from hfzoo.recipes import compose as recipe
 from hfzoo.training import list_checkpoints
@@ -26,16 +23,9 @@ SOFT = ["--strategy", "soft", "--strategy_options", "{granularity: sequence}", "
 
 def test_a_soft_composition_sharded_on_two_processes_follows_one_unsharded_process(setup, tmp_path):  # noqa: F811
     sharded = tmp_path / "sharded"
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(RECIPE),
-               *map(str, compose_args(setup, sharded, *SOFT, "--per_device_batch_size", "8", "--sharding", "fsdp"))]
-    result = subprocess.run(command, env=recipe_env(), capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        single = run_recipe(recipe.main, *compose_args(setup, tmp_path / "single", *SOFT))  # 16 per batch
-    finally:
-        torch.set_num_threads(threads)
+    launch(on_two_processes(RECIPE, *compose_args(setup, sharded, *SOFT, "--per_device_batch_size", "8",
+                                                  "--sharding", "fsdp")))  # fmt: skip
+    single = in_one_thread(recipe.main, *compose_args(setup, tmp_path / "single", *SOFT))  # 16 per batch
 
     start = next(r for r in read_log(sharded) if r["event"] == "start")
     assert (start["num_processes"], start["sharded"]) == (2, True)

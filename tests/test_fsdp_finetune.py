@@ -7,16 +7,13 @@ bert-tiny without dropout (so both runs draw nothing at random) on the stdlib `a
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from accelerate.state import AcceleratorState, GradientState
 from peft import PeftModel
 from safetensors.torch import load_file
-from test_fsdp import recipe_env
+from test_fsdp import in_one_thread, launch, on_two_processes
 from transformers import AutoModelForMaskedLM, AutoModelForSequenceClassification
 
 import hfzoo
@@ -56,18 +53,8 @@ def args(base: dict[str, Path], output_dir: Path, per_device_batch_size: int, sh
 
 def test_lora_sharded_on_two_processes_follows_one_unsharded_process(base, tmp_path):
     sharded = tmp_path / "sharded"
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(RECIPE),
-               *args(base, sharded, 4, "fsdp")]  # fmt: skip
-    result = subprocess.run(command, env=recipe_env(), capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        single = main(args(base, tmp_path / "single", 8, "none"))
-    finally:
-        torch.set_num_threads(threads)
-        GradientState._reset_state()
-        AcceleratorState._reset_state(reset_partial_state=True)
+    launch(on_two_processes(RECIPE, *args(base, sharded, 4, "fsdp")))
+    single = in_one_thread(main, *args(base, tmp_path / "single", 8, "none"))
 
     start = next(r for r in read_log(sharded) if r["event"] == "start")
     assert (start["num_processes"], start["sharded"]) == (2, True)

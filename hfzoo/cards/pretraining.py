@@ -143,7 +143,8 @@ def _training(record: RunRecord) -> str:
     if resumes := [r for r in record.events("start") if r.get("resumed_from")]:
         rows.append(("resumed", "; ".join(
             f"at step {r['step']} on {r['num_processes']} processes, "
-            + ("bit-exact" if r.get("resumed_exactly", True) else "not bit-exact (saved by another number of processes)")
+            + ("bit-exact" if r.get("resumed_exactly", True) else
+               "not bit-exact (saved by another number of processes)")
             for r in resumes)))  # fmt: skip
     if train:
         speeds = sorted(r["tokens_per_s"] for r in train)

@@ -358,7 +358,7 @@ def train_and_evaluate(
     # An Accelerator reused for a second run (a composition after its baseline) must checkpoint this run's objects.
     accelerator.free_memory()
     forget_checkpointed_objects(accelerator)
-    # `--sharding fsdp`: each transformer block one FSDP unit, before the optimizer (and the layer groups) see the weights.
+    # `--sharding fsdp`: each transformer block one FSDP unit, before the optimizer and layer groups see the weights.
     model = shard_model(model, accelerator, config.sharding)
     train_loader = DataLoader(
         train_features,
