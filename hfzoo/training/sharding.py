@@ -123,8 +123,8 @@ def whole_for_saving(model: nn.Module) -> Iterator[dict[str, torch.Tensor] | Non
         yield None
         return
     state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-    tied = tied_parameter_names(model)  # gathered apart, a tied copy would be saved twice: the model ties it on load
-    state = {name: value for name, value in state.items() if name not in tied}
+    if state:  # gathered apart, tied weights are two tensors: one again, as in a model's own state dict, saved once
+        state |= {name: state[owner] for name, owner in tied_parameter_names(model).items()}
     with classes_before_sharding(model):
         yield state
 
