@@ -10,6 +10,7 @@ package so that `hfzoo pretrain` runs the very same code; this file is the scrip
     accelerate launch recipes/pretrain.py --config ...                      # one process, or per accelerate config
     accelerate launch --config_file recipes/configs/accelerate/ddp.yaml recipes/pretrain.py --config ...
     torchrun --nproc_per_node 2 recipes/pretrain.py --config ...            # 2 processes: GPUs, or CPU with gloo
+    torchrun --nproc_per_node 2 recipes/pretrain.py --config ... --sharding fsdp   # sharded (FSDP2), same on CPU
     python recipes/pretrain.py --config ... --resume                        # continue after a crash, exactly
 
 Any config key can be overridden on the command line (`--key value`, `--model.hidden_dropout 0`);

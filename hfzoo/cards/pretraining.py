@@ -132,13 +132,20 @@ def _training(record: RunRecord) -> str:
     rows = [
         ("objective", f"{record.summary['objective']} ({record.summary['task_name']})"),
         ("training data", training_data(record)[0]),
-        ("processes", f"{start['num_processes']} ({start['distributed_type']}, {start['device']})"),
+        ("processes", f"{start['num_processes']} ({start['distributed_type']}, "
+                      f"{'FSDP2-sharded, ' if start.get('sharded') else ''}{start['device']})"),
         ("mixed precision", start["mixed_precision"]),
         ("global batch", f"{start['global_batch_size']} blocks x {record.config['block_size']} tokens"),
         ("optimizer steps", end.get("step", train[-1]["step"] if train else 0)),
         ("tokens seen", f"{end.get('tokens_seen', 0):,}"),
         ("wall time", f"{end.get('elapsed', 0.0):.1f} s"),
     ]
+    if resumes := [r for r in record.events("start") if r.get("resumed_from")]:
+        rows.append(("resumed", "; ".join(
+            f"at step {r['step']} on {r['num_processes']} processes, "
+            + ("bit-exact" if r.get("resumed_exactly", True) else
+               "not bit-exact (saved by another number of processes)")
+            for r in resumes)))  # fmt: skip
     if train:
         speeds = sorted(r["tokens_per_s"] for r in train)
         rows.append(("throughput (median)", f"{speeds[len(speeds) // 2]:,.0f} tokens/s"))

@@ -33,3 +33,11 @@ def forget_checkpointed_objects(accelerator: Accelerator) -> None:
     """Drop every object registered for checkpointing (`free_memory` keeps them), so an Accelerator reused for a
     second run checkpoints only that run's objects."""
     accelerator._custom_objects.clear()
+
+
+@written_for("accelerate")
+def track_prepared_model(accelerator: Accelerator, model: nn.Module) -> None:
+    """Count `model` among the prepared models without letting `prepare` wrap it: a model hfzoo sharded itself
+    (`fully_shard`) would otherwise be wrapped again in DDP, which DTensor parameters do not support."""
+    if model not in accelerator._models:
+        accelerator._models.append(model)

@@ -60,3 +60,22 @@ def tensor_versions(tensors: Iterable[torch.Tensor]) -> tuple[tuple[int, int], .
     """(storage address, in-place version counter) of each tensor: equal as long as none was replaced or changed
     in place, which makes it a cache key for products of weights."""
     return tuple((tensor.data_ptr(), tensor._version) for tensor in tensors)
+
+
+@contextlib.contextmanager
+@written_for("torch")
+def classes_before_sharding(model: nn.Module) -> Iterator[None]:
+    """`model` and its submodules with the classes they had before `fully_shard`, which gives each module it shards a
+    class of its own (`FSDP<Class>`, subclassing `FSDPModule` and the module's class, defined in torch's FSDP code):
+    `save_pretrained` copies the source file of a model's class and names it in config.json's `auto_map`, which must be
+    hfzoo's model, not torch's FSDP module. Nothing may run the model inside the block."""
+    from torch.distributed.fsdp import FSDPModule
+
+    swapped = [(module, type(module)) for module in model.modules() if isinstance(module, FSDPModule)]
+    for module, sharded_class in swapped:
+        module.__class__ = next(base for base in sharded_class.__bases__ if base is not FSDPModule)
+    try:
+        yield
+    finally:
+        for module, sharded_class in swapped:
+            module.__class__ = sharded_class

@@ -34,3 +34,16 @@ def compile_on_every_device(compile_config: CompileConfig) -> CompileConfig:
     compile_config._compile_all_devices = True
     return compile_config
 
+
+
+@written_for("transformers")
+def block_class_names(model) -> set[str]:
+    """The class names of the blocks `model` must not be split inside (its transformer layers): the union of the
+    `_no_split_modules` of every transformers model in it (a PEFT or composed model holds one), which is also what
+    accelerate's FSDP auto-wrap policy reads."""
+    return {
+        name
+        for module in model.modules()
+        if isinstance(module, PreTrainedModel)
+        for name in (getattr(module, "_no_split_modules", None) or ())
+    }

@@ -50,11 +50,12 @@ from ..recipe_config import config_dict, key, parse_config, section
 from ..tasks import TASK_CLASSES, Task, TaskOptions, load_examples
 from ..tasks.baselines import majority_class_accuracy
 from ..training.best_model import BestModel, ranking_metric, save_published
-from ..training.checkpointing import exit_on_checkpoint_error, resume_state, save_checkpoint
+from ..training.checkpointing import exit_on_checkpoint_error, resume_is_exact, resume_state, save_checkpoint
 from ..training.evaluation import predict_all
 from ..training.logging import start_recipe
 from ..training.loop import Intervals, build_optimizer, build_scheduler, train
 from ..training.methods import count_trainable_parameters, head_modules
+from ..training.sharding import is_sharded, prepare, shard_model, whole_for_saving, whole_state_dict
 from ..training.options import CheckpointOptions, RunOptions, TaskTrainingOptions
 from ..training.task_runs import (
     TaskEvaluation, TrainedRun, check_max_length, check_model_paths, check_resumable, check_task_run, evaluate_only,
@@ -259,9 +260,11 @@ def run_composition(config: ComposeConfig, accelerator: Accelerator, baseline: d
     accelerator.free_memory()
     forget_checkpointed_objects(accelerator)
     learning_rate = training.learning_rate if training.learning_rate is not None else DEFAULT_LEARNING_RATE
+    # `--sharding fsdp`: each transformer block of the base one FSDP unit, before the optimizer sees the weights.
+    composed = shard_model(composed, accelerator, run.sharding)
     batches = train_loader(train_features, training.per_device_batch_size, run.seed)
     optimizer = build_optimizer(composed, learning_rate, training.weight_decay, (0.9, 0.999), 1e-8)
-    composed, optimizer, batches = accelerator.prepare(composed, optimizer, batches)
+    composed, optimizer, batches = prepare(accelerator, composed, optimizer, batches)
     steps_per_epoch, max_steps, warmup_steps = run_length(len(batches), training, run.gradient_accumulation_steps)
     scheduler = build_scheduler(optimizer, warmup_steps, max_steps, 0.0)
     accelerator.register_for_checkpointing(scheduler)
@@ -287,7 +290,9 @@ def run_composition(config: ComposeConfig, accelerator: Accelerator, baseline: d
     fields = {"family": family, "strategy": strategy, "adapters": config.adapters,
               "train_examples": len(train_examples), **parameters}  # fmt: skip
     log = start_task_log(config.output_dir, config.to_dict(), training.tensorboard, task, accelerator, max_steps,
-                         progress, **fields, resumed_from=str(resume_from) if resume_from else None,
+                         progress, **fields, sharded=is_sharded(composed),
+                         resumed_from=str(resume_from) if resume_from else None,
+                         resumed_exactly=resume_is_exact(resume_from, accelerator.num_processes) if resume_from else None,
                          train_features=len(train_features), eval_examples=len(eval_examples))  # fmt: skip
     batch_size = training.eval_batch_size or training.per_device_batch_size
     evaluate = TaskEvaluation(task, composed, eval_examples, eval_features, accelerator, batch_size, progress, best)
@@ -296,7 +301,8 @@ def run_composition(config: ComposeConfig, accelerator: Accelerator, baseline: d
         Intervals(max_steps, run.log_every, training.eval_every, checkpoints.save_every), log, progress,
         max_grad_norm=run.max_grad_norm, evaluate=evaluate,
         checkpoint=lambda progress: save_checkpoint(
-            accelerator, output_dir, progress, None, checkpoints.keep_checkpoints, config.to_dict(), inputs
+            accelerator, output_dir, progress, None, checkpoints.keep_checkpoints, config.to_dict(), inputs,
+            sharded=run.sharding == "fsdp",
         ),
         on_trained=lambda: save_published(accelerator, save_model, output_dir),
         loss_function=smoothed_loss_function(task, accelerator, training.label_smoothing),
@@ -329,8 +335,9 @@ def save_composition(accelerator: Accelerator, prepared, folder: Path) -> None:
     """Save the trained composition (called by every process when training is done, before the final evaluation,
     and at each best evaluation with `save_best`)."""
     accelerator.wait_for_everyone()
-    if accelerator.is_main_process:
-        accelerator.unwrap_model(prepared).save_pretrained(folder)
+    with whole_for_saving(prepared) as whole:  # `--sharding fsdp`: the weights gathered on the main process
+        if accelerator.is_main_process:
+            accelerator.unwrap_model(prepared).save_pretrained(folder, state_dict=whole)
     accelerator.wait_for_everyone()
 
 
@@ -363,7 +370,7 @@ def check_reload(
     compare: every parameter (so the frozen base and adapters did not move) and every validation prediction."""
     base, _, _ = load_model(config.data, task, task.tokenizer)
     reloaded = load_composition(base, Path(config.output_dir) / COMPOSITION_DIR).to(accelerator.device)
-    expected, found = trained.state_dict(), reloaded.state_dict()
+    expected, found = whole_state_dict(trained), reloaded.state_dict()
     same_parameters = expected.keys() == found.keys() and all(torch.equal(v, found[k]) for k, v in expected.items())
     batch_size = config.training.eval_batch_size or config.training.per_device_batch_size
     with accelerator.autocast():  # as the prepared model predicted

@@ -50,11 +50,12 @@ from ..presets import list_presets
 from ..recipe_config import config_dict, key, parse_config, section
 from ..tasks import TASK_CLASSES, TaskOptions, load_examples
 from ..training.best_model import BestModel, ranking_metric, save_published
-from ..training.checkpointing import exit_on_checkpoint_error, resume_state, save_checkpoint
+from ..training.checkpointing import exit_on_checkpoint_error, resume_is_exact, resume_state, save_checkpoint
 from ..training.logging import start_recipe
 from ..training.loop import Intervals, build_optimizer, train
 from ..training.methods import MethodOptions, apply_method, count_trainable_parameters, head_modules, peft_config_for
 from ..training.options import CheckpointOptions, RunOptions, TaskTrainingOptions, ULMFiTOptions
+from ..training.sharding import is_sharded, prepare, shard_model, whole_for_saving
 from ..training.task_runs import (
     TaskEvaluation, TrainedRun, build_task_scheduler, check_max_length, check_model_paths, check_resumable,
     check_task_run, evaluate_only, load_model, load_tokenizer, log_trainable, nothing_to_do, run_length, run_output,
@@ -184,13 +185,15 @@ def finetune(config: FinetuneConfig) -> Path:
     # discriminative learning rates; the Accelerator wraps model, optimizer and batches; then the schedule over the
     # run's length: linear warmup and cosine decay, the slanted triangular one, or the inverse square root.
     learning_rate = training.learning_rate if training.learning_rate is not None else tuning.default_learning_rate()
+    # `--sharding fsdp`: each transformer block one FSDP unit, before the optimizer and layer groups see the weights.
+    model = shard_model(model, accelerator, run.sharding)
     batches = train_loader(train_features, training.per_device_batch_size, run.seed)
     groups = layer_groups(model) if ulmfit.uses_layer_groups else None
     layers = None
     if ulmfit.discriminative_lr_decay is not None:
         layers = discriminative_learning_rates(groups, learning_rate, ulmfit.discriminative_lr_decay)
     optimizer = build_optimizer(model, learning_rate, training.weight_decay, (0.9, 0.999), 1e-8, layers)
-    model, optimizer, batches = accelerator.prepare(model, optimizer, batches)
+    model, optimizer, batches = prepare(accelerator, model, optimizer, batches)
     steps_per_epoch, max_steps, warmup_steps = run_length(len(batches), training, run.gradient_accumulation_steps)
     scheduler = build_task_scheduler(optimizer, ulmfit, max_steps, warmup_steps)
     accelerator.register_for_checkpointing(scheduler)
@@ -230,7 +233,9 @@ def finetune(config: FinetuneConfig) -> Path:
     # save_every; the model is saved into output_dir when training is done, before the final evaluation (a failure
     # there loses no training).
     log = start_task_log(config.output_dir, config.to_dict(), training.tensorboard, task, accelerator, max_steps,
-                         progress, **fields, resumed_from=str(resume_from) if resume_from else None,
+                         progress, **fields, sharded=is_sharded(model),
+                         resumed_from=str(resume_from) if resume_from else None,
+                         resumed_exactly=resume_is_exact(resume_from, accelerator.num_processes) if resume_from else None,
                          train_features=len(train_features), eval_examples=len(eval_examples))  # fmt: skip
     batch_size = training.eval_batch_size or training.per_device_batch_size
     evaluate = TaskEvaluation(task, model, eval_examples, eval_features, accelerator, batch_size, progress, best)
@@ -239,7 +244,8 @@ def finetune(config: FinetuneConfig) -> Path:
         Intervals(max_steps, run.log_every, training.eval_every, checkpoints.save_every), log, progress,
         max_grad_norm=run.max_grad_norm, evaluate=evaluate,
         checkpoint=lambda progress: save_checkpoint(
-            accelerator, output_dir, progress, None, checkpoints.keep_checkpoints, config.to_dict(), inputs
+            accelerator, output_dir, progress, None, checkpoints.keep_checkpoints, config.to_dict(), inputs,
+            sharded=run.sharding == "fsdp",
         ),
         after_optimizer_step=after_step,
         on_trained=lambda: save_published(accelerator, save_model, output_dir),
@@ -273,7 +279,11 @@ def save_trained(accelerator: Accelerator, tokenizer: PreTrainedTokenizerBase, m
     # needs the base's embedding matrices. Saying so also skips PEFT's check for a resize, which re-reads the
     # base's config.json with the model's config class: a native one, for an imported base (import_native).
     embeddings = {"save_embedding_layers": False} if isinstance(unwrapped, PeftModel) else {}
-    unwrapped.save_pretrained(folder, is_main_process=main_process, save_function=accelerator.save, **embeddings)
+    with whole_for_saving(model) as whole:  # `--sharding fsdp`: the weights gathered on the main process
+        if whole is None or main_process:
+            gathered = {} if whole is None else {"state_dict": whole}
+            unwrapped.save_pretrained(folder, is_main_process=main_process, save_function=accelerator.save,
+                                      **embeddings, **gathered)  # fmt: skip
     if main_process:
         tokenizer.save_pretrained(folder)
         if isinstance(unwrapped, PeftModel):

@@ -7,6 +7,7 @@ Read `pretrain` top to bottom; it is the recipe. It runs unchanged as one proces
     accelerate launch recipes/pretrain.py --config recipes/configs/gpt-small-clm.yaml --max_steps 200
     accelerate launch --config_file recipes/configs/accelerate/cpu_ddp.yaml recipes/pretrain.py --config ...
     torchrun --nproc_per_node 2 recipes/pretrain.py --config ...   # 2 CPU processes (gloo) or GPUs
+    torchrun --nproc_per_node 2 recipes/pretrain.py --config ... --sharding fsdp   # sharded: hfzoo.training.sharding
     hfzoo pretrain --preset gpt-tiny --objective clm --max_steps 50
 
 A run killed at any point continues with `--resume` and ends with the weights an uninterrupted run
@@ -38,6 +39,7 @@ from ..presets import FAMILY_CONFIGS, list_presets, preset_config, preset_family
 from ..recipe_config import CONFIG_FILE, key, parse_config
 from ..training.checkpointing import (
     Progress,
+    resume_is_exact,
     check_checkpointable,
     check_resumed_config,
     checkpoint_to_resume,
@@ -52,6 +54,7 @@ from ..training.loop import Intervals, build_optimizer, build_scheduler, train
 from ..training.objectives import OBJECTIVES, Objective, get_objective
 from ..training.run_inputs import check_resumed_inputs, run_inputs, tokenizer_file_names
 from ..training.options import RunOptions
+from ..training.sharding import is_sharded, prepare, shard_model, whole_for_saving
 
 logger = logging.getLogger(__name__)
 # The model config fields the run sets from its tokenizer (its length, its special ids): `model` cannot override them.
@@ -248,6 +251,8 @@ def pretrain(config: PretrainConfig) -> Path:
         config.preset, vocab_size=len(tokenizer), **_special_token_ids(tokenizer, family), **config.model
     )
     model = objective.build_model(model_config, config.objective_options)
+    # --- Sharding (`--sharding fsdp`): each transformer block is one FSDP unit, before the optimizer sees the weights.
+    model = shard_model(model, accelerator, config.sharding)
 
     # --- Collators: all randomness (masks, spans) from a generator per process, saved in checkpoints.
     collator_generator = torch.Generator().manual_seed(config.seed + accelerator.process_index)
@@ -277,7 +282,7 @@ def pretrain(config: PretrainConfig) -> Path:
         model, config.learning_rate, config.weight_decay, (config.adam_beta1, config.adam_beta2), config.adam_epsilon
     )
     scheduler = build_scheduler(optimizer, config.warmup_steps, config.max_steps, config.min_lr_ratio)
-    model, optimizer, train_loader = accelerator.prepare(model, optimizer, train_loader)
+    model, optimizer, train_loader = prepare(accelerator, model, optimizer, train_loader)
     accelerator.register_for_checkpointing(scheduler)
     set_seed(config.seed, device_specific=True)  # dropout: a different stream on each process
 
@@ -297,8 +302,10 @@ def pretrain(config: PretrainConfig) -> Path:
         "start",
         step=progress.step,
         resumed_from=str(resume_from) if resume_from else None,
+        resumed_exactly=resume_is_exact(resume_from, accelerator.num_processes) if resume_from else None,
         num_processes=accelerator.num_processes,
         distributed_type=accelerator.distributed_type.value,
+        sharded=is_sharded(model),
         device=str(accelerator.device),
         mixed_precision=accelerator.mixed_precision,
         global_batch_size=global_batch,
@@ -317,22 +324,24 @@ def pretrain(config: PretrainConfig) -> Path:
         max_grad_norm=config.max_grad_norm,
         evaluate=lambda: _validate(model, eval_loader, objective, tokenizer, config, accelerator),
         checkpoint=lambda progress: save_checkpoint(
-            accelerator, output_dir, progress, collator_generator, config.keep_checkpoints, config.to_dict(), inputs
+            accelerator, output_dir, progress, collator_generator, config.keep_checkpoints, config.to_dict(), inputs,
+            sharded=config.sharding == "fsdp",
         ),
     )  # fmt: skip
 
     # --- Save: weights (safetensors) + tokenizer + model card, loadable with the Auto classes.
     accelerator.wait_for_everyone()
     unwrapped = accelerator.unwrap_model(model)
-    # Replicated weights must agree bit for bit; sharded ones (FSDP, DeepSpeed) have nothing to compare.
-    sharded = accelerator.distributed_type in (DistributedType.FSDP, DistributedType.DEEPSPEED)
+    # Replicated weights must agree bit for bit; sharded ones (FSDP, DeepSpeed) have nothing to compare, and are
+    # gathered whole on the main process to be saved as one model.safetensors.
+    sharded = is_sharded(model) or accelerator.distributed_type in (DistributedType.FSDP, DistributedType.DEEPSPEED)
     checksums = None if sharded else gather_object([parameter_checksum(unwrapped)])
-    kept, state_dict = unwrapped, accelerator.get_state_dict(model)
-    if objective.training_model is not None:  # a training-time module (ELECTRA's pair): save the model it keeps
-        kept, state_dict = unwrapped.kept_model(state_dict)
-    kept.save_pretrained(
-        output_dir, is_main_process=accelerator.is_main_process, save_function=accelerator.save, state_dict=state_dict
-    )
+    with whole_for_saving(model) as whole:
+        kept, state_dict = unwrapped, whole if whole is not None else accelerator.get_state_dict(model)
+        if objective.training_model is not None:  # a training-time module (ELECTRA's pair): save the model it keeps
+            kept, state_dict = unwrapped.kept_model(state_dict)
+        kept.save_pretrained(output_dir, is_main_process=accelerator.is_main_process, save_function=accelerator.save,
+                             state_dict=state_dict)  # fmt: skip
     log.write(
         "end",
         step=progress.step,

@@ -18,6 +18,10 @@ a complete checkpoint or a `.tmp-*` folder, which `latest_checkpoint` never retu
 step saved again (resuming from an older checkpoint) is swapped whole: the older copy is moved aside before the new
 one is renamed in, so the published step-N is always complete.
 
+Sharded (`sharding: fsdp`, `hfzoo.training.sharding`): the model and optimizer tensors are written by every process,
+each its own shards, with torch.distributed.checkpoint as safetensors (`hfzoo.training.sharded_state`); the rest is
+as above. Such a checkpoint also resumes on another number of processes (DCP reshards), though not bit-exactly.
+
 Exact: besides the tensors, a resumed run needs where it was in the data (`Progress`: the epoch and the
 micro-batches of it already consumed, to skip them) and each process's collator generator (masking and
 span noise must continue, not restart). Checkpoints are only taken right after an optimizer step:
@@ -52,6 +56,7 @@ from ..files import holds_other_files, replace_folder, write_atomic
 from ..integrations.accelerate import checkpointed_objects, prepared_models, prepared_optimizers
 from ..recipe_config import CONFIG_FILE
 from ..refusals import refusing
+from .sharded_state import load_sharded_state, save_sharded_state
 
 logger = logging.getLogger(__name__)
 
@@ -191,13 +196,15 @@ def _optimizer_state_dict(tensors: dict[str, torch.Tensor], described: dict[str,
 
 
 def check_checkpointable(accelerator: Accelerator) -> None:
-    """Refuse sharded runs (FSDP, DeepSpeed): their weights and optimizer state are split across processes, and
-    their own checkpoint formats pickle; a recipe calls this at its start, not at its first checkpoint."""
+    """Refuse runs sharded by accelerate (its FSDP or DeepSpeed launch configs): their checkpoint formats pickle.
+    hfzoo's own sharding (`--sharding fsdp`) checkpoints as safetensors. A recipe calls this at its start, not at its
+    first checkpoint."""
     if accelerator.distributed_type in (DistributedType.FSDP, DistributedType.DEEPSPEED):
         raise CheckpointError(
-            f"checkpoints of {accelerator.distributed_type.value} runs (sharded weights and optimizer) are not "
-            "supported (hfzoo checkpoints are safetensors and JSON); set save_every >= max_steps to train without "
-            "checkpoints, or use DDP"
+            f"checkpoints of accelerate's {accelerator.distributed_type.value} runs are not supported (their formats "
+            "pickle; hfzoo checkpoints are safetensors and JSON): launch with `torchrun --nproc_per_node N "
+            "recipes/<recipe>.py ... --sharding fsdp`, whose checkpoints are sharded safetensors, or set save_every "
+            ">= max_steps to train without checkpoints"
         )
 
 
@@ -209,6 +216,7 @@ def save_checkpoint(
     keep: int,
     config: dict[str, Any] | None = None,
     inputs: dict[str, Any] | None = None,
+    sharded: bool = False,
 ) -> Path:
     """Save the full training state of every process as checkpoint `progress.step`; keep the `keep` latest.
 
@@ -216,7 +224,8 @@ def save_checkpoint(
     `accelerator.register_for_checkpointing` (their `state_dict` must be JSON), the gradient scaler, every
     process's RNG states (with the collator's generator, when the collator draws at random), `progress`,
     `config` (what `check_resumed_config` compares) and `inputs` (the tokenizer and data files' fingerprints, what
-    `run_inputs.check_resumed_inputs` compares). Call it on all processes, right after an optimizer step.
+    `run_inputs.check_resumed_inputs` compares). `sharded` (`sharding: fsdp`): every process writes its shards of the
+    models and optimizers (`sharded_state`). Call it on all processes, right after an optimizer step.
     """
     check_checkpointable(accelerator)
     final = checkpoint_dir(output_dir, progress.step)
@@ -228,13 +237,19 @@ def save_checkpoint(
         partial.mkdir()
     accelerator.wait_for_everyone()
     _save_rng(partial, accelerator.process_index, collator_generator)
-    if accelerator.is_main_process:
+    if sharded:
+        models = [accelerator.unwrap_model(model) for model in prepared_models(accelerator)]
+        for i, described in enumerate(save_sharded_state(partial, models, prepared_optimizers(accelerator))):
+            if accelerator.is_main_process:
+                _write_json(partial / _indexed(OPTIMIZER_JSON, i), described)
+    if accelerator.is_main_process and not sharded:
         for i, model in enumerate(prepared_models(accelerator)):
             save_model(accelerator.unwrap_model(model), partial / _indexed(MODEL_FILE, i), force_contiguous=True)
         for i, optimizer in enumerate(prepared_optimizers(accelerator)):
             tensors, described = _optimizer_state(optimizer)
             save_file(tensors, partial / _indexed(OPTIMIZER_TENSORS, i))
             _write_json(partial / _indexed(OPTIMIZER_JSON, i), described)
+    if accelerator.is_main_process:
         for i, registered in enumerate(checkpointed_objects(accelerator)):
             _write_json(partial / f"registered_{i}.json", registered.state_dict())
         if accelerator.scaler is not None:
@@ -246,7 +261,7 @@ def save_checkpoint(
             _write_json(partial / INPUTS_FILE, inputs)
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
-        _write_manifest(partial, accelerator.num_processes)
+        _write_manifest(partial, accelerator.num_processes, sharded)
         replace_folder(partial, final)  # a step saved again is swapped whole: never a half-replaced step-N
         for old in [*final.parent.glob(_PARTIAL_PREFIX + "*"), *list_checkpoints(output_dir)[:-keep]]:
             shutil.rmtree(old)
@@ -260,15 +275,16 @@ def _indexed(name: str, index: int) -> str:
     return name if index == 0 else f"{stem}_{index}.{suffix}"
 
 
-def _write_manifest(folder: Path, num_processes: int) -> None:
+def _write_manifest(folder: Path, num_processes: int, sharded: bool) -> None:
     """Every file's size and SHA-256, written last (to a temporary name, then renamed): a checkpoint whose
-    manifest exists is complete."""
+    manifest exists is complete. `sharded`: its model and optimizer tensors are `sharded_state`'s."""
     files = {
         path.relative_to(folder).as_posix(): {"size": path.stat().st_size, "sha256": _sha256(path)}
         for path in sorted(folder.rglob("*"))
         if path.is_file()
     }
-    write_atomic(folder / MANIFEST_FILE, json.dumps({"num_processes": num_processes, "files": files}, indent=1))
+    manifest = {"num_processes": num_processes, "sharded": sharded, "files": files}
+    write_atomic(folder / MANIFEST_FILE, json.dumps(manifest, indent=1))
 
 
 def verify_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
@@ -310,21 +326,41 @@ def load_checkpoint(
     accelerator: Accelerator, path: str | os.PathLike, collator_generator: torch.Generator | None = None
 ) -> Progress:
     """Restore what `save_checkpoint` saved (into the prepared model, optimizer and registered objects), after
-    `verify_checkpoint`."""
+    `verify_checkpoint`.
+
+    A sharded checkpoint (`sharding: fsdp`) also resumes on another number of processes: DCP reshards the weights and
+    moments, and the data position is carried over as the examples consumed. Such a run is not bit-exact (each
+    process draws dropout and masks from its own stream, and the gradient is summed in another order), which
+    `resume_is_exact` tells the run's log; an unsharded checkpoint is refused there."""
     check_checkpointable(accelerator)
     path = Path(path)
     manifest = verify_checkpoint(path)
-    if manifest["num_processes"] != accelerator.num_processes:
+    saved_processes, sharded = manifest["num_processes"], manifest.get("sharded", False)
+    if saved_processes != accelerator.num_processes and not sharded:
         raise CheckpointError(
-            f"{path} was saved by {manifest['num_processes']} processes, this run has {accelerator.num_processes}: "
-            "resume with the number of processes that saved it"
+            f"{path} was saved by {saved_processes} processes, this run has {accelerator.num_processes}: "
+            "resume with the number of processes that saved it (a run with --sharding fsdp can change it)"
         )
-    for i, model in enumerate(prepared_models(accelerator)):
+    progress = Progress(**_read_json(path / PROGRESS_FILE))
+    if sharded:
+        models = [accelerator.unwrap_model(model) for model in prepared_models(accelerator)]
+        optimizers = prepared_optimizers(accelerator)
+        described = [_read_json(path / _indexed(OPTIMIZER_JSON, i)) for i in range(len(optimizers))]
+        load_sharded_state(path, models, optimizers, described)
+    if saved_processes != accelerator.num_processes:
+        logger.warning(
+            "%s was saved by %d processes and resumes on %d: weights and optimizer state are resharded exactly, but "
+            "the run is not bit-exact from here (other dropout and masking streams, another order of float sums)",
+            path, saved_processes, accelerator.num_processes,
+        )  # fmt: skip
+        # The micro-batches of the epoch already consumed, in this run's share per process.
+        progress.batches_in_epoch = progress.batches_in_epoch * saved_processes // accelerator.num_processes
+    for i, model in enumerate([] if sharded else prepared_models(accelerator)):
         try:
             load_model(accelerator.unwrap_model(model), path / _indexed(MODEL_FILE, i), device="cpu")
         except (RuntimeError, SafetensorError) as error:
             raise CheckpointError(f"{path / _indexed(MODEL_FILE, i)} does not fit this run's model: {error}") from None
-    for i, optimizer in enumerate(prepared_optimizers(accelerator)):
+    for i, optimizer in enumerate([] if sharded else prepared_optimizers(accelerator)):
         described = _read_json(path / _indexed(OPTIMIZER_JSON, i))
         optimizer.load_state_dict(
             _optimizer_state_dict(_load_tensors(path / _indexed(OPTIMIZER_TENSORS, i)), described)
@@ -333,8 +369,14 @@ def load_checkpoint(
         registered.load_state_dict(_read_json(path / f"registered_{i}.json"))
     if accelerator.scaler is not None:
         accelerator.scaler.load_state_dict(_read_json(path / SCALER_FILE))
-    _load_rng(path, accelerator.process_index, collator_generator)
-    return Progress(**_read_json(path / PROGRESS_FILE))
+    if accelerator.process_index < saved_processes:  # a process the checkpoint did not have keeps its seeded streams
+        _load_rng(path, accelerator.process_index, collator_generator)
+    return progress
+
+
+def resume_is_exact(path: str | os.PathLike, num_processes: int) -> bool:
+    """Whether resuming checkpoint `path` on `num_processes` continues the run bit for bit (`load_checkpoint`)."""
+    return _read_json(Path(path) / MANIFEST_FILE)["num_processes"] == num_processes
 
 
 # Keys a resumed run may change without changing what it computes up to its checkpoint's step.

@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 from accelerate import Accelerator
 from torch import nn
+from torch.distributed.tensor import DTensor
 from torch.optim.lr_scheduler import LambdaLR
 from torch.utils.data import DataLoader
 from transformers import get_cosine_with_min_lr_schedule_with_warmup
@@ -237,6 +238,8 @@ def train(
             if intervals.due(intervals.log_every, progress.step):
                 mean_loss, tokens, tokens_per_s = meter.report()
                 progress.tokens_seen += tokens
+                if isinstance(grad_norm, DTensor):  # a sharded model's norm, over all shards (`sharding: fsdp`)
+                    grad_norm = grad_norm.full_tensor()
                 grad = None if grad_norm is None else float(grad_norm)
                 lr = scheduler.get_last_lr()[0]
                 log.train(progress.step, mean_loss, lr, grad, tokens_per_s, progress.tokens_seen)

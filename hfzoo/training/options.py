@@ -18,6 +18,7 @@ from accelerate.utils import DataLoaderConfiguration
 
 from ..recipe_config import MIXED_PRECISION, key
 from .compilation import CompilingAccelerator
+from .sharding import SHARDING, check_launch
 
 LR_SCHEDULES = ("cosine", "slanted_triangular", "inverse_sqrt")
 
@@ -33,6 +34,9 @@ class RunOptions:
     cpu: bool | None = key(None, "force CPU; none = CPU only when no accelerator is available")
     log_every: int = key(10, "optimizer steps between log records", minimum=1)
     seed: int = key(42, "seed of every random draw: initialisation, data order, dropout, masking")
+    sharding: str = key("none", "fsdp = shard parameters, gradients and optimizer state over the processes "
+                        "(torch's FSDP2, each transformer block a unit; launch with torchrun); none = replicate (DDP)",
+                        choices=SHARDING)  # fmt: skip
     compile: bool = key(False, "torch.compile the model in place (same checkpoint keys); the first steps compile")
     overwrite_output_dir: bool = key(False, "write a new run into an output_dir that holds files (a finished run's: "
                                      "same names are replaced, others kept); without it such a folder is refused")
@@ -42,12 +46,13 @@ class RunOptions:
         return dataclasses.asdict(self)
 
     def accelerator(self, seedable_data: bool = False) -> Accelerator:
-        """The run's Accelerator: one process, DDP, FSDP or DeepSpeed, decided by how the script was launched.
+        """The run's Accelerator: one process, DDP, FSDP or DeepSpeed, decided by how the script was launched; a
+        launch that asks for FSDP and would not get it is refused (`sharding.check_launch`).
 
         `seedable_data`: samplers reshuffle each epoch from (seed, epoch), so a resumed run sees the same order.
         """
         accelerator_class = CompilingAccelerator if self.compile else Accelerator
-        return accelerator_class(
+        accelerator = accelerator_class(
             cpu=self.cpu if self.cpu is not None else not torch.accelerator.is_available(),
             mixed_precision=self.mixed_precision,
             gradient_accumulation_steps=self.gradient_accumulation_steps,
@@ -55,6 +60,8 @@ class RunOptions:
             if seedable_data
             else None,
         )
+        check_launch(accelerator, self.sharding)
+        return accelerator
 
 
 @dataclass

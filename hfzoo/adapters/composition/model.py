@@ -420,18 +420,28 @@ class ComposedModel(Wrapper):
             "base_model": self.fingerprint,
         }
 
-    def save_pretrained(self, path: str | os.PathLike, *, push_to_hub: bool = False, **hub_options: Any) -> None:
+    def save_pretrained(
+        self,
+        path: str | os.PathLike,
+        *,
+        state_dict: dict[str, torch.Tensor] | None = None,
+        push_to_hub: bool = False,
+        **hub_options: Any,
+    ) -> None:
         """Write `composition.json`, `composition.safetensors` and `adapters/<name>/` (a copy of each adapter
         folder) to `path`, atomically (`hfzoo.files.publish_folder`): built in a staging folder, then published with
         `composition.json` last. Other files in `path` stay; of an earlier composition saved there, only the files
-        this one no longer has (an adapter it lacks) are removed. `push_to_hub`: then upload it as transformers'
-        `save_pretrained` does (`hub_options`: `repo_id`, `token`, `private`, `commit_message`, `api`; see
-        `hfzoo.adapters.composition.hub`)."""
+        this one no longer has (an adapter it lacks) are removed. `state_dict`: the whole model's state dict to take the
+        composition's weights from (a sharded model's, gathered whole); none = the model's own. `push_to_hub`: then
+        upload it as transformers' `save_pretrained` does (`hub_options`: `repo_id`, `token`, `private`,
+        `commit_message`, `api`; see `hfzoo.adapters.composition.hub`)."""
         hub = prepare_upload(path, push_to_hub, **hub_options)
         with staged(path, marker=COMPOSITION_CONFIG, previous=_saved_files(Path(path))) as staging:
             spec = json.dumps(self.spec(), indent=2, sort_keys=True)
             (staging / COMPOSITION_CONFIG).write_text(spec, encoding="utf-8")
             state = self.composition_state()
+            if state_dict is not None:
+                state = {key: state_dict[f"base_model.{key}"] for key in state}
             tensors = {key: value.detach().cpu().contiguous().clone() for key, value in state.items()}
             save_file(tensors, staging / COMPOSITION_WEIGHTS, metadata={"format": "pt"})
             for adapter in self.adapters:

@@ -1,0 +1,39 @@
+"""A composition (a soft router over two task adapters, and the head) trained sharded with FSDP2 on two real CPU
+processes (torchrun, gloo), against one unsharded process with the same global batch: the same loss at every step,
+the same router and head, and a saved composition that rebuilds the trained one (the recipe's reload check). The
+adapters and the dropout-free bert-tiny base are test_compose_recipe's `setup`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from safetensors.torch import load_file
+from test_compose_recipe import compose_args, read_run, setup  # noqa: F401 (the adapters fixture)
+from test_fsdp import in_one_thread, launch, on_two_processes
+
+from hfzoo.recipes import compose as recipe
+from hfzoo.training import list_checkpoints
+from hfzoo.training.logging import read_log
+
+RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "compose.py"
+SOFT = ["--strategy", "soft", "--strategy_options", "{granularity: sequence}", "--baseline", "false", "--save_every",
+        "2", "--learning_rate", "1e-2"]  # fmt: skip
+
+
+def test_a_soft_composition_sharded_on_two_processes_follows_one_unsharded_process(setup, tmp_path):  # noqa: F811
+    sharded = tmp_path / "sharded"
+    launch(on_two_processes(RECIPE, *compose_args(setup, sharded, *SOFT, "--per_device_batch_size", "8",
+                                                  "--sharding", "fsdp")))  # fmt: skip
+    single = in_one_thread(recipe.main, *compose_args(setup, tmp_path / "single", *SOFT))  # 16 per batch
+
+    start = next(r for r in read_log(sharded) if r["event"] == "start")
+    assert (start["num_processes"], start["sharded"]) == (2, True)
+    assert len(list((list_checkpoints(sharded)[-1] / "state").iterdir())) == 2  # each rank its own shards
+    losses = [{r["step"]: r["loss"] for r in read_log(run) if r["event"] == "train"} for run in (sharded, single)]
+    assert list(losses[0]) == list(losses[1]) == list(range(1, 7))
+    assert max(abs(losses[0][step] - losses[1][step]) for step in losses[0]) < 1e-4
+    weights = [load_file(run / "composition" / "composition.safetensors") for run in (sharded, single)]
+    assert weights[0].keys() == weights[1].keys()
+    assert max((weights[0][k] - weights[1][k]).abs().max().item() for k in weights[0]) < 1e-4
+    assert read_run(sharded)[0]["reload_check"] == {"parameters_equal": True, "predictions_equal": True}
