@@ -13,7 +13,7 @@ import pytest
 import torch
 from peft import PeftModel
 from safetensors.torch import load_file
-from test_fsdp import in_one_thread, launch, on_two_processes
+from tests.training.test_fsdp import in_one_thread, launch, on_two_processes
 from transformers import AutoModelForMaskedLM, AutoModelForSequenceClassification
 
 import hfzoo
@@ -23,7 +23,7 @@ from hfzoo.recipes.finetune import main
 from hfzoo.training import list_checkpoints
 from hfzoo.training.logging import read_log
 
-RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "finetune.py"
+RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "finetune.py"
 
 
 @pytest.fixture(scope="module")

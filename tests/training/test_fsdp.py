@@ -26,7 +26,7 @@ import torch
 from accelerate.state import AcceleratorState, GradientState
 from safetensors.torch import load_file
 from peft import LoraConfig, get_peft_model
-from test_finetune_resume import _records as complete_records
+from tests.recipes.test_finetune_resume import _records as complete_records
 from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoModelForSequenceClassification, BertConfig
 
 import hfzoo
@@ -35,7 +35,7 @@ from hfzoo.recipes.pretrain import main
 from hfzoo.training import list_checkpoints
 from hfzoo.training.logging import read_log
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 RECIPE = REPO / "recipes" / "pretrain.py"
 CONFIG = REPO / "recipes" / "configs" / "test-gpt-tiny-clm.yaml"
 MAX_STEPS = 8

@@ -9,14 +9,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from safetensors.torch import load_file
-from test_compose_recipe import compose_args, read_run, setup  # noqa: F401 (the adapters fixture)
-from test_fsdp import in_one_thread, launch, on_two_processes
+from tests.recipes.test_compose_recipe import compose_args, read_run, setup  # noqa: F401 (the adapters fixture)
+from tests.training.test_fsdp import in_one_thread, launch, on_two_processes
 
 from hfzoo.recipes import compose as recipe
 from hfzoo.training import list_checkpoints
 from hfzoo.training.logging import read_log
 
-RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "compose.py"
+RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "compose.py"
 SOFT = ["--strategy", "soft", "--strategy_options", "{granularity: sequence}", "--baseline", "false", "--save_every",
         "2", "--learning_rate", "1e-2"]  # fmt: skip
 
