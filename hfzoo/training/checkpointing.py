@@ -6,7 +6,8 @@ whatever a crafted file says; so the state is written here, tensor by tensor: we
 (`model.safetensors`), optimizer tensors (`optimizer.safetensors`, its hyperparameters in
 `optimizer.json`), the registered objects' and the gradient scaler's `state_dict`s as JSON, and per
 process the RNG states (torch CPU and CUDA generators and the collator's as tensors, Python's and
-NumPy's as JSON). Any other file in the folder (a planted `*.pkl`) is never opened.
+NumPy's as JSON), and per process the position in a streamed corpus (JSON, `stream_N.json`). Any other file in
+the folder (a planted `*.pkl`) is never opened.
 
 Verified: `manifest.json`, written last, lists every file with its size and SHA-256; resuming checks
 them all and refuses, naming the file, when one is missing, truncated or altered (a missing RNG file
@@ -125,6 +126,10 @@ def _read_json(path: Path) -> Any:
         raise CheckpointError(f"{path} cannot be read as JSON ({error}); resume from another checkpoint") from None
 
 
+def _stream_file(process_index: int) -> str:
+    return f"stream_{process_index}.json"
+
+
 def _rng_files(process_index: int) -> tuple[str, str]:
     return f"rng_{process_index}.safetensors", f"rng_{process_index}.json"
 
@@ -209,6 +214,7 @@ def save_checkpoint(
     keep: int,
     config: dict[str, Any] | None = None,
     inputs: dict[str, Any] | None = None,
+    stream: Any = None,
 ) -> Path:
     """Save the full training state of every process as checkpoint `progress.step`; keep the `keep` latest.
 
@@ -216,7 +222,8 @@ def save_checkpoint(
     `accelerator.register_for_checkpointing` (their `state_dict` must be JSON), the gradient scaler, every
     process's RNG states (with the collator's generator, when the collator draws at random), `progress`,
     `config` (what `check_resumed_config` compares) and `inputs` (the tokenizer and data files' fingerprints, what
-    `run_inputs.check_resumed_inputs` compares). Call it on all processes, right after an optimizer step.
+    `run_inputs.check_resumed_inputs` compares) and `stream`'s `state_dict()` on every process (a streamed corpus
+    keeps its own position, `hfzoo.data.streaming`). Call it on all processes, right after an optimizer step.
     """
     check_checkpointable(accelerator)
     final = checkpoint_dir(output_dir, progress.step)
@@ -228,6 +235,8 @@ def save_checkpoint(
         partial.mkdir()
     accelerator.wait_for_everyone()
     _save_rng(partial, accelerator.process_index, collator_generator)
+    if stream is not None:
+        _write_json(partial / _stream_file(accelerator.process_index), stream.state_dict())
     if accelerator.is_main_process:
         for i, model in enumerate(prepared_models(accelerator)):
             save_model(accelerator.unwrap_model(model), partial / _indexed(MODEL_FILE, i), force_contiguous=True)
@@ -307,10 +316,13 @@ def verify_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
 
 
 def load_checkpoint(
-    accelerator: Accelerator, path: str | os.PathLike, collator_generator: torch.Generator | None = None
+    accelerator: Accelerator,
+    path: str | os.PathLike,
+    collator_generator: torch.Generator | None = None,
+    stream: Any = None,
 ) -> Progress:
-    """Restore what `save_checkpoint` saved (into the prepared model, optimizer and registered objects), after
-    `verify_checkpoint`."""
+    """Restore what `save_checkpoint` saved (into the prepared model, optimizer, registered objects and `stream`),
+    after `verify_checkpoint`."""
     check_checkpointable(accelerator)
     path = Path(path)
     manifest = verify_checkpoint(path)
@@ -334,6 +346,8 @@ def load_checkpoint(
     if accelerator.scaler is not None:
         accelerator.scaler.load_state_dict(_read_json(path / SCALER_FILE))
     _load_rng(path, accelerator.process_index, collator_generator)
+    if stream is not None:
+        stream.load_state_dict(_read_json(path / _stream_file(accelerator.process_index)))
     return Progress(**_read_json(path / PROGRESS_FILE))
 
 
