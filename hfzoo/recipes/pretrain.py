@@ -1,7 +1,7 @@
 """Pretrain a preset from scratch: config -> corpus -> tokenizer -> collator -> model -> AdamW -> loop -> save.
 
 Read `pretrain` top to bottom; it is the recipe. It runs unchanged as one process, under
-`accelerate launch` (DDP, FSDP, DeepSpeed: see recipes/configs/accelerate/) and under `torchrun`:
+`accelerate launch` (DDP, FSDP: see recipes/configs/accelerate/) and under `torchrun`:
 
     python recipes/pretrain.py --config recipes/configs/gpt-small-clm.yaml
     accelerate launch recipes/pretrain.py --config recipes/configs/gpt-small-clm.yaml --max_steps 200
@@ -218,7 +218,7 @@ def pretrain(config: PretrainConfig) -> Path:
             )  # fmt: skip
             return output_dir
 
-    # --- Accelerator: one process, DDP, FSDP or DeepSpeed, decided by how the script was launched.
+    # --- Accelerator: one process, DDP or FSDP, decided by how the script was launched (DeepSpeed is refused).
     # A seedable sampler reshuffles each epoch from (seed, epoch), so a resumed run sees the same order.
     accelerator = config.accelerator(seedable_data=True)
     if config.save_every < config.max_steps or resume_from is not None:
@@ -351,8 +351,8 @@ def pretrain(config: PretrainConfig) -> Path:
     # --- Save: weights (safetensors) + tokenizer + model card, loadable with the Auto classes.
     accelerator.wait_for_everyone()
     unwrapped = accelerator.unwrap_model(model)
-    # Replicated weights must agree bit for bit; sharded ones (FSDP, DeepSpeed) have nothing to compare.
-    sharded = accelerator.distributed_type in (DistributedType.FSDP, DistributedType.DEEPSPEED)
+    # Replicated weights must agree bit for bit; sharded ones (FSDP) have nothing to compare.
+    sharded = accelerator.distributed_type == DistributedType.FSDP
     checksums = None if sharded else gather_object([parameter_checksum(unwrapped)])
     kept, state_dict = unwrapped, accelerator.get_state_dict(model)
     if objective.training_model is not None:  # a training-time module (ELECTRA's pair): save the model it keeps
