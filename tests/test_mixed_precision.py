@@ -49,9 +49,9 @@ def test_bf16_runs_matmuls_in_bf16_and_keeps_fp32_master_weights(bf16_accelerato
 
 def test_bf16_loss_curve_follows_fp32(tmp_path):
     """Tolerance: bf16 keeps 8 bits of mantissa (~0.4% per product), but the losses are fp32 means over thousands of
-    logits, so each step's loss moves by ~3e-4 here (8e-4 at most, measured); 0.05 at any step (1% of the loss) and 0.01 on average leave
-    room for the few steps where rounding changes an update, and still catch a wrong optimizer or unscaled loss
-    (which move the curve by > 0.1 within ten steps)."""
+    logits, so each step's loss moves by ~3e-4 here (8e-4 at most, measured); 0.05 at any step (1% of the loss) and
+    0.01 on average leave room for the few steps where rounding changes an update, and still catch a wrong optimizer
+    or unscaled loss (which move the curve by > 0.1 within ten steps)."""
     fp32_run = run_in_process("--output_dir", str(tmp_path / "fp32"), *SMALL)
     bf16_run = run_in_process("--output_dir", str(tmp_path / "bf16"), *SMALL, "--mixed_precision", "bf16")
     fp32, bf16 = train_losses(fp32_run), train_losses(bf16_run)

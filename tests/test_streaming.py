@@ -34,7 +34,8 @@ TWO_PROCESSES = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_nod
 
 
 def _texts(n: int) -> datasets.IterableDataset:
-    return datasets.Dataset.from_dict({"text": [f"text {i} " + "word " * (i % 7) for i in range(n)]}).to_iterable_dataset()
+    texts = [f"text {i} " + "word " * (i % 7) for i in range(n)]
+    return datasets.Dataset.from_dict({"text": texts}).to_iterable_dataset()
 
 
 def _launch(out: Path, *extra: str, log=subprocess.DEVNULL) -> subprocess.Popen:
