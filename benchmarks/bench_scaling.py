@@ -29,7 +29,6 @@ from pathlib import Path
 
 import torch
 from accelerate import Accelerator
-from accelerate.state import AcceleratorState, GradientState
 from transformers import AutoModelForCausalLM
 
 import hfzoo
@@ -114,32 +113,28 @@ def throughput_rows(args: argparse.Namespace, workdir: Path) -> tuple[list[dict]
 
 
 def checkpoint_row(preset: str, repeats: int, workdir: Path) -> dict:
-    """Save and load times of a `preset` model with AdamW state after one step, in one process."""
+    """Save and load times of a `preset` model with AdamW state after one step, in one process (an Accelerator of its
+    own, so that the checkpoint holds this model only)."""
     accelerator = Accelerator(cpu=True)
-    try:
-        model = AutoModelForCausalLM.from_config(hfzoo.preset_config(preset))
-        optimizer = torch.optim.AdamW(model.parameters())
-        model, optimizer = accelerator.prepare(model, optimizer)
-        ids = torch.randint(0, model.config.vocab_size, (1, 16))
-        model(input_ids=ids, labels=ids).loss.backward()
-        optimizer.step()
-        saves, loads, size = [], [], 0
-        for repeat in range(repeats):
-            output_dir = workdir / f"checkpoint-{preset}-{repeat}"
-            start = time.perf_counter()
-            path = save_checkpoint(accelerator, output_dir, Progress(step=1), None, keep=1)
-            saves.append(time.perf_counter() - start)
-            start = time.perf_counter()
-            load_checkpoint(accelerator, path)
-            loads.append(time.perf_counter() - start)
-            size = sum(file.stat().st_size for file in path.rglob("*") if file.is_file())
-            shutil.rmtree(output_dir)
-        parameters = sum(p.numel() for p in model.parameters())
-    finally:
-        GradientState._reset_state()
-        AcceleratorState._reset_state(reset_partial_state=True)
-    return {"figure": "checkpoint", "model": preset, "parameters": parameters, "size_mib": size / 2**20,
-            "save_s": _summary(saves), "load_s": _summary(loads)}  # fmt: skip
+    model = AutoModelForCausalLM.from_config(hfzoo.preset_config(preset))
+    optimizer = torch.optim.AdamW(model.parameters())
+    model, optimizer = accelerator.prepare(model, optimizer)
+    ids = torch.randint(0, model.config.vocab_size, (1, 16))
+    model(input_ids=ids, labels=ids).loss.backward()
+    optimizer.step()
+    saves, loads, size = [], [], 0
+    for repeat in range(repeats):
+        output_dir = workdir / f"checkpoint-{preset}-{repeat}"
+        start = time.perf_counter()
+        path = save_checkpoint(accelerator, output_dir, Progress(step=1), None, keep=1)
+        saves.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        load_checkpoint(accelerator, path)
+        loads.append(time.perf_counter() - start)
+        size = sum(file.stat().st_size for file in path.rglob("*") if file.is_file())
+        shutil.rmtree(output_dir)
+    return {"figure": "checkpoint", "model": preset, "parameters": sum(p.numel() for p in model.parameters()),
+            "size_mib": size / 2**20, "save_s": _summary(saves), "load_s": _summary(loads)}  # fmt: skip
 
 
 def _efficiency(row: dict) -> str:

@@ -116,7 +116,12 @@ def render_compile_file(path: Path, data: dict) -> str:
 
 def render_scaling_file(path: Path, data: dict) -> str:
     """bench_scaling's recipe throughput per process count (with scaling efficiency) and its checkpoint costs."""
+    settings = data["settings"]
     lines = [f"## scaling ({path.stem})", "", _provenance(path, data), "",
+             f"The recipe launched by `torch.distributed.run`, each process on {settings['threads_per_process']} "
+             f"thread(s) with {settings['batch_size']} blocks of {settings['block_size']} tokens per step; scaling "
+             "efficiency = tokens/s / (processes x tokens/s of one process). Checkpoints are saved and loaded in the "
+             "benchmark's own process, with AdamW's state.", "",
              "| sharding | processes | model | distributed type | tokens/s, all processes | scaling efficiency |",
              "|---|---|---|---|---|---|"]  # fmt: skip
     for row in (row for row in data["results"] if row["figure"] == "train"):
