@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import random
 import re
 import signal
@@ -20,6 +19,7 @@ import time
 from pathlib import Path
 
 import datasets
+import psutil
 import pytest
 from test_pretrain_recipe import CONFIG, RECIPE, max_weight_difference, recipe_env, run_in_process, train_losses
 
@@ -39,10 +39,21 @@ def _texts(n: int) -> datasets.IterableDataset:
 
 
 def _launch(out: Path, *extra: str, log=subprocess.DEVNULL) -> subprocess.Popen:
-    """The recipe on two processes, in a session of its own so that the whole job can be killed at once."""
+    """The recipe on two processes (python -m torch.distributed.run, gloo)."""
     command = [*TWO_PROCESSES, str(RECIPE), "--config", str(CONFIG), "--output_dir", str(out), *STREAMED, *extra]
-    return subprocess.Popen(command, env=recipe_env(threads=1), stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)  # fmt: skip
+    return subprocess.Popen(command, env=recipe_env(threads=1), stdout=log, stderr=subprocess.STDOUT)
+
+
+def _kill_job(launcher: subprocess.Popen) -> None:
+    """SIGKILL the launcher and its training processes at once. torchrun starts each of them in a session of its own,
+    so killing the launcher (or its process group) alone would leave them training."""
+    job = [psutil.Process(launcher.pid), *psutil.Process(launcher.pid).children(recursive=True)]
+    assert len(job) >= 3, "the launcher and two training processes"
+    for process in job:
+        process.send_signal(signal.SIGKILL)
+    launcher.wait()
+    _, alive = psutil.wait_procs(job, timeout=30)
+    assert not alive, alive
 
 
 def _logged_step(out: Path) -> int:
@@ -138,8 +149,9 @@ def test_two_streaming_processes_killed_at_a_random_step_resume_to_the_uninterru
         deadline = time.monotonic() + 600
         while _logged_step(out) < kill_after and process.poll() is None and time.monotonic() < deadline:
             time.sleep(0.01)
-        os.killpg(process.pid, signal.SIGKILL)  # the launcher and both processes
-        process.wait()
+        assert process.poll() is None, "the run finished before it was killed"
+        _kill_job(process)
+        killed_at = _logged_step(out)
     assert not (out / "model.safetensors").exists(), "the run finished before it was killed"
     checkpoint = list_checkpoints(out)[-1]
     assert {"stream_0.json", "stream_1.json"} <= {p.name for p in checkpoint.iterdir()}
@@ -147,7 +159,7 @@ def test_two_streaming_processes_killed_at_a_random_step_resume_to_the_uninterru
     with open(tmp_path / "resumed.log", "w") as log:
         assert _launch(out, "--resume", log=log).wait(timeout=600) == 0, (tmp_path / "resumed.log").read_text()[-3000:]
     start = [r for r in read_log(out) if r["event"] == "start"][-1]
-    print(f"killed after step {kill_after}; resumed from step {start['step']}")
+    print(f"killed after step {killed_at}; resumed from step {start['step']}")
     assert start["num_processes"] == 2 and start["resumed_from"] is not None
     assert max_weight_difference(out, reference) <= 1e-6
     assert train_losses(out) == train_losses(reference)
