@@ -11,7 +11,6 @@ import pytest
 import torch
 from accelerate import Accelerator
 from accelerate.state import AcceleratorState, GradientState
-from conftest import build_tiny_model
 from test_pretrain_recipe import run_in_process, train_losses, weights
 
 from hfzoo.training.logging import read_log
@@ -30,9 +29,9 @@ def bf16_accelerator() -> Accelerator:
     AcceleratorState._reset_state(reset_partial_state=True)
 
 
-def test_bf16_runs_matmuls_in_bf16_and_keeps_fp32_master_weights(bf16_accelerator):
+def test_bf16_runs_matmuls_in_bf16_and_keeps_fp32_master_weights(bf16_accelerator, tiny_model):
     accelerator = bf16_accelerator
-    model = build_tiny_model("gpt-tiny")
+    model = tiny_model("gpt-tiny")
     model, optimizer = accelerator.prepare(model, torch.optim.AdamW(model.parameters()))
     outputs = []
     linear = next(module for module in model.modules() if isinstance(module, torch.nn.Linear))
