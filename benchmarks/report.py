@@ -58,6 +58,8 @@ def render_result_file(path: Path) -> str:
     data = json.loads(path.read_text())
     if data["benchmark"] == "compile":
         return render_compile_file(path, data)
+    if data["benchmark"] == "scaling":
+        return render_scaling_file(path, data)
     lines = [
         f"## {data['benchmark']}",
         "",
@@ -112,11 +114,35 @@ def render_compile_file(path: Path, data: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def render_scaling_file(path: Path, data: dict) -> str:
+    """bench_scaling's recipe throughput per process count (with scaling efficiency) and its checkpoint costs."""
+    settings = data["settings"]
+    lines = [f"## scaling ({path.stem})", "", _provenance(path, data), "",
+             f"The recipe launched by `torch.distributed.run`, each process on {settings['threads_per_process']} "
+             f"thread(s) with {settings['batch_size']} blocks of {settings['block_size']} tokens per step; scaling "
+             "efficiency = tokens/s / (processes x tokens/s of one process). Checkpoints are saved and loaded in the "
+             "benchmark's own process, with AdamW's state.", "",
+             "| sharding | processes | model | distributed type | tokens/s, all processes | scaling efficiency |",
+             "|---|---|---|---|---|---|"]  # fmt: skip
+    for row in (row for row in data["results"] if row["figure"] == "train"):
+        efficiency = "–" if row["scaling_efficiency"] is None else f"**{row['scaling_efficiency']:.2f}**"
+        lines.append(f"| {row['sharding']} | {row['processes']} | {row['model']} | {row['distributed_type']} | "
+                     f"{_spread(row['tokens_per_s'], 0)} | {efficiency} |")
+    lines += ["", "| model | parameters | checkpoint MiB | save s | load s |", "|---|---|---|---|---|"]
+    for row in (row for row in data["results"] if row["figure"] == "checkpoint"):
+        lines.append(f"| {row['model']} | {row['parameters']:,} | {row['size_mib']:,.1f} | "
+                     f"{_spread(row['save_s'], 3)} | {_spread(row['load_s'], 3)} |")
+    lines += [f"\n{note}" for note in data.get("notes", [])]
+    return "\n".join(lines) + "\n"
+
+
 def headline(results: dict[Path, dict]) -> str:
     """One line per model and figure with its target: the speed ratios, the adapter latency targets, Shakespeare."""
     lines = ["## Headline", "", "| benchmark | model | figure | result | target | met |", "|---|---|---|---|---|---|"]
     for path, data in results.items():
         name = path.stem
+        if data["benchmark"] == "scaling":  # no target: its table is the result
+            continue
         if data["benchmark"] == "compile":
             for row in data["results"]:
                 at_least = COMPILE_TARGETS[row["figure"]]

@@ -225,3 +225,40 @@ def test_adapters_benchmark_checks_the_issue_targets_and_records_the_run(adapter
     assert payload["settings"]["logits_to_keep"] == 1
     assert payload["command"].startswith("python benchmarks/bench_adapters.py --preset-size tiny")
     assert "hard <= 1.05x single" in adapters_results["stdout"]
+
+
+# ----------------------------------------------------------------------------------------------- scaling
+BENCH_SCALING = REPO_ROOT / "benchmarks" / "bench_scaling.py"
+
+
+@pytest.fixture(scope="module")
+def scaling_results(tmp_path_factory) -> dict:
+    arguments = ["--tiny", "--sharding", "ddp", "fsdp"]
+    return run_tiny_benchmark(BENCH_SCALING, arguments, tmp_path_factory.mktemp("bench") / "scaling.json")
+
+
+def test_scaling_benchmark_runs_the_recipe_on_one_and_two_processes(scaling_results):
+    payload = scaling_results["json"]
+    ddp = [row for row in payload["results"] if row["figure"] == "train" and row["sharding"] == "ddp"]
+    # torchrun starts a process group even for one process: both are MULTI_CPU (gloo)
+    assert [(row["processes"], row["num_processes"], row["distributed_type"]) for row in ddp] == [
+        (1, 1, "MULTI_CPU"), (2, 2, "MULTI_CPU")
+    ]
+    for row in ddp:
+        assert 0 < row["tokens_per_s"]["min"] <= row["tokens_per_s"]["median"] <= row["tokens_per_s"]["max"], row
+        assert row["model"] == "gpt-tiny" and row["parameters"] > 0
+    assert ddp[0]["scaling_efficiency"] == 1.0 and ddp[1]["scaling_efficiency"] > 0
+    fsdp = [row for row in payload["results"] if row["figure"] == "train" and row["sharding"] == "fsdp"]
+    if not fsdp:  # the recipe has no `sharding` key yet: the skip says so
+        assert "fsdp rows skipped: the pretraining recipe has no `sharding` key in this checkout" in payload["notes"]
+        assert payload["notes"][0] in scaling_results["stdout"]
+    assert payload["command"] == "python benchmarks/bench_scaling.py --tiny --sharding ddp fsdp --output scaling.json"
+    assert "load_average_end" in payload["environment"]
+
+
+def test_scaling_benchmark_measures_checkpoints_against_model_size(scaling_results):
+    [checkpoint] = [row for row in scaling_results["json"]["results"] if row["figure"] == "checkpoint"]
+    assert checkpoint["model"] == "gpt-tiny"
+    # Weights and AdamW's two moments in fp32, at least: 12 bytes per parameter.
+    assert checkpoint["size_mib"] * 2**20 >= 12 * checkpoint["parameters"] > 0
+    assert checkpoint["save_s"]["median"] > 0 and checkpoint["load_s"]["median"] > 0

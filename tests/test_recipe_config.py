@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 
 from hfzoo.recipe_config import from_dict
+from hfzoo.refusals import run_command
+from hfzoo.training.options import RunOptions
 from hfzoo.recipes.pretrain import PretrainConfig, main, parse_args
 
 REPO = Path(__file__).resolve().parents[1]
@@ -117,7 +119,21 @@ def test_accelerate_configs_parse_with_accelerate():
         p.stem: load_config_from_file(str(p)).distributed_type.value
         for p in (REPO / "recipes" / "configs" / "accelerate").glob("*.yaml")
     }
-    assert kinds == {"cpu_ddp": "MULTI_GPU", "ddp": "MULTI_GPU", "fsdp": "FSDP", "deepspeed_zero2": "DEEPSPEED"}
+    assert kinds == {"cpu_ddp": "MULTI_GPU", "ddp": "MULTI_GPU", "fsdp": "FSDP"}  # no DeepSpeed: it cannot run
+
+
+def test_a_deepspeed_launch_is_refused_in_one_line_before_anything_is_written(tmp_path, monkeypatch, capsys):
+    """`accelerate launch` with a DeepSpeed config sets ACCELERATE_USE_DEEPSPEED. Every recipe's Accelerator comes from
+    `RunOptions.accelerator`, which refuses it and says what to use instead."""
+    monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
+    with pytest.raises(ValueError, match="DeepSpeed is not supported"):
+        RunOptions().accelerator()
+    with pytest.raises(SystemExit) as refused:
+        run_command("pretrain", ["--preset", "gpt-tiny", "--objective", "clm", "--output_dir", str(tmp_path)], main)
+    assert refused.value.code == 2
+    line = capsys.readouterr().err.splitlines()[-1]
+    assert line.startswith("pretrain: DeepSpeed is not supported") and line.endswith("--sharding fsdp")
+    assert not any(tmp_path.iterdir())
 
 
 def test_unknown_collator_option_is_named():

@@ -5,6 +5,10 @@ end-of-sequence token (its ``[SEP]`` for encoder tokenizers, which have no EOS),
 stream is cut into ``block_size`` blocks with no padding; the final partial block is dropped.
 Unlike the usual per-batch grouping, the stream continues across batches, so the blocks are
 exactly the leading ``n * block_size`` tokens of the whole corpus, streaming or not.
+
+``pack_in_windows`` is the exception, for a training stream that must resume exactly from a checkpoint: it packs
+each window of texts on its own, so that datasets can restore its position (``state_dict()``) without replaying the
+stream from its start.
 """
 
 from __future__ import annotations
@@ -71,6 +75,41 @@ def _blocks(
         for start in range(0, n_tokens, block_size):
             yield {"input_ids": buffer[start : start + block_size]}
         del buffer[:n_tokens]
+
+
+def _pack_window(
+    batch: dict[str, list], tokenizer: PreTrainedTokenizerBase, block_size: int, text_column: str, sep: int
+) -> dict[str, list[list[int]]]:
+    stream = [token for doc in _tokenize(batch, tokenizer, text_column, sep)["input_ids"] for token in doc]
+    return {"input_ids": [stream[start : start + block_size]
+                          for start in range(0, len(stream) - block_size + 1, block_size)]}  # fmt: skip
+
+
+def pack_in_windows(
+    dataset: datasets.IterableDataset,
+    tokenizer: PreTrainedTokenizerBase,
+    block_size: int,
+    *,
+    text_column: str = "text",
+    window: int = 1000,
+) -> datasets.IterableDataset:
+    """``pack`` for a stream that must resume exactly: every ``window`` texts are packed on their own (the
+    window's last partial block, fewer than ``block_size`` tokens per ``window`` texts, is dropped).
+
+    Packing a window is a stateless batched ``map``, so the stream's ``state_dict()`` is the position of the window
+    in the texts plus the blocks of it already read, and ``load_state_dict()`` resumes by re-reading at most one
+    window, where a stream packed across windows (``pack``) would replay everything before it.
+    """
+    if block_size < 1:
+        raise ValueError(f"block_size must be positive, got {block_size}")
+    return dataset.select_columns([text_column]).map(
+        _pack_window,
+        batched=True,
+        batch_size=window,
+        remove_columns=[text_column],
+        fn_kwargs={"tokenizer": tokenizer, "block_size": block_size, "text_column": text_column,
+                   "sep": separator_id(tokenizer)},  # fmt: skip
+    )
 
 
 def pack(

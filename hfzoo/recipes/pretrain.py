@@ -1,7 +1,7 @@
 """Pretrain a preset from scratch: config -> corpus -> tokenizer -> collator -> model -> AdamW -> loop -> save.
 
 Read `pretrain` top to bottom; it is the recipe. It runs unchanged as one process, under
-`accelerate launch` (DDP, FSDP, DeepSpeed: see recipes/configs/accelerate/) and under `torchrun`:
+`accelerate launch` (DDP, FSDP: see recipes/configs/accelerate/) and under `torchrun`:
 
     python recipes/pretrain.py --config recipes/configs/gpt-small-clm.yaml
     accelerate launch recipes/pretrain.py --config recipes/configs/gpt-small-clm.yaml --max_steps 200
@@ -28,11 +28,14 @@ import torch
 import yaml
 from accelerate import Accelerator
 from accelerate.utils import DistributedType, gather_object, set_seed
+from datasets import IterableDataset
 from torch.utils.data import DataLoader
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from ..cards import PRETRAINING_SECTIONS, RunRecord, describe_objective, pretraining_metadata, write_card
 from ..data.corpus import load_corpus
+from ..data.packing import pack
+from ..data.streaming import HELD_OUT_TEXTS, held_out, training_stream
 from ..data.tokenizer_training import KINDS, train_tokenizer_on_corpus
 from ..files import check_output_folder, write_atomic
 from ..presets import FAMILY_CONFIGS, list_presets, preset_config, preset_family
@@ -76,7 +79,10 @@ class PretrainConfig(RunOptions):
     data_files: str | list | dict | None = key(None, "local files (path, glob, list, or split -> paths)")
     text_column: str = key("text", "column holding the text")
     max_train_samples: int | None = key(None, "keep only the first N training texts (before packing)", minimum=1)
-    max_eval_samples: int | None = key(None, "keep only the first N validation texts (before packing)", minimum=1)
+    max_eval_samples: int | None = key(None, "keep only the first N validation texts (before packing); none = all "
+                                       f"(streaming: the first {HELD_OUT_TEXTS})", minimum=1)  # fmt: skip
+    streaming: bool = key(False, "read the corpus lazily (local files or a Hub dataset), tokenise and pack it on the "
+                          "fly, each process its share; memory stays flat as the corpus grows")  # fmt: skip
     block_size: int = key(128, "tokens per training example; the corpus is packed into blocks of this length",
                           minimum=1)  # fmt: skip
     # Tokenizer.
@@ -116,6 +122,9 @@ class PretrainConfig(RunOptions):
         except (ValueError, TypeError) as error:  # an unknown field or a bad value; the message says which
             raise ValueError(f"config key 'model': {error}") from None
         objective = get_objective(self.objective, self.preset)
+        if self.streaming and objective.examples is not pack:
+            raise ValueError(f"config key 'streaming': objective {self.objective!r} builds its examples per document "
+                             "(not packed blocks), which is not streamed; use streaming false.")  # fmt: skip
         objective.check_collator_options(self.collator)
         objective.check_options(self.objective_options, model_config)
         if not 0.0 <= self.min_lr_ratio <= 1.0:
@@ -136,7 +145,11 @@ def parse_args(argv: Sequence[str] | None = None) -> PretrainConfig:
 
 
 def _first(dataset, limit: int | None):
-    return dataset.select(range(min(limit, len(dataset)))) if limit is not None else dataset
+    if limit is None:
+        return dataset
+    if isinstance(dataset, IterableDataset):
+        return dataset.take(limit)
+    return dataset.select(range(min(limit, len(dataset))))
 
 
 def _tokenizer(
@@ -208,7 +221,7 @@ def pretrain(config: PretrainConfig) -> Path:
             )  # fmt: skip
             return output_dir
 
-    # --- Accelerator: one process, DDP, FSDP or DeepSpeed, decided by how the script was launched.
+    # --- Accelerator: one process, DDP or FSDP, decided by how the script was launched (DeepSpeed is refused).
     # A seedable sampler reshuffles each epoch from (seed, epoch), so a resumed run sees the same order.
     accelerator = config.accelerator(seedable_data=True)
     if config.save_every < config.max_steps or resume_from is not None:
@@ -224,10 +237,14 @@ def pretrain(config: PretrainConfig) -> Path:
     # malformed file leaves no output folder behind.
     with accelerator.main_process_first():  # the main process fills datasets' cache, the others read it
         corpus = load_corpus(
-            config.dataset, data_files=config.data_files, text_column=config.text_column, seed=config.seed
-        )
+            config.dataset, data_files=config.data_files, text_column=config.text_column, seed=config.seed,
+            streaming=config.streaming,
+        )  # fmt: skip
     train_texts = _first(corpus["train"], config.max_train_samples)
-    eval_texts = _first(corpus["validation"], config.max_eval_samples)
+    if config.streaming:  # a fixed held-out set: the validation split's first texts, kept in memory
+        eval_texts = held_out(corpus["validation"], config.max_eval_samples or HELD_OUT_TEXTS)
+    else:
+        eval_texts = _first(corpus["validation"], config.max_eval_samples)
     if accelerator.is_main_process:
         output_dir.mkdir(parents=True, exist_ok=True)
         write_atomic(output_dir / CONFIG_FILE, yaml.safe_dump(config.to_dict(), sort_keys=False))
@@ -238,9 +255,9 @@ def pretrain(config: PretrainConfig) -> Path:
     inputs = run_inputs(_tokenizer_folder(config, output_dir), tokenizer_file_names(tokenizer),
                         (config.dataset, config.data_files))  # what each checkpoint records, to check on resume
     with accelerator.main_process_first():
-        train_blocks = objective.examples(train_texts, tokenizer, config.block_size)
+        train_blocks = None if config.streaming else objective.examples(train_texts, tokenizer, config.block_size)
         eval_blocks = objective.examples(eval_texts, tokenizer, config.block_size)
-    if len(train_blocks) < config.per_device_batch_size * accelerator.num_processes:
+    if not config.streaming and len(train_blocks) < config.per_device_batch_size * accelerator.num_processes:
         raise ValueError(
             f"the training corpus packs into {len(train_blocks)} blocks of {config.block_size} tokens, "
             "fewer than one batch; use more data or a smaller block_size/per_device_batch_size"
@@ -260,15 +277,21 @@ def pretrain(config: PretrainConfig) -> Path:
 
     # --- Data loaders: they yield lists of examples; the loop collates (see hfzoo.training.loop).
     # Each loader has its own generator so that creating an iterator does not draw from the global RNG
-    # (which drives dropout and must continue exactly after a resume).
-    train_loader = DataLoader(
-        train_blocks,
-        batch_size=config.per_device_batch_size,
-        shuffle=True,
-        drop_last=True,
-        collate_fn=list,
-        generator=torch.Generator().manual_seed(config.seed),
-    )
+    # (which drives dropout and must continue exactly after a resume). A stream is read in order, each process its
+    # share, and keeps its own position in checkpoints (hfzoo.data.streaming).
+    stream = None
+    if config.streaming:
+        stream = training_stream(train_texts, tokenizer, config.block_size, config.per_device_batch_size,
+                                 accelerator.process_index, accelerator.num_processes)  # fmt: skip
+    else:
+        train_loader = DataLoader(
+            train_blocks,
+            batch_size=config.per_device_batch_size,
+            shuffle=True,
+            drop_last=True,
+            collate_fn=list,
+            generator=torch.Generator().manual_seed(config.seed),
+        )
     eval_loader = DataLoader(
         EvalShard(eval_blocks, accelerator.process_index, accelerator.num_processes),
         batch_size=config.per_device_batch_size,
@@ -282,13 +305,16 @@ def pretrain(config: PretrainConfig) -> Path:
         model, config.learning_rate, config.weight_decay, (config.adam_beta1, config.adam_beta2), config.adam_epsilon
     )
     scheduler = build_scheduler(optimizer, config.warmup_steps, config.max_steps, config.min_lr_ratio)
-    model, optimizer, train_loader = prepare(accelerator, model, optimizer, train_loader)
+    if stream is not None:  # a stream splits and batches itself (hfzoo.data.streaming)
+        (model, optimizer), train_loader = prepare(accelerator, model, optimizer), stream
+    else:
+        model, optimizer, train_loader = prepare(accelerator, model, optimizer, train_loader)
     accelerator.register_for_checkpointing(scheduler)
     set_seed(config.seed, device_specific=True)  # dropout: a different stream on each process
 
     progress = Progress()
     if resume_from is not None:
-        progress = load_checkpoint(accelerator, resume_from, collator_generator)
+        progress = load_checkpoint(accelerator, resume_from, collator_generator, stream)
     log = RunLogger(
         output_dir,
         enabled=accelerator.is_main_process,
@@ -311,7 +337,7 @@ def pretrain(config: PretrainConfig) -> Path:
         global_batch_size=global_batch,
         tokens_per_step=global_batch * config.block_size,
         parameters=accelerator.unwrap_model(model).num_parameters(),
-        train_blocks=len(train_blocks),
+        train_blocks=None if stream is not None else len(train_blocks),
         eval_blocks=len(eval_blocks),
         config=config.to_dict(),
     )
@@ -325,16 +351,16 @@ def pretrain(config: PretrainConfig) -> Path:
         evaluate=lambda: _validate(model, eval_loader, objective, tokenizer, config, accelerator),
         checkpoint=lambda progress: save_checkpoint(
             accelerator, output_dir, progress, collator_generator, config.keep_checkpoints, config.to_dict(), inputs,
-            sharded=config.sharding == "fsdp",
+            stream, sharded=config.sharding == "fsdp",
         ),
     )  # fmt: skip
 
     # --- Save: weights (safetensors) + tokenizer + model card, loadable with the Auto classes.
     accelerator.wait_for_everyone()
     unwrapped = accelerator.unwrap_model(model)
-    # Replicated weights must agree bit for bit; sharded ones (FSDP, DeepSpeed) have nothing to compare, and are
-    # gathered whole on the main process to be saved as one model.safetensors.
-    sharded = is_sharded(model) or accelerator.distributed_type in (DistributedType.FSDP, DistributedType.DEEPSPEED)
+    # Replicated weights must agree bit for bit; sharded ones (FSDP) have nothing to compare, and are gathered whole
+    # on the main process to be saved as one model.safetensors.
+    sharded = is_sharded(model) or accelerator.distributed_type == DistributedType.FSDP
     checksums = None if sharded else gather_object([parameter_checksum(unwrapped)])
     with whole_for_saving(model) as whole:
         kept, state_dict = unwrapped, whole if whole is not None else accelerator.get_state_dict(model)

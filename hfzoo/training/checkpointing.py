@@ -6,7 +6,8 @@ whatever a crafted file says; so the state is written here, tensor by tensor: we
 (`model.safetensors`), optimizer tensors (`optimizer.safetensors`, its hyperparameters in
 `optimizer.json`), the registered objects' and the gradient scaler's `state_dict`s as JSON, and per
 process the RNG states (torch CPU and CUDA generators and the collator's as tensors, Python's and
-NumPy's as JSON). Any other file in the folder (a planted `*.pkl`) is never opened.
+NumPy's as JSON), and per process the position in a streamed corpus (JSON, `stream_N.json`). Any other file in
+the folder (a planted `*.pkl`) is never opened.
 
 Verified: `manifest.json`, written last, lists every file with its size and SHA-256; resuming checks
 them all and refuses, naming the file, when one is missing, truncated or altered (a missing RNG file
@@ -130,6 +131,10 @@ def _read_json(path: Path) -> Any:
         raise CheckpointError(f"{path} cannot be read as JSON ({error}); resume from another checkpoint") from None
 
 
+def _stream_file(process_index: int) -> str:
+    return f"stream_{process_index}.json"
+
+
 def _rng_files(process_index: int) -> tuple[str, str]:
     return f"rng_{process_index}.safetensors", f"rng_{process_index}.json"
 
@@ -217,6 +222,7 @@ def save_checkpoint(
     config: dict[str, Any] | None = None,
     inputs: dict[str, Any] | None = None,
     sharded: bool = False,
+    stream: Any = None,
 ) -> Path:
     """Save the full training state of every process as checkpoint `progress.step`; keep the `keep` latest.
 
@@ -224,8 +230,9 @@ def save_checkpoint(
     `accelerator.register_for_checkpointing` (their `state_dict` must be JSON), the gradient scaler, every
     process's RNG states (with the collator's generator, when the collator draws at random), `progress`,
     `config` (what `check_resumed_config` compares) and `inputs` (the tokenizer and data files' fingerprints, what
-    `run_inputs.check_resumed_inputs` compares). `sharded` (`sharding: fsdp`): every process writes its shards of the
-    models and optimizers (`sharded_state`). Call it on all processes, right after an optimizer step.
+    `run_inputs.check_resumed_inputs` compares), and `stream`'s `state_dict()` on every process (a streamed corpus
+    keeps its own position, `hfzoo.data.streaming`). `sharded` (`sharding: fsdp`): every process writes its shards
+    of the models and optimizers (`sharded_state`). Call it on all processes, right after an optimizer step.
     """
     check_checkpointable(accelerator)
     final = checkpoint_dir(output_dir, progress.step)
@@ -237,6 +244,8 @@ def save_checkpoint(
         partial.mkdir()
     accelerator.wait_for_everyone()
     _save_rng(partial, accelerator.process_index, collator_generator)
+    if stream is not None:
+        _write_json(partial / _stream_file(accelerator.process_index), stream.state_dict())
     if sharded:
         models = [accelerator.unwrap_model(model) for model in prepared_models(accelerator)]
         for i, described in enumerate(save_sharded_state(partial, models, prepared_optimizers(accelerator))):
@@ -323,15 +332,19 @@ def verify_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
 
 
 def load_checkpoint(
-    accelerator: Accelerator, path: str | os.PathLike, collator_generator: torch.Generator | None = None
+    accelerator: Accelerator,
+    path: str | os.PathLike,
+    collator_generator: torch.Generator | None = None,
+    stream: Any = None,
 ) -> Progress:
-    """Restore what `save_checkpoint` saved (into the prepared model, optimizer and registered objects), after
-    `verify_checkpoint`.
+    """Restore what `save_checkpoint` saved (into the prepared model, optimizer, registered objects and `stream`),
+    after `verify_checkpoint`.
 
     A sharded checkpoint (`sharding: fsdp`) also resumes on another number of processes: DCP reshards the weights and
     moments, and the data position is carried over as the examples consumed. Such a run is not bit-exact (each
     process draws dropout and masks from its own stream, and the gradient is summed in another order), which
-    `resume_is_exact` tells the run's log; an unsharded checkpoint is refused there."""
+    `resume_is_exact` tells the run's log; an unsharded checkpoint is refused there, and so is a streamed corpus
+    (each process's position is in its own share of the stream)."""
     check_checkpointable(accelerator)
     path = Path(path)
     manifest = verify_checkpoint(path)
@@ -340,6 +353,11 @@ def load_checkpoint(
         raise CheckpointError(
             f"{path} was saved by {saved_processes} processes, this run has {accelerator.num_processes}: "
             "resume with the number of processes that saved it (a run with --sharding fsdp can change it)"
+        )
+    if saved_processes != accelerator.num_processes and stream is not None:
+        raise CheckpointError(
+            f"{path} was saved by {saved_processes} processes, this run has {accelerator.num_processes}: a streamed "
+            "corpus resumes with the number of processes that saved it (each one's position is in its own share)"
         )
     progress = Progress(**_read_json(path / PROGRESS_FILE))
     if sharded:
@@ -371,6 +389,8 @@ def load_checkpoint(
         accelerator.scaler.load_state_dict(_read_json(path / SCALER_FILE))
     if accelerator.process_index < saved_processes:  # a process the checkpoint did not have keeps its seeded streams
         _load_rng(path, accelerator.process_index, collator_generator)
+    if stream is not None:
+        stream.load_state_dict(_read_json(path / _stream_file(accelerator.process_index)))
     return progress
 
 

@@ -1,7 +1,7 @@
 """Evaluation on every process: the validation loss of a language model, and a task's predictions.
 
 Each process evaluates its share of the examples (`EvalShard`); the main process ends with the complete result,
-in example order, and every process runs the same number of forward passes, which FSDP and DeepSpeed need.
+in example order, and every process runs the same number of forward passes, which FSDP needs.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ class EvalShard(torch.utils.data.Dataset):
     """This process's share of the validation examples, padded so every process has the same count.
 
     Examples are dealt out round-robin; the few padding entries (flagged `False`) repeat an example
-    but carry no targets. Every process then runs the same number of forward passes (FSDP and
-    DeepSpeed need that) and no example is counted twice, so the loss equals a one-process
+    but carry no targets. Every process then runs the same number of forward passes (FSDP needs
+    that) and no example is counted twice, so the loss equals a one-process
     evaluation. (accelerate's prepared loaders would repeat real examples instead.)
     """
 
@@ -122,7 +122,7 @@ def predict_all(task: Task, model: nn.Module, features: list[dict], accelerator:
     """`task.predict_batch` over all `features`, each process on its share; the outputs in feature order.
 
     Every process runs the same number of batches (an `EvalShard` repeats one feature to even them out, flagged
-    not real), which FSDP and DeepSpeed need; the main process's list is complete after the gather.
+    not real), which FSDP needs; the main process's list is complete after the gather.
     """
     was_training = model.training
     model.eval()

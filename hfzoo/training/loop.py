@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
@@ -27,6 +27,7 @@ from torch.optim.lr_scheduler import LambdaLR
 from torch.utils.data import DataLoader
 from transformers import get_cosine_with_min_lr_schedule_with_warmup
 
+from ..data.streaming import StreamedBatches
 from .checkpointing import Progress
 from .logging import RunLogger
 
@@ -179,11 +180,25 @@ class Intervals:
         return self.save_every is not None and step % self.save_every == 0 and step < self.max_steps
 
 
+def _remaining_batches(
+    train_loader: DataLoader | StreamedBatches, progress: Progress, accelerator: Accelerator
+) -> Iterable[list]:
+    """The batches of `progress.epoch` not trained on yet. A loader is reshuffled for the epoch and, after a resume,
+    skips the micro-batches the checkpoint had trained on; a stream never ends and restores its own position from
+    the checkpoint (`hfzoo.data.streaming`), so it goes on as it is (`progress` then counts its micro-batches)."""
+    if isinstance(train_loader, StreamedBatches):
+        return train_loader
+    train_loader.set_epoch(progress.epoch)
+    if progress.batches_in_epoch:
+        return accelerator.skip_first_batches(train_loader, progress.batches_in_epoch)
+    return train_loader
+
+
 def train(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
     scheduler: torch.optim.lr_scheduler.LRScheduler,
-    train_loader: DataLoader,
+    train_loader: DataLoader | StreamedBatches,
     collate: Callable[[list], dict],
     accelerator: Accelerator,
     intervals: Intervals,
@@ -199,7 +214,7 @@ def train(
 ) -> dict[str, float]:
     """Train until `intervals.max_steps`, continuing from `progress` (updated in place); returns the last metrics.
 
-    `train_loader` (prepared by accelerate) yields lists of examples, which `collate` turns into a batch.
+    `train_loader` (prepared by accelerate, or a stream) yields lists of examples, which `collate` turns into a batch.
     `evaluate` returns validation metrics (logged when not empty); `checkpoint` saves the run's state and returns
     where; `after_optimizer_step(step)` runs after each optimizer update, before gradients are zeroed (AdaLoRA
     reallocates its ranks from them); `on_trained()` runs once the last step is done, before the final evaluation,
@@ -210,12 +225,7 @@ def train(
     meter.load_state(progress.meter)
     model.train()
     while progress.step < intervals.max_steps:
-        train_loader.set_epoch(progress.epoch)
-        # After a resume, skip the micro-batches of this epoch that the checkpoint had already trained on.
-        batches = train_loader
-        if progress.batches_in_epoch:
-            batches = accelerator.skip_first_batches(train_loader, progress.batches_in_epoch)
-        for features in batches:
+        for features in _remaining_batches(train_loader, progress, accelerator):
             progress.batches_in_epoch += 1
             batch = to_device(collate(features), accelerator.device)
             with accelerator.accumulate(model):

@@ -9,6 +9,7 @@ either way, so YAML files and command lines name them directly (`--seed 3`; also
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,11 +47,16 @@ class RunOptions:
         return dataclasses.asdict(self)
 
     def accelerator(self, seedable_data: bool = False) -> Accelerator:
-        """The run's Accelerator: one process, DDP, FSDP or DeepSpeed, decided by how the script was launched; a
-        launch that asks for FSDP and would not get it is refused (`sharding.check_launch`).
+        """The run's Accelerator: one process, DDP or FSDP, decided by how the script was launched; a launch that asks
+        for FSDP and would not get it is refused (`sharding.check_launch`).
 
         `seedable_data`: samplers reshuffle each epoch from (seed, epoch), so a resumed run sees the same order.
+        DeepSpeed is refused: it is no dependency of hfzoo, its checkpoints pickle, and no hfzoo run was ever tested
+        with it; FSDP2 shards the same state with torch alone.
         """
+        if os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true":  # what `accelerate launch` sets
+            raise ValueError("DeepSpeed is not supported (hfzoo neither installs nor tests it, and its checkpoints "
+                             "pickle); shard with FSDP2 instead: torchrun --nproc_per_node N <recipe> --sharding fsdp")
         accelerator_class = CompilingAccelerator if self.compile else Accelerator
         accelerator = accelerator_class(
             cpu=self.cpu if self.cpu is not None else not torch.accelerator.is_available(),
