@@ -21,7 +21,7 @@ from pathlib import Path
 import datasets
 import psutil
 import pytest
-from test_pretrain_recipe import CONFIG, RECIPE, max_weight_difference, recipe_env, run_in_process, train_losses
+from tests.recipes.test_pretrain_recipe import CONFIG, RECIPE, max_weight_difference, recipe_env, run_in_process, train_losses
 
 from hfzoo.data.corpus import load_corpus
 from hfzoo.data.packing import pack, pack_in_windows

@@ -11,7 +11,7 @@ import pytest
 import torch
 from accelerate import Accelerator
 from accelerate.state import AcceleratorState, GradientState
-from test_pretrain_recipe import run_in_process, train_losses, weights
+from tests.recipes.test_pretrain_recipe import run_in_process, train_losses, weights
 
 from hfzoo.training.logging import read_log
 from hfzoo.training.options import RunOptions
