@@ -306,7 +306,8 @@ def pretrain(config: PretrainConfig) -> Path:
     )
     scheduler = build_scheduler(optimizer, config.warmup_steps, config.max_steps, config.min_lr_ratio)
     if stream is not None:  # a stream splits and batches itself (hfzoo.data.streaming)
-        (model, optimizer), train_loader = prepare(accelerator, model, optimizer), stream
+        model, optimizer = prepare(accelerator, model, optimizer)
+        train_loader = stream
     else:
         model, optimizer, train_loader = prepare(accelerator, model, optimizer, train_loader)
     accelerator.register_for_checkpointing(scheduler)
