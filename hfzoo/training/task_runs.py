@@ -44,6 +44,7 @@ from .checkpointing import (
     stopped_before_training,
 )  # fmt: skip
 from .evaluation import predict_all, task_loss
+from .length_grouping import train_sampling
 from .logging import RunLogger, read_log
 from .loop import (
     Intervals, build_inverse_sqrt_scheduler, build_optimizer, build_scheduler, build_slanted_triangular_scheduler,
@@ -360,9 +361,8 @@ def train_and_evaluate(
     train_loader = DataLoader(
         train_features,
         batch_size=config.per_device_batch_size,
-        shuffle=True,
         collate_fn=list,  # the loop collates (see hfzoo.training.loop)
-        generator=torch.Generator().manual_seed(config.seed),
+        **train_sampling(train_features, config.per_device_batch_size, config.seed, config.group_by_length),
     )
 
     # --- AdamW on the trainable parameters (per layer group with ULMFiT's options), and the learning-rate schedule:
