@@ -43,6 +43,16 @@ def test_a_spent_budget_starts_no_run_and_names_the_runs_left(checkpoints, tmp_p
     assert grid_runs.exit_code(0, execution) == grid_runs.STOPPED_EXIT
 
 
+def test_the_command_line_wires_the_budget_and_exits_75_with_runs_left(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(REPO)  # main() moves to the repository root; the test's cwd is restored after it
+    with pytest.raises(SystemExit) as stopped:
+        results.main(["run", str(tmp_path / "runs"), "--base", str(tmp_path / "base"), "--tasks", "sst2", "rte",
+                      "--methods", "full", "--save_every", "50", "--max_minutes", "0"])  # fmt: skip
+    assert stopped.value.code == grid_runs.STOPPED_EXIT == 75
+    assert "2 runs left (sst2-full, rte-full): the same command continues them" in capsys.readouterr().out
+    assert not (tmp_path / "runs").exists()
+
+
 def test_interrupted_after_the_first_run_the_same_command_keeps_it_and_runs_the_rest(
     checkpoints, tmp_path, tiny_run_lengths, monkeypatch  # noqa: F811
 ):
@@ -111,6 +121,7 @@ def test_device_cuda_without_cuda_is_refused_in_one_line_before_any_run(tmp_path
 
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA: the refusal is for machines without it")
+    monkeypatch.chdir(REPO)
     with pytest.raises(SystemExit) as refused:
         results.main(["run", str(tmp_path / "runs"), "--base", "bert-tiny", "--tasks", "sst2", "--device", "cuda"])
     message = str(refused.value.code)
