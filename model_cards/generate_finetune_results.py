@@ -28,6 +28,16 @@ the base; `card --compare` then sets it against another card's results on the sa
     python model_cards/generate_finetune_results.py card runs/results/transformer-small-multi30k \
         model_cards/results/transformer-small-multi30k --compare model_cards/results/finetune-t5-small
 
+On a GPU, in calls of limited length (a lent device's 10 minutes): `--device cuda` trains every run there (the card
+names the device), `--save_every N` checkpoints each run, and `--max_minutes M` stops the invocation after M minutes,
+terminating a run still going (its checkpoints kept). The same command again keeps every finished run (its record
+says the recipe exited with 0: `recording.run_complete`), continues a stopped one from its latest checkpoint (exactly:
+the recipe's `--resume`) and runs the rest; it exits with 75 while runs are left, 0 once all are done:
+
+    minilm=$(python -c 'from hfzoo.convert import minilm_model_path; print(minilm_model_path())')
+    until python model_cards/generate_finetune_results.py run runs/results/finetune-minilm-l6-cuda --device cuda \
+        --base "$minilm" --import_native --save_every 200 --max_minutes 9; do [ $? = 75 ] || break; done
+
 `--native` adds one run of a native transformers model (`BertForSequenceClassification` of the base's shape, random
 weights, the base's tokenizer) on the first task, through the same recipe, to show the recipe is not zoo-only.
 """
@@ -43,7 +53,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from recording import REPO_ROOT, RUN_RECORD, run_metrics, run_recorded, shown
+from grid_runs import Execution, add_execution_flags, execution_of, exit_code, native_checkpoint, run_once
+from recording import REPO_ROOT, RUN_RECORD, run_complete, run_metrics, shown
 
 from hfzoo.cards import (
     CARD, FINETUNE_METRICS, LOSS_CURVE, RunRecord, Section, markdown_table, model_card_data, render_card,
@@ -82,26 +93,6 @@ PRIMARY = {"sequence-classification": "accuracy", "token-classification": "f1", 
 
 
 # ------------------------------------------------------------------------------------------------ run
-def native_checkpoint(base: Path, folder: Path) -> Path:
-    """A plain transformers BERT folder with the base's shape and tokenizer, random weights (no hfzoo code in it)."""
-    from transformers import AutoConfig, AutoTokenizer, BertConfig, BertForMaskedLM
-
-    import hfzoo  # noqa: F401  (registers the base's config class)
-
-    if (folder / "config.json").is_file():
-        return folder
-    zoo = AutoConfig.from_pretrained(base)
-    tokenizer = AutoTokenizer.from_pretrained(base)
-    config = BertConfig(
-        vocab_size=zoo.vocab_size, hidden_size=zoo.hidden_size, num_hidden_layers=zoo.num_hidden_layers,
-        num_attention_heads=zoo.num_attention_heads, intermediate_size=zoo.intermediate_size,
-        max_position_embeddings=zoo.max_position_embeddings, pad_token_id=tokenizer.pad_token_id,
-    )  # fmt: skip
-    BertForMaskedLM(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
-
-
 def run_grid(
     runs_dir: Path,
     base: Path,
@@ -111,17 +102,19 @@ def run_grid(
     settings: dict[str, tuple[str, list[str]]] | None = None,
     env: dict[str, str] | None = None,
     import_native: bool = False,
+    execution: Execution | None = None,
 ) -> int:
     """Every task x method into `runs_dir/<task>-<method>`; returns the number of failed runs. `settings`: (config
     file, run length) per task instead of `TASKS`'; `env`: environment variables of every run (in its command);
-    `import_native`: `base` is a native transformers checkpoint that each run imports into hfzoo's model."""
+    `import_native`: `base` is a native transformers checkpoint that each run imports into hfzoo's model;
+    `execution`: device, checkpoints and time budget (default: CPU, none, none)."""
     imported = IMPORT_NATIVE if import_native else []
     jobs = [(task, method, METHODS[method] + imported, base) for task in tasks for method in methods]
     if native:
         jobs.append((tasks[0], NATIVE, METHODS["full"], native_checkpoint(base, runs_dir / "native-bert-checkpoint")))
     settings = {**TASKS, **(settings or {})}
-    return sum(run_once(runs_dir / f"{task}-{method}", RECIPE, task, model, method_args, settings[task], env)
-               for task, method, method_args, model in jobs)  # fmt: skip
+    return sum(run_once(runs_dir / f"{task}-{method}", RECIPE, model, method_args, settings[task], env,
+                        execution) for task, method, method_args, model in jobs)  # fmt: skip
 
 
 def run_compositions(
@@ -134,6 +127,7 @@ def run_compositions(
     settings: dict[str, tuple[str, list[str]]] | None = None,
     env: dict[str, str] | None = None,
     compositions: tuple[str, ...] = COMPOSITIONS,
+    execution: Execution | None = None,
 ) -> int:
     """For each target task, the `kind` adapters of `sources` (from `run`) composed each of `compositions`' ways, with
     a fresh head trained on the target with the task's data and run length (or `settings`', as in `run_grid`);
@@ -142,28 +136,11 @@ def run_compositions(
     adapters = ",".join(f"{task}={shown(str(runs_dir / f'{task}-{kind}'))}" for task in sources)
     settings = {**TASKS, **(settings or {})}
     return sum(
-        run_once(runs_dir / f"{target}-compose-{composition}", COMPOSE_RECIPE, target, base,
+        run_once(runs_dir / f"{target}-compose-{composition}", COMPOSE_RECIPE, base,
                  ["--adapters", adapters, "--strategy", composition, "--baseline", "false",
-                  *(IMPORT_NATIVE if import_native else [])], settings[target], env)
+                  *(IMPORT_NATIVE if import_native else [])], settings[target], env, execution)
         for target in targets for composition in compositions
     )  # fmt: skip
-
-
-def run_once(run_dir: Path, recipe: str, task: str, model: Path, extra_args: list[str],
-             setting: tuple[str, list[str]] | None = None, env: dict[str, str] | None = None) -> int:  # fmt: skip
-    """One recorded run of `recipe` on `task` (its config file and run length, or `setting`'s); 1 if it failed,
-    else 0."""
-    if (run_dir / "metrics.json").is_file():
-        print(f"{run_dir}: done already, kept")
-        return 0
-    run_dir.mkdir(parents=True, exist_ok=True)
-    config_file, length = setting or TASKS[task]
-    args = ["--config", config_file, "--model", shown(str(model)), *extra_args, *length,
-            "--output_dir", shown(str(run_dir))]  # fmt: skip
-    print(f"{run_dir}: {recipe} {shlex.join(args)}", flush=True)
-    code = run_recorded(run_dir, recipe, args, env)
-    print(f"{run_dir}: exit code {code}", flush=True)
-    return int(code != 0)
 
 
 # ------------------------------------------------------------------------------------------------ card
@@ -197,12 +174,14 @@ def collect(runs_dir: Path, compare: Path | None = None) -> dict[str, Any]:
     """results.json: per task, each method's metrics, parameters, steps and wall time (and training loss curve), the
     baselines; with `compare` (another card's folder), that card's results on the same tasks."""
     tasks: dict[str, Any] = {}
-    for metrics_file in sorted(runs_dir.glob("*/metrics.json")):
-        run_dir = metrics_file.parent
+    devices: dict[str, None] = {}
+    for run_dir in sorted(folder for folder in runs_dir.iterdir() if run_complete(folder)):
         task, _, method = run_dir.name.partition("-")
         metrics = run_metrics(run_dir)
         record = json.loads((run_dir / RUN_RECORD).read_text())
         loads = [sample[1] for sample in record["load_average_samples"]]
+        if "device" in record:
+            devices[record["device"]] = None
         entry = tasks.setdefault(task, {"task": metrics["task"], "methods": {}})
         entry["primary"] = PRIMARY[metrics["task"]]
         entry["methods"][method] = {
@@ -216,7 +195,8 @@ def collect(runs_dir: Path, compare: Path | None = None) -> dict[str, Any]:
         if "baselines" not in entry and not method.startswith("compose-"):  # a fine-tuning config
             entry["baselines"] = baselines(run_dir)
     machine = json.loads(next(runs_dir.glob(f"*/{RUN_RECORD}")).read_text())["machine"]
-    results = {"runs_dir": shown(str(runs_dir)), "machine": machine, "tasks": tasks}
+    device = {"device": ", ".join(devices)} if devices else {}  # older records name none: CPU runs
+    results = {"runs_dir": shown(str(runs_dir)), "machine": machine, **device, "tasks": tasks}
     if compare is not None:
         other = json.loads((compare / RESULTS).read_text())["tasks"]
         results["compare"] = {
@@ -415,9 +395,11 @@ def render(results: dict[str, Any], card_command: str) -> str:
     """The card's Markdown: one section per task, then the machine the runs shared."""
     machine = results["machine"]
     machine_text = (
+        (f"Device: {results['device']}.\n\n" if "device" in results else "") +
         f"{machine['cpu']}, {machine['cores']} cores, {machine['memory_gib']} GiB; Python {machine['python']}, torch "
-        f"{machine['torch']}. `load` is the mean 1-minute load average during each run (2 cores: above 2, the run "
-        f"shared the CPU and its wall time is a ceiling).\n\nThis card:\n\n```bash\n{card_command}\n```"
+        f"{machine['torch']}. `load` is the mean 1-minute load average during each run ({machine['cores']} cores: "
+        f"above {machine['cores']}, the run shared the CPU and its wall time is a ceiling).\n\nThis card:\n\n"
+        f"```bash\n{card_command}\n```"
     )
     scratch_only = all(set(entry["methods"]) == {"scratch"} for entry in results["tasks"].values())
     sections = [SCRATCH_INTRO if scratch_only else INTRO,
@@ -470,6 +452,7 @@ def main(argv: list[str] | None = None) -> None:
                      "(e.g. hfzoo.convert.minilm_model_path()): each run imports it into hfzoo's model")
     run.add_argument("--threads", type=int, help="OMP_NUM_THREADS of each run (in its command): on a shared CPU, 1 "
                      "thread can be faster than 2 that wait for each other")
+    add_execution_flags(run)
     combine = commands.add_parser("compose", help="compose the sources' LoRA adapters for each target task")
     combine.add_argument("runs_dir", type=Path)
     combine.add_argument("--base", type=Path, required=True, help="the pretrained checkpoint folder")
@@ -480,6 +463,7 @@ def main(argv: list[str] | None = None) -> None:
     combine.add_argument("--compositions", nargs="+", default=list(COMPOSITIONS), choices=COMPOSITIONS)
     combine.add_argument("--length", help="one target only: the run length's flags instead of the task's")
     combine.add_argument("--threads", type=int, help="OMP_NUM_THREADS of each run (in its command)")
+    add_execution_flags(combine)
     make = commands.add_parser("card", help="README.md and results.json from the finished run folders")
     make.add_argument("runs_dir", type=Path)
     make.add_argument("card_dir", type=Path)
@@ -499,11 +483,14 @@ def main(argv: list[str] | None = None) -> None:
             length = shlex.split(args.length) if args.length else length
             settings = {tasks[0]: (config or config_file, length)}
         env = {"OMP_NUM_THREADS": str(args.threads)} if args.threads else None
+        execution = execution_of(args, runs_dir)
         if args.command == "run":
-            sys.exit(run_grid(runs_dir, args.base.resolve(), args.tasks, args.methods, args.native, settings, env,
-                              args.import_native))  # fmt: skip
-        sys.exit(run_compositions(runs_dir, args.base.resolve(), args.sources, args.targets, args.kind,
-                                  args.import_native, settings, env, tuple(args.compositions)))  # fmt: skip
+            failed = run_grid(runs_dir, args.base.resolve(), args.tasks, args.methods, args.native, settings, env,
+                              args.import_native, execution)  # fmt: skip
+        else:
+            failed = run_compositions(runs_dir, args.base.resolve(), args.sources, args.targets, args.kind,
+                                      args.import_native, settings, env, tuple(args.compositions), execution)
+        sys.exit(exit_code(failed, execution))
     print(card(runs_dir, args.card_dir.resolve(), args.compare.resolve() if args.compare else None, args.targets))
 
 

@@ -1,6 +1,11 @@
-"""Recording a run of a recipe, for the result cards: the exact command, the machine, the code's commit and the load
-average while it ran, in `run_record.json` beside the run's own files. Shared by the pretraining and the fine-tuning
-result generators, so that every reported number says under which conditions it was measured."""
+"""Recording a run of a recipe, for the result cards: the exact command, the machine and device, the code's commit and
+the load average while it ran, in `run_record.json` beside the run's own files. Shared by the pretraining and the
+fine-tuning result generators, so that every reported number says under which conditions it was measured.
+
+A run may take several invocations (segments): one stopped by a time budget (`Budget`, e.g. to fit a lent GPU's
+10-minute calls) continues from its latest checkpoint in the next, and its record then sums the segments since the
+run last started from scratch. `run_record.json` is the last file a run's recording writes: a run is complete
+(`run_complete`) when its record says the recipe exited with 0, unstopped, and the recipe's results file is there."""
 
 from __future__ import annotations
 
@@ -14,6 +19,7 @@ import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -62,6 +68,39 @@ def _load_sample(start: float) -> list[float]:
     return [round(time.time() - start, 1), *os.getloadavg()]
 
 
+@dataclass
+class Budget:
+    """When to stop recording runs: once `minutes` have passed since it was made (none: never), or once `stop` was
+    called (a SIGTERM or Ctrl-C to the generator). A run still going then is terminated, keeping its checkpoints;
+    `left` collects the runs not finished, for the generator to name."""
+
+    minutes: float | None = None
+    started: float = field(default_factory=time.monotonic)
+    stopped: bool = False
+    left: list[str] = field(default_factory=list)
+
+    def stop(self, *_: Any) -> None:
+        self.stopped = True
+
+    def spent(self) -> bool:
+        return self.stopped or (self.minutes is not None and time.monotonic() - self.started >= 60 * self.minutes)
+
+
+def device_name(device: str) -> str:
+    """What a card names as the device runs trained on: the GPU's model for `cuda`, the CPU's for `cpu`."""
+    return f"{torch.cuda.get_device_name(0)} (cuda)" if device == "cuda" else f"{_machine()['cpu']} (cpu)"
+
+
+def run_complete(run_dir: Path, results_file: str = "metrics.json") -> bool:
+    """Whether `run_dir` holds a finished run: its record (written last, once the recipe has exited) says the recipe
+    exited with 0 and was not stopped, and the recipe's `results_file` is there. Anything else is run (again, or on
+    from its latest checkpoint)."""
+    if not (run_dir / RUN_RECORD).is_file() or not (run_dir / results_file).is_file():
+        return False
+    record = json.loads((run_dir / RUN_RECORD).read_text())
+    return record.get("exit_code") == 0 and not record.get("stopped", False)
+
+
 def shown(path: str) -> str:
     """`path` as a record shows it, never a path of the machine: relative to the repository (so the recorded command
     runs in any checkout), the interpreter outside it as `python`, installed data by its package (`recorded_path`)."""
@@ -93,41 +132,67 @@ def run_metrics(run_dir: Path) -> dict[str, Any]:
 RECORDER_ARGS = ("--overwrite_output_dir", "true")
 
 
-def run_recorded(run_dir: Path, recipe: str, recipe_args: list[str], env: dict[str, str] | None = None) -> int:
+def run_recorded(
+    run_dir: Path,
+    recipe: str,
+    recipe_args: list[str],
+    env: dict[str, str] | None = None,
+    *,
+    budget: Budget | None = None,
+    device: str | None = None,
+    resumed: bool = False,
+) -> int | None:
     """Run `recipe` (a script path relative to the repository) with `recipe_args` under `nice -n 10` with the malloc
     thresholds (and `env`, e.g. OMP_NUM_THREADS), its output in `run_dir/stdout.log`; write the command, the machine,
-    the code's commit and the load average (sampled every 15 s) to `run_dir/run_record.json`. Returns the recipe's
-    exit code."""
+    the `device` (`device_name`), the code's commit and the load average (sampled every 15 s) to
+    `run_dir/run_record.json`. Returns the recipe's exit code, or None when `budget` ran out first: the recipe is then
+    terminated (its checkpoints kept) and the record says `stopped`. `resumed`: the recipe continues this folder's
+    run from a checkpoint, so the record carries the earlier segments (their wall time counts); otherwise it starts
+    a new record."""
     malloc = [f"{key}={value}" for key, value in {**(env or {}), **MALLOC_TUNED}.items()]
     command = ["nice", "-n", "10", "env", *malloc, shown(sys.executable), recipe, *RECORDER_ARGS, *recipe_args]
-    info = {
+    segment = {
         "command": shlex.join(command),
         "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "machine": _machine(),
         "git": _git(),
+        **({"device": device_name(device)} if device else {}),
     }
     start, samples = time.time(), []
-    # `kill` of this recorder must not leave the run behind, training with nobody recording it.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(f"record: terminated; {run_dir} is incomplete"))
-    with (run_dir / "stdout.log").open("w", encoding="utf-8") as output:
+    if budget is None:  # `kill` of this recorder must not leave the run behind, training with nobody recording it
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(f"record: terminated; {run_dir} is incomplete"))
+    with (run_dir / "stdout.log").open("a" if resumed else "w", encoding="utf-8") as output:
         process = subprocess.Popen(command, cwd=REPO_ROOT, stdout=output, stderr=subprocess.STDOUT)
         try:
-            while True:
+            while process.poll() is None and not (budget is not None and budget.spent()):
                 samples.append(_load_sample(start))
-                try:
-                    process.wait(timeout=LOAD_SAMPLE_SECONDS)
-                    break
-                except subprocess.TimeoutExpired:
-                    continue
+                sampled = time.time()
+                while time.time() - sampled < LOAD_SAMPLE_SECONDS and process.poll() is None:
+                    if budget is not None and budget.spent():
+                        break
+                    time.sleep(0.2)
         finally:
             if process.poll() is None:
                 process.terminate()
-    info.update(
-        process_wall_s=round(time.time() - start, 1),
-        exit_code=process.returncode,
-        load_average_samples=samples + [_load_sample(start)],
-    )
+                try:
+                    process.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+    stopped = budget is not None and budget.spent() and process.returncode != 0
+    segment.update(wall_s=round(time.time() - start, 1), exit_code=process.returncode, stopped=stopped)
+    earlier = json.loads((run_dir / RUN_RECORD).read_text()) if resumed and (run_dir / RUN_RECORD).is_file() else {}
+    segments = [*earlier.get("segments", []), segment]
+    info = {
+        "command": segments[0]["command"],  # the one that started the run: a resumed run ends where it would have
+        "started": segments[0]["started"],
+        "machine": _machine(),
+        "git": segment["git"],
+        **({"device": ", ".join(dict.fromkeys(s["device"] for s in segments if "device" in s))} if device else {}),
+        "process_wall_s": round(sum(s["wall_s"] for s in segments), 1),
+        "exit_code": process.returncode,
+        "stopped": stopped,
+        "load_average_samples": [*earlier.get("load_average_samples", []), *samples, _load_sample(start)],
+        "segments": segments,
+    }
     write_atomic(run_dir / RUN_RECORD, json.dumps(info, indent=1))
-    return process.returncode
-
-
+    return None if stopped else process.returncode

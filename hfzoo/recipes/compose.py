@@ -262,7 +262,7 @@ def run_composition(config: ComposeConfig, accelerator: Accelerator, baseline: d
     learning_rate = training.learning_rate if training.learning_rate is not None else DEFAULT_LEARNING_RATE
     # `--sharding fsdp`: each transformer block of the base one FSDP unit, before the optimizer sees the weights.
     composed = shard_model(composed, accelerator, run.sharding)
-    batches = train_loader(train_features, training.per_device_batch_size, run.seed)
+    batches = train_loader(train_features, training.per_device_batch_size, run.seed, training.group_by_length)
     optimizer = build_optimizer(composed, learning_rate, training.weight_decay, (0.9, 0.999), 1e-8)
     composed, optimizer, batches = prepare(accelerator, composed, optimizer, batches)
     steps_per_epoch, max_steps, warmup_steps = run_length(len(batches), training, run.gradient_accumulation_steps)

@@ -187,7 +187,7 @@ def finetune(config: FinetuneConfig) -> Path:
     learning_rate = training.learning_rate if training.learning_rate is not None else tuning.default_learning_rate()
     # `--sharding fsdp`: each transformer block one FSDP unit, before the optimizer and layer groups see the weights.
     model = shard_model(model, accelerator, run.sharding)
-    batches = train_loader(train_features, training.per_device_batch_size, run.seed)
+    batches = train_loader(train_features, training.per_device_batch_size, run.seed, training.group_by_length)
     groups = layer_groups(model) if ulmfit.uses_layer_groups else None
     layers = None
     if ulmfit.discriminative_lr_decay is not None:

@@ -77,6 +77,9 @@ class TaskTrainingOptions:
 
     per_device_batch_size: int = key(16, "examples (QA: windows) per micro-batch on each process", minimum=1)
     eval_batch_size: int | None = key(None, "examples per evaluation batch; none = per_device_batch_size", minimum=1)
+    group_by_length: bool = key(True, "batches of examples of similar length (shuffled batch by batch, from the seed), "
+                                "so that padding each batch to its longest example pads little; false = a plain "
+                                "shuffle (hfzoo.training.length_grouping)")  # fmt: skip
     learning_rate: float | None = key(None, "peak learning rate; none = a default for what trains (fine-tuning: "
                                       "per method, full 5e-5 to prefix 1e-2; composition: 1e-3)")  # fmt: skip
     weight_decay: float = key(0.01, "AdamW weight decay (not applied to biases and norms)")

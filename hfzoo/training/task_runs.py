@@ -43,6 +43,7 @@ from .checkpointing import (
     Progress, check_resumed_config, checkpoint_to_resume, latest_checkpoint, stopped_before_training,
 )  # fmt: skip
 from .evaluation import predict_all, task_loss
+from .length_grouping import train_sampling
 from .logging import RunLogger, read_log
 from .loop import build_inverse_sqrt_scheduler, build_scheduler, build_slanted_triangular_scheduler, label_smoothed_loss
 from .options import CheckpointOptions, TaskTrainingOptions, ULMFiTOptions
@@ -336,11 +337,11 @@ def start_task_log(
     return log
 
 
-def train_loader(features: list[dict], batch_size: int, seed: int) -> DataLoader:
-    """The training features in shuffled batches of `batch_size`, as lists (the loop collates: see
-    `hfzoo.training.loop`); its own generator, so that creating an iterator does not draw from the global RNG."""
-    return DataLoader(features, batch_size=batch_size, shuffle=True, collate_fn=list,
-                      generator=torch.Generator().manual_seed(seed))  # fmt: skip
+def train_loader(features: list[dict], batch_size: int, seed: int, group_by_length: bool) -> DataLoader:
+    """The training features in shuffled batches of `batch_size` (of similar lengths with `group_by_length`), as lists
+    (the loop collates: see `hfzoo.training.loop`); drawn from the seed alone, never from the global RNG."""
+    return DataLoader(features, batch_size=batch_size, collate_fn=list,
+                      **train_sampling(features, batch_size, seed, group_by_length))  # fmt: skip
 
 
 def run_length(batches: int, training: TaskTrainingOptions, accumulation: int) -> tuple[int, int, int]:
