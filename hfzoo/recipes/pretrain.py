@@ -352,7 +352,7 @@ def pretrain(config: PretrainConfig) -> Path:
         evaluate=lambda: _validate(model, eval_loader, objective, tokenizer, config, accelerator),
         checkpoint=lambda progress: save_checkpoint(
             accelerator, output_dir, progress, collator_generator, config.keep_checkpoints, config.to_dict(), inputs,
-            stream, sharded=config.sharding == "fsdp",
+            stream=stream, sharded=config.sharding == "fsdp",
         ),
     )  # fmt: skip
 

@@ -221,6 +221,7 @@ def save_checkpoint(
     keep: int,
     config: dict[str, Any] | None = None,
     inputs: dict[str, Any] | None = None,
+    *,
     sharded: bool = False,
     stream: Any = None,
 ) -> Path:
