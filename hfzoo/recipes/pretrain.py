@@ -31,6 +31,7 @@ from torch.utils.data import DataLoader
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from ..cards import PRETRAINING_SECTIONS, RunRecord, describe_objective, pretraining_metadata, write_card
+from ..cpu_layout import tune_for_cpu
 from ..data.corpus import load_corpus
 from ..data.tokenizer_training import KINDS, train_tokenizer_on_corpus
 from ..files import check_output_folder, write_atomic
@@ -247,7 +248,8 @@ def pretrain(config: PretrainConfig) -> Path:
     model_config = preset_config(
         config.preset, vocab_size=len(tokenizer), **_special_token_ids(tokenizer, family), **config.model
     )
-    model = objective.build_model(model_config, config.objective_options)
+    # The CPU layouts (`hfzoo.cpu_layout`) are the run's choice, not the saved model code's.
+    model = tune_for_cpu(objective.build_model(model_config, config.objective_options))
 
     # --- Collators: all randomness (masks, spans) from a generator per process, saved in checkpoints.
     collator_generator = torch.Generator().manual_seed(config.seed + accelerator.process_index)

@@ -27,6 +27,7 @@ from transformers import (
 
 from ..cards import RunRecord, Section, finetune_metadata, write_card
 from ..convert import import_checkpoint, installed_model_path
+from ..cpu_layout import tune_for_cpu
 from ..data.corpus import missing_local_path
 from ..data.recorded_paths import recorded_path
 from ..data.tokenizer_training import train_tokenizer
@@ -365,6 +366,9 @@ def train_and_evaluate(
         generator=torch.Generator().manual_seed(config.seed),
     )
 
+    # The CPU layouts (`hfzoo.cpu_layout`) are the run's choice, not the saved model code's; before the optimizer
+    # exists, so that its state is created in the training layout.
+    tune_for_cpu(model)
     # --- AdamW on the trainable parameters (per layer group with ULMFiT's options), and the learning-rate schedule:
     # linear warmup then cosine decay to zero, the slanted triangular one, or the Transformer's inverse square root.
     ulmfit = ulmfit or ULMFiTOptions()
