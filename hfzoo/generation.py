@@ -27,6 +27,7 @@ from transformers.generation.streamers import BaseStreamer, TextStreamer
 from .adapters import compose, load_composition
 from .integrations.transformers import compile_on_every_device
 from .adapters.composition import BASE, ComposedModel
+from .cpu_layout import tune_for_cpu
 from .tasks.task import gpt_input_ids, model_family
 
 PROMPT_FORMATS = ("plain", "task")
@@ -62,7 +63,7 @@ def load_for_generation(
             "hfzoo generate takes a causal LM or a sequence-to-sequence model"
         )
     auto_class = AutoModelForSeq2SeqLM if family == "encoder_decoder" else AutoModelForCausalLM
-    model = auto_class.from_pretrained(model_path, dtype=torch.float32).to(device).eval()
+    model = tune_for_cpu(auto_class.from_pretrained(model_path, dtype=torch.float32).to(device).eval())
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     if family == "decoder":
         tokenizer.padding_side = "left"  # every row's continuation starts at the same position

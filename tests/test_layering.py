@@ -5,7 +5,7 @@ Layers, lowest first. A module may import from its own layer or a lower one:
 2. `integrations/`: every use of a third-party library's internals (private attributes, global mutations), each
    behind a version guard. Nothing else in hfzoo, the recipes, benchmarks or card generators touches them.
 3. presets, registration, metrics, the recipe config machinery, refusals (how the commands report bad input),
-   files (atomic writes, output folders).
+   files (atomic writes, output folders), cpu_layout (the CPU weight layouts hfzoo applies to the models it runs).
 4. data, adapters and features (which reach models only through transformers/PEFT), cards, convert (hfzoo <->
    native transformers weights).
 5. tasks (fine-tuning tasks and their data), generation (`hfzoo generate`, which formats prompts as the tasks do).
@@ -22,7 +22,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "hfzoo"
 LAYERS = (
     {"models"},
     {"integrations"},
-    {"presets", "registration", "metrics", "recipe_config", "refusals", "files"},
+    {"presets", "registration", "metrics", "recipe_config", "refusals", "files", "cpu_layout"},
     {"data", "adapters", "features", "cards", "convert"},
     {"tasks", "generation"},
     {"training"},
@@ -112,9 +112,6 @@ MODEL_CODE_INTERNALS = {
     "write auto_map, and hfzoo's save names every head of the family there only when it is set",
     ("modeling_encoder_decoder.py", "_get_resized_embeddings"): "PreTrainedModel's own resizing (mean-resizing "
     "included) applied to the unshared source embedding that the public resize_token_embeddings does not reach",
-    ("weight_layout.py", "_forward_hooks"): "torch has no public way to ask whether a module has hooks; a module "
-    "with hooks (accelerate offload, PEFT) must be called as is",
-    ("weight_layout.py", "_forward_pre_hooks"): "as _forward_hooks",
 }
 
 

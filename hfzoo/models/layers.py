@@ -353,17 +353,12 @@ class Attention(nn.Module):
         else:
             heads = self.qkv_proj(hidden_states)
             heads = heads.view(*heads.shape[:-1], -1, self.head_dim)  # [batch, seq, q + k + v heads, head_dim]
-            rotary = position_signals.rotary if position_signals is not None else None
             q_heads, kv_heads = self.num_heads, self.num_key_value_heads
-            if rotary is not None and not torch.is_grad_enabled():
+            query_key, value = heads.split((q_heads + kv_heads, kv_heads), dim=-2)
+            if position_signals is not None and position_signals.rotary is not None:
                 # Query and key heads are adjacent in the fused projection: one rotation covers both.
-                query_key, value = heads.split((q_heads + kv_heads, kv_heads), dim=-2)
-                query, key = apply_rotary(query_key, *rotary).split((q_heads, kv_heads), dim=-2)
-            else:
-                query, key, value = heads.split((q_heads, kv_heads, kv_heads), dim=-2)
-                if rotary is not None:
-                    # Rotated apart: backward keeps the rotated query, which as a view would keep the key's part too.
-                    query, key = apply_rotary(query, *rotary), apply_rotary(key, *rotary)
+                query_key = apply_rotary(query_key, *position_signals.rotary)
+            query, key = query_key.split((q_heads, kv_heads), dim=-2)
             query, key, value = query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2)
             if position_signals is not None:
                 position_bias = position_signals.attention_bias

@@ -98,7 +98,7 @@ class BiLSTMLayer(GradientCheckpointingLayer):
 
 
 class ZooBiLMPreTrainedModel(ZooPreTrainedModel):
-    """hfzoo's safetensors-only loading and weight layout; no attention, so no attention backends."""
+    """hfzoo's safetensors-only loading; no attention, so no attention backends."""
 
     config: ZooBiLMConfig
     _no_split_modules = ["BiLSTMLayer"]

@@ -34,7 +34,6 @@ from .layers import (
     build_norm,
 )
 from .losses import VOCABULARY_LOSSES
-from .weight_layout import ModeFollowingLayout
 
 
 # What may travel through a forward's `**kwargs` besides the inputs it names: transformers' own keyword arguments
@@ -60,7 +59,7 @@ def check_passed_through(model: nn.Module, kwargs: dict, also_passed_through: fr
         )
 
 
-class ZooPreTrainedModel(ModeFollowingLayout, PreTrainedModel):
+class ZooPreTrainedModel(PreTrainedModel):
     """Capability flags shared by the families' `PreTrainedModel` bases (each adds its `config` annotation).
 
     Every family stacks `TransformerBlock`s whose attention dispatches through transformers' registry, so the same

@@ -27,7 +27,6 @@ from .compat import CACHE_FIELD, output_cache
 from .configuration_decoder import ZooDecoderConfig
 from .losses import add_router_loss
 from .modeling_common import TransformerStack, ZooPreTrainedModel
-from .weight_layout import project_rows
 
 
 class ZooDecoderPreTrainedModel(ZooPreTrainedModel):
@@ -166,7 +165,7 @@ class ZooDecoderForCausalLM(ZooDecoderTaskModel, GenerationMixin):
         hidden_states = outputs.last_hidden_state
         # Only the positions asked for reach the vocabulary projection (generate asks for the last one).
         keep = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep
-        logits = project_rows(self.lm_head, hidden_states[:, keep, :])
+        logits = self.lm_head(hidden_states[:, keep, :])
         loss = None
         if labels is not None:
             loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs)

@@ -31,7 +31,6 @@ from .configuration_encoder_decoder import ZooEncoderDecoderConfig
 from .layers import Attention, MixtureOfExperts, TransformerBlock
 from .losses import add_router_loss
 from .modeling_common import TransformerStack, ZooPreTrainedModel
-from .weight_layout import project_rows
 
 
 def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
@@ -379,7 +378,7 @@ class ZooEncoderDecoderForConditionalGeneration(ZooEncoderDecoderPreTrainedModel
             input_ids, attention_mask, decoder_input_ids, decoder_attention_mask, encoder_outputs, past_key_values,
             inputs_embeds, decoder_inputs_embeds, use_cache, **kwargs,
         )
-        logits = project_rows(self.lm_head, outputs.last_hidden_state)
+        logits = self.lm_head(outputs.last_hidden_state)
         loss = None
         if labels is not None:
             loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs)

@@ -55,7 +55,7 @@ from ..training.evaluation import predict_all
 from ..training.logging import start_recipe
 from ..training.loop import Intervals, build_optimizer, build_scheduler, train
 from ..training.methods import count_trainable_parameters, head_modules
-from ..training.sharding import is_sharded, prepare, shard_model, whole_for_saving, whole_state_dict
+from ..training.sharding import is_sharded, prepare, ready_for_training, whole_for_saving, whole_state_dict
 from ..training.options import CheckpointOptions, RunOptions, TaskTrainingOptions
 from ..training.task_runs import (
     TaskEvaluation, TrainedRun, check_max_length, check_model_paths, check_resumable, check_task_run, evaluate_only,
@@ -260,8 +260,9 @@ def run_composition(config: ComposeConfig, accelerator: Accelerator, baseline: d
     accelerator.free_memory()
     forget_checkpointed_objects(accelerator)
     learning_rate = training.learning_rate if training.learning_rate is not None else DEFAULT_LEARNING_RATE
-    # `--sharding fsdp`: each transformer block of the base one FSDP unit, before the optimizer sees the weights.
-    composed = shard_model(composed, accelerator, run.sharding)
+    # `--sharding fsdp`: each transformer block of the base one FSDP unit, before the optimizer sees the weights;
+    # unsharded on a CPU, the CPU layouts (hfzoo.cpu_layout).
+    composed = ready_for_training(composed, accelerator, run.sharding)
     batches = train_loader(train_features, training.per_device_batch_size, run.seed, training.group_by_length)
     optimizer = build_optimizer(composed, learning_rate, training.weight_decay, (0.9, 0.999), 1e-8)
     composed, optimizer, batches = prepare(accelerator, composed, optimizer, batches)

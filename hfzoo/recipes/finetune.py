@@ -55,7 +55,7 @@ from ..training.logging import start_recipe
 from ..training.loop import Intervals, build_optimizer, train
 from ..training.methods import MethodOptions, apply_method, count_trainable_parameters, head_modules, peft_config_for
 from ..training.options import CheckpointOptions, RunOptions, TaskTrainingOptions, ULMFiTOptions
-from ..training.sharding import is_sharded, prepare, shard_model, whole_for_saving
+from ..training.sharding import is_sharded, prepare, ready_for_training, whole_for_saving
 from ..training.task_runs import (
     TaskEvaluation, TrainedRun, build_task_scheduler, check_max_length, check_model_paths, check_resumable,
     check_task_run, evaluate_only, load_model, load_tokenizer, log_trainable, nothing_to_do, run_length, run_output,
@@ -185,8 +185,9 @@ def finetune(config: FinetuneConfig) -> Path:
     # discriminative learning rates; the Accelerator wraps model, optimizer and batches; then the schedule over the
     # run's length: linear warmup and cosine decay, the slanted triangular one, or the inverse square root.
     learning_rate = training.learning_rate if training.learning_rate is not None else tuning.default_learning_rate()
-    # `--sharding fsdp`: each transformer block one FSDP unit, before the optimizer and layer groups see the weights.
-    model = shard_model(model, accelerator, run.sharding)
+    # `--sharding fsdp`: each transformer block one FSDP unit, before the optimizer and layer groups see the weights;
+    # unsharded on a CPU, the CPU layouts (hfzoo.cpu_layout).
+    model = ready_for_training(model, accelerator, run.sharding)
     batches = train_loader(train_features, training.per_device_batch_size, run.seed, training.group_by_length)
     groups = layer_groups(model) if ulmfit.uses_layer_groups else None
     layers = None

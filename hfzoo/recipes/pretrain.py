@@ -57,7 +57,7 @@ from ..training.loop import Intervals, build_optimizer, build_scheduler, train
 from ..training.objectives import OBJECTIVES, Objective, get_objective
 from ..training.run_inputs import check_resumed_inputs, run_inputs, tokenizer_file_names
 from ..training.options import RunOptions
-from ..training.sharding import is_sharded, prepare, shard_model, whole_for_saving
+from ..training.sharding import is_sharded, prepare, ready_for_training, whole_for_saving
 
 logger = logging.getLogger(__name__)
 # The model config fields the run sets from its tokenizer (its length, its special ids): `model` cannot override them.
@@ -268,8 +268,9 @@ def pretrain(config: PretrainConfig) -> Path:
         config.preset, vocab_size=len(tokenizer), **_special_token_ids(tokenizer, family), **config.model
     )
     model = objective.build_model(model_config, config.objective_options)
-    # --- Sharding (`--sharding fsdp`): each transformer block is one FSDP unit, before the optimizer sees the weights.
-    model = shard_model(model, accelerator, config.sharding)
+    # --- Sharding (`--sharding fsdp`): each transformer block is one FSDP unit, before the optimizer sees the weights;
+    # unsharded on a CPU, the CPU layouts (hfzoo.cpu_layout).
+    model = ready_for_training(model, accelerator, config.sharding)
 
     # --- Collators: all randomness (masks, spans) from a generator per process, saved in checkpoints.
     collator_generator = torch.Generator().manual_seed(config.seed + accelerator.process_index)
