@@ -50,7 +50,7 @@ def run(runs_dir: Path, recipe_args: list[str], finetune_length: list[str]) -> i
                 failed += 1
                 continue
         failed += run_once(
-            runs_dir / f"sst2-{objective}", RECIPE, "sst2", pretrained, ["--method", "full"],
+            runs_dir / f"sst2-{objective}", RECIPE, pretrained, ["--method", "full"],
             (TASKS["sst2"][0], finetune_length),
         )
     return failed
