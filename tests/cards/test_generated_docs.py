@@ -31,12 +31,15 @@ def test_result_card_is_current(card_dir, monkeypatch):
     """A result card is rendered from its results.json alone (the run folders are not kept), so rendering it again
     must give the committed README.md: the card code and the card cannot drift apart."""
     monkeypatch.syspath_prepend(str(ROOT / "model_cards"))
+    import generate_adapter_study
     import generate_electra_results
     import generate_finetune_results
     import generate_results
 
     results = json.loads((card_dir / "results.json").read_text(encoding="utf-8"))
-    if "tasks" in results:  # a fine-tuning grid
+    if results.get("kind") == generate_adapter_study.KIND:
+        text = generate_adapter_study.render(results, generate_adapter_study.card_command(results["runs_dir"], card_dir))
+    elif "tasks" in results:  # a fine-tuning grid
         compared = results.get("compare", {}).get("card")
         command = generate_finetune_results.card_command(results["runs_dir"], card_dir, compared,
                                                          results.get("targets", False))

@@ -86,7 +86,10 @@ def test_sequence_classification_decoder_lora_reloads_to_the_same_predictions(ch
     out = tmp_path / "sst2-lora"
     metrics, predictions = finetune(out, "--model", str(checkpoints["gpt-tiny"]), *SST2, "--method", "lora")
     assert_run_outputs(out, metrics, CLASSIFICATION_KEYS, adapter=True)
-    assert 0 < metrics["trainable_fraction"] < 0.05 and metrics["eval_examples"] == len(predictions) == 32
+    # Rank 8 on every linear layer of a 64-wide model: 6% (of a 384-wide MiniLM: 1.3%).
+    assert 0 < metrics["trainable_fraction"] < 0.1 and metrics["eval_examples"] == len(predictions) == 32
+    adapted = json.loads((out / "adapter_config.json").read_text())["target_modules"]
+    assert {name.rsplit(".", 1)[-1] for name in adapted} >= {"qkv_proj", "o_proj", "up_proj", "down_proj"}  # all-linear
     correct = sum(p["prediction"] == p["label"] for p in predictions)
     assert metrics["accuracy"] == correct / 32
     assert "base_model.model.score.weight" in load_file(out / "adapter_model.safetensors")  # the head, saved
