@@ -176,7 +176,7 @@ def render(results: dict[str, Any], card_command: str) -> str:
 
 # Which study variant each of the recipe's defaults is (checked by tests/cards/test_adapter_study.py), and the fields
 # of its PEFT config the study varied.
-DEFAULT_VARIANTS = {"lora": "lora-all-r8-lr2e-3", "bottleneck": "pfeiffer-rf16-lr3e-3"}
+DEFAULT_VARIANTS = {"lora": "lora-all-r8-lr2e-3", "bottleneck": "pfeiffer-rf4-lr3e-3"}
 STUDIED_FIELDS = {"lora": ("target_modules", "r", "lora_alpha"), "bottleneck": ("variant", "reduction_factor")}
 
 
