@@ -200,7 +200,7 @@ def conclusion_of(tasks: dict[str, Any]) -> str:
             if full is None or default not in variants:
                 continue
             gap = 100 * (variants[default]["value"] - full["value"])
-            within = "within 1 point of" if gap >= -1 else "more than 1 point behind"
+            within = "as good as" if gap >= 0 else "within 1 point of" if gap >= -1 else "more than 1 point behind"
             line = (f"- {name}: the default {method} is {within} full fine-tuning at the same steps: "
                     f"{100 * variants[default]['value']:.2f} vs {100 * full['value']:.2f} ({gap:+.2f} points) at "
                     f"{100 * variants[default]['trainable_fraction']:.2f}% trainable")  # fmt: skip
