@@ -145,3 +145,25 @@ def test_the_targets_are_verdicts_of_the_recorded_numbers():
     assert fusion.startswith("- Fusion >= the best single adapter and >= the uniform average on at least two tasks: "
                              f"**not met** (0 of {len(tasks)} tasks).")  # fmt: skip
     assert all(f"{name}: not run" in fusion for name in tasks)
+
+
+def test_the_real_length_targets_are_verdicts_against_their_bars():
+    """Issue 26's bars for full fine-tuning: absolute on SST-2 and CoNLL-2003, above the task's own floor on RTE and
+    SQuAD; a task the card did not run reads "not run" (fast: the first MiniLM card's recorded numbers)."""
+    recorded = json.loads((REPO / "model_cards" / "results" / "finetune-minilm-l6" / "results.json").read_text())
+    tasks = recorded["tasks"]
+    lines = results.length_targets_section(tasks).body.splitlines()
+    rte = tasks["rte"]
+    needed = 100 * rte["baselines"]["majority_class_accuracy"] + 5
+    accuracy = 100 * rte["methods"]["full"]["accuracy"]
+    verdict = "**met**" if accuracy >= needed else "**not met**"
+    assert lines[3].startswith(f"- RTE accuracy >= its majority class + 5: {verdict}: full fine-tuning {accuracy:.2f} "
+                               f"against {needed:.2f} ({accuracy - needed:+.2f} points")  # fmt: skip
+    better = {**tasks["sst2"], "methods": {"full": {**tasks["sst2"]["methods"]["full"], "accuracy": 0.88}}}
+    assert results.length_targets_section({"sst2": better}).body.splitlines() == [
+        "- SST-2 accuracy >= 88: **met**: full fine-tuning 88.00 against 88.00 (+0.00 points; "
+        f"{better['methods']['full']['steps']} steps, {better['methods']['full']['epochs']} epochs)",
+        "- CoNLL-2003 F1 >= 85: not run",
+        "- SQuAD F1 >= its floor (the sentence sharing most words with the question) + 20: not run",
+        "- RTE accuracy >= its majority class + 5: not run",
+    ]
