@@ -64,8 +64,8 @@ from hfzoo.files import write_atomic
 RECIPE = "recipes/finetune.py"
 COMPOSE_RECIPE = "recipes/compose.py"
 # Task -> (the recipe's config file, the run length used for the reported results: the longest that let the grid's
-# single-task runs of SST-2, CoNLL-2003 and RTE fit about 80 minutes on 2 CPU cores, two runs at a time; SQuAD's is the
-# short one of the first card. The config files themselves hold the longer, paper-like settings).
+# fine-tuning runs of SST-2, CoNLL-2003 and RTE take about 75 minutes on 2 CPU cores, two runs at a time (2.4 hours of
+# run time); SQuAD's is the short one of the first card. The config files hold the longer, paper-like settings).
 TASKS = {
     "sst2": ("recipes/configs/finetune/sst2.yaml",
              ["--max_train_samples", "40000", "--num_epochs", "1", "--per_device_batch_size", "32"]),
