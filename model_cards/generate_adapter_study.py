@@ -107,10 +107,10 @@ def run_study(runs_dir: Path, base: Path, tasks: list[str], variants: list[str],
 def collect(runs_dir: Path) -> dict[str, Any]:
     """results.json: per task, each variant's primary metric, trainable parameters and command, and the floor."""
     tasks: dict[str, Any] = {}
-    for variant in VARIANTS:
-        for run_dir in sorted(runs_dir.glob(f"*-{variant.name}")):
-            task = run_dir.name.removesuffix(f"-{variant.name}")
-            if task not in STUDY_TASKS or not run_complete(run_dir):
+    for task in STUDY_TASKS:
+        for variant in VARIANTS:
+            run_dir = runs_dir / f"{task}-{variant.name}"
+            if not run_complete(run_dir):
                 continue
             metrics = run_metrics(run_dir)
             record = json.loads((run_dir / RUN_RECORD).read_text())
