@@ -1,19 +1,26 @@
-"""ELECTRA against masked-LM pretraining for the same steps: each pretrained on the same corpus with the same preset,
-data, batch, schedule and seed, then each fine-tuned fully on SST-2 with the same steps and seed. Rebuilt from the
-run folders: no number in the card is typed by hand.
+"""ELECTRA against masked-LM pretraining at equal compute: the same encoder preset pretrained from scratch on the same
+corpus, data order, batch, schedule and seed, once as a masked LM and once as ELECTRA's discriminator, the masked LM
+given as many more steps as ELECTRA's dearer step costs (`--mlm-steps`); then each, and the same encoder with random
+weights, fine-tuned fully on SST-2 at each learning rate and seed. Rebuilt from the run folders: no number in the card
+is typed by hand.
 
-    # 1. The four runs, each recorded (command, machine, load); a finished run is kept, not redone. Everything after
-    #    `--` goes to both pretraining runs (`--objective` is added: mlm, then electra).
-    python model_cards/generate_electra_results.py run runs/results/electra-vs-mlm-bert-tiny --finetune-steps 150 \
-        -- --preset bert-tiny --max_steps 200 --block_size 128 --per_device_batch_size 16
+    # 1. The runs, each recorded (command, machine, load); a finished run is kept, not redone. Everything after `--`
+    #    goes to both pretraining runs (`--objective` is added: mlm, then electra).
+    python model_cards/generate_electra_results.py run runs/results/electra-vs-mlm-bert-tiny-sst2 --mlm-steps 4050 \
+        --finetune-learning-rates 1e-4 3e-4 1e-3 --finetune-seeds 42 43 44 \
+        -- --preset bert-tiny --dataset ../shared/data/sst2/train.tsv --text_column sentence --block_size 128 \
+        --per_device_batch_size 32 --learning_rate 1e-3 --warmup_steps 200 --weight_decay 0.01 --adam_beta2 0.999 \
+        --eval_every 500 --max_eval_samples 2000 --save_every 1000 --tensorboard false --log_every 20 --max_steps 3000
 
     # 2. The card: README.md + results.json.
-    python model_cards/generate_electra_results.py card runs/results/electra-vs-mlm-bert-tiny \
+    python model_cards/generate_electra_results.py card runs/results/electra-vs-mlm-bert-tiny-sst2 \
         model_cards/results/electra-vs-mlm-bert-tiny
 
 The pretraining runs are `pretrain-mlm` and `pretrain-electra` in the runs folder (each also gets the unigram
-baseline of `generate_results.py`); the fine-tuning runs `sst2-mlm` and `sst2-electra` (`recipes/finetune.py` with
-recipes/configs/finetune/sst2.yaml, `--method full`). ELECTRA keeps its discriminator, a normal encoder checkpoint.
+baseline of `generate_results.py`); the fine-tuning runs `sst2-<base>-lr<rate>-seed<seed>` (`recipes/finetune.py`
+with recipes/configs/finetune/sst2.yaml, `--method full`), where base `scratch` is the masked LM's config and
+tokenizer with random weights (`--from_scratch true`): the floor that shows whether pretraining transferred at all.
+ELECTRA keeps its discriminator, a normal encoder checkpoint.
 """
 
 from __future__ import annotations
@@ -29,30 +36,52 @@ from typing import Any
 
 from generate_finetune_results import RECIPE, TASKS, baselines, run_once
 from generate_results import record, summarize
-from recording import REPO_ROOT, RUN_RECORD, run_metrics, shown
+from recording import REPO_ROOT, RUN_RECORD, run_complete, run_metrics, shown
 
 from hfzoo.cards import CARD, RunRecord, Section, markdown_table, model_card_data, render_card
 from hfzoo.files import write_atomic
 
 OBJECTIVES = ("mlm", "electra")
+BASES = (*OBJECTIVES, "scratch")  # scratch: the masked LM's config and tokenizer, random weights
 RESULTS = "results.json"
+# One epoch of SST-2's 67,349 training phrases (the config file keeps the first 20,000).
+FINETUNE_LENGTH = ["--max_train_samples", "null", "--num_epochs", "1", "--per_device_batch_size", "32"]
 
 
-def run(runs_dir: Path, recipe_args: list[str], finetune_length: list[str]) -> int:
-    """Pretrain with each objective (`recipe_args`), then fine-tune each on SST-2 (`finetune_length`: the fine-tuning
-    recipe's run-length arguments); returns the number of failed runs."""
+def finetune_dir(runs_dir: Path, base: str, learning_rate: str, seed: int) -> Path:
+    return runs_dir / f"sst2-{base}-lr{learning_rate}-seed{seed}"
+
+
+def run(
+    runs_dir: Path, recipe_args: list[str], finetune_length: list[str], learning_rates: list[str], seeds: list[int],
+    mlm_steps: int | None = None,
+) -> int:  # fmt: skip
+    """Pretrain with each objective (`recipe_args`; the masked LM for `mlm_steps` if given), then fine-tune each
+    pretrained encoder and the random one on SST-2 (`finetune_length`: the fine-tuning recipe's run-length arguments)
+    at every learning rate and seed; returns the number of failed runs."""
     failed = 0
     for objective in OBJECTIVES:
         pretrained = runs_dir / f"pretrain-{objective}"
+        if (pretrained / "model.safetensors").is_file():
+            continue
+        print(f"{pretrained}: pretraining", flush=True)
+        args = [*recipe_args, "--objective", objective]
+        if objective == "mlm" and mlm_steps is not None:
+            if "--max_steps" in args:
+                at = args.index("--max_steps")
+                del args[at : at + 2]
+            args += ["--max_steps", str(mlm_steps)]
+        failed += record(pretrained, args) != 0
+    for base in BASES:
+        pretrained = runs_dir / f"pretrain-{'mlm' if base == 'scratch' else base}"
         if not (pretrained / "model.safetensors").is_file():
-            print(f"{pretrained}: pretraining", flush=True)
-            if record(pretrained, [*recipe_args, "--objective", objective]) != 0:
-                failed += 1
-                continue
-        failed += run_once(
-            runs_dir / f"sst2-{objective}", RECIPE, pretrained, ["--method", "full"],
-            (TASKS["sst2"][0], finetune_length),
-        )
+            continue  # its pretraining failed, counted above
+        method = ["--method", "full", *(["--from_scratch", "true"] if base == "scratch" else [])]
+        for learning_rate in learning_rates:
+            for seed in seeds:
+                length = [*finetune_length, "--learning_rate", learning_rate, "--seed", str(seed)]
+                failed += run_once(finetune_dir(runs_dir, base, learning_rate, seed), RECIPE, pretrained, method,
+                                   (TASKS["sst2"][0], length))  # fmt: skip
     return failed
 
 
@@ -61,39 +90,61 @@ def _load(run_dir: Path) -> dict[str, float]:
     return {"mean": statistics.fmean(loads), "max": max(loads)}
 
 
+def _finetuning(run_dir: Path) -> dict[str, Any]:
+    record_ = json.loads((run_dir / RUN_RECORD).read_text())
+    metrics = {k: v for k, v in run_metrics(run_dir).items() if k != "model_kwargs"}
+    return {**metrics, "wall_s": record_["process_wall_s"], "load": _load(run_dir), "command": record_["command"],
+            "git": record_["git"]}  # fmt: skip
+
+
 def collect(runs_dir: Path, card_command: str) -> dict[str, Any]:
-    """results.json: per objective, the pretraining summary (with its last evaluation) and the SST-2 fine-tuning."""
+    """results.json: per objective the pretraining summary (with its last evaluation); per base, learning rate and
+    seed the SST-2 fine-tuning run."""
     from hfzoo.training.logging import read_log
 
-    results: dict[str, Any] = {"runs_dir": shown(str(runs_dir)), "objectives": {}}
+    results: dict[str, Any] = {"runs_dir": shown(str(runs_dir)), "objectives": {}, "sst2": {}}
     for objective in OBJECTIVES:
-        pretrained, finetuned = runs_dir / f"pretrain-{objective}", runs_dir / f"sst2-{objective}"
+        pretrained = runs_dir / f"pretrain-{objective}"
         summary = summarize(pretrained, card_command)
         summary["last_evaluation"] = [r for r in read_log(pretrained) if r["event"] == "eval"][-1]
         summary["load"] = _load(pretrained)
-        finetune_record = json.loads((finetuned / RUN_RECORD).read_text())
-        metrics = run_metrics(finetuned)
-        results["objectives"][objective] = {
-            "pretraining": summary,
-            "sst2": {**{k: v for k, v in metrics.items() if k != "model_kwargs"},
-                     "wall_s": finetune_record["process_wall_s"], "load": _load(finetuned),
-                     "command": finetune_record["command"], "git": finetune_record["git"]},  # fmt: skip
-        }
-    results["sst2_majority_class_accuracy"] = baselines(runs_dir / "sst2-mlm")["majority_class_accuracy"]
-    results["machine"] = results["objectives"]["mlm"]["pretraining"]["machine"]
+        results["objectives"][objective] = summary
+    finetuned = []
+    for base in BASES:
+        prefix = finetune_dir(runs_dir, base, "", 0).name.removesuffix("-seed0")  # sst2-<base>-lr
+        for run_dir in sorted(runs_dir.glob(f"{prefix}*-seed*")):
+            if not run_complete(run_dir):
+                raise SystemExit(f"card: {run_dir} is not finished; the same `run` command finishes it")
+            learning_rate, seed = run_dir.name[len(prefix) :].rsplit("-seed", 1)
+            results["sst2"].setdefault(base, {}).setdefault(learning_rate, {})[seed] = _finetuning(run_dir)
+            finetuned.append(run_dir)
+        if base in results["sst2"]:  # learning rates in ascending order, not the folder names'
+            results["sst2"][base] = dict(sorted(results["sst2"][base].items(), key=lambda item: float(item[0])))
+    results["sst2_majority_class_accuracy"] = baselines(finetuned[0])["majority_class_accuracy"]
+    results["machine"] = results["objectives"]["mlm"]["machine"]
     return results
+
+
+def _accuracies(seeds: dict[str, Any]) -> list[float]:
+    return [run["accuracy"] for run in seeds.values()]
+
+
+def best_learning_rate(results: dict[str, Any], base: str) -> str:
+    """The base's learning rate with the highest mean accuracy over the seeds (each base gets its own best, as the
+    ELECTRA and BERT papers tune the fine-tuning learning rate per model)."""
+    return max(results["sst2"][base], key=lambda rate: statistics.fmean(_accuracies(results["sst2"][base][rate])))
 
 
 def _pretraining_table(results: dict[str, Any]) -> str:
     rows = []
-    for objective, entry in results["objectives"].items():
-        s, t, last = entry["pretraining"], entry["pretraining"]["training"], entry["pretraining"]["last_evaluation"]
+    for objective, s in results["objectives"].items():
+        t, last = s["training"], s["last_evaluation"]
         discriminator = last.get("eval_discriminator_loss")
         rows.append([
             objective, f"{s['parameters']:,}", t["steps"], f"{t['tokens_seen']:,}", f"{t['loop_wall_s']:.0f} s",
             f"{t['process_wall_s']:.0f} s", f"{t['tokens_per_s_median']:,.0f}",
             f"{s['final']['perplexity']:.1f}", f"{s['baseline']['unigram_perplexity']:.1f}",
-            "-" if discriminator is None else f"{discriminator:.4f}", f"{entry['pretraining']['load']['mean']:.1f}",
+            "-" if discriminator is None else f"{discriminator:.4f}", f"{s['load']['mean']:.1f}",
         ])  # fmt: skip
     headers = ["objective", "parameters trained", "steps", "tokens seen", "loop wall time", "process wall time",
                "tokens/s (median)", "masked-LM perplexity", "unigram perplexity", "discriminator loss", "load"]
@@ -101,46 +152,75 @@ def _pretraining_table(results: dict[str, Any]) -> str:
 
 
 def _finetuning_table(results: dict[str, Any]) -> str:
-    rows = [[f"{objective} base", f"{e['sst2']['accuracy']:.4f}", f"{e['sst2']['f1']:.4f}",
-             f"{e['sst2']['matthews_correlation']:.4f}", e["sst2"]["steps"], f"{e['sst2']['epochs']}",
-             f"{e['sst2']['wall_s']:.0f} s", f"{e['sst2']['load']['mean']:.1f}"]
-            for objective, e in results["objectives"].items()]  # fmt: skip
-    rows.append(["majority class", f"{results['sst2_majority_class_accuracy']:.4f}", "-", "-", "-", "-", "-", "-"])
-    return markdown_table(["fine-tuned from", "accuracy", "f1", "matthews_correlation", "steps", "epochs",
-                           "wall time", "load"], rows)  # fmt: skip
+    rows = []
+    for base, rates in results["sst2"].items():
+        best = best_learning_rate(results, base)
+        for rate, seeds in rates.items():
+            accuracies = _accuracies(seeds)
+            first = next(iter(seeds.values()))
+            rows.append([
+                f"{base}{'' if base == 'scratch' else ' base'}", rate + (" (best)" if rate == best else ""),
+                f"{statistics.fmean(accuracies):.4f}", f"{min(accuracies):.4f} - {max(accuracies):.4f}",
+                " / ".join(f"{a:.4f}" for a in accuracies), ", ".join(seeds),
+                statistics.fmean(run["matthews_correlation"] for run in seeds.values()).__format__(".4f"),
+                first["steps"], first["epochs"], f"{statistics.fmean(run['wall_s'] for run in seeds.values()):.0f} s",
+            ])  # fmt: skip
+    rows.append(["majority class", "-", f"{results['sst2_majority_class_accuracy']:.4f}", *["-"] * 7])
+    return markdown_table(["fine-tuned from", "learning rate", "mean accuracy", "min - max", "per seed", "seeds",
+                           "mean matthews_correlation", "steps", "epochs", "mean wall time"], rows)  # fmt: skip
+
+
+def _points(results: dict[str, Any], base: str) -> tuple[float, list[float]]:
+    """The base's mean accuracy at its best learning rate, in points, and the seeds' accuracies in points."""
+    accuracies = [100 * a for a in _accuracies(results["sst2"][base][best_learning_rate(results, base)])]
+    return statistics.fmean(accuracies), accuracies
 
 
 def _verdicts(results: dict[str, Any]) -> str:
-    mlm, electra = results["objectives"]["mlm"], results["objectives"]["electra"]
-    gain = electra["sst2"]["accuracy"] - mlm["sst2"]["accuracy"]
-    examples = electra["sst2"]["eval_examples"]
-    majority = results["sst2_majority_class_accuracy"]
-    wall = electra["pretraining"]["training"]["loop_wall_s"] / mlm["pretraining"]["training"]["loop_wall_s"]
+    mlm, electra = results["objectives"]["mlm"]["training"], results["objectives"]["electra"]["training"]
+    (mlm_mean, mlm_seeds), (electra_mean, electra_seeds) = _points(results, "mlm"), _points(results, "electra")
+    gain = electra_mean - mlm_mean
+    compute = electra["loop_wall_s"] / mlm["loop_wall_s"]
+    # at each run's median speed: a ratio that a busy minute of the shared machine does not move
+    steady = (electra["steps"] / electra["tokens_per_s_median"]) / (mlm["steps"] / mlm["tokens_per_s_median"])
+    every = ("on every seed" if min(electra_seeds) > max(mlm_seeds) else
+             "on the mean only: the seeds' ranges overlap" if gain > 0 else "")  # fmt: skip
     lines = [
-        f"ELECTRA {'beats' if gain > 0 else 'does not beat'} masked-LM pretraining on SST-2 after the same "
-        f"pretraining steps: {electra['sst2']['accuracy']:.4f} vs {mlm['sst2']['accuracy']:.4f} accuracy "
-        f"({gain:+.4f}, {round(gain * examples):+d} of {examples} validation sentences)",
-        *(f"the {objective} base {'beats' if e['sst2']['accuracy'] > majority else 'does NOT beat'} the majority "
-          f"class ({e['sst2']['accuracy']:.4f} vs {majority:.4f})" for objective, e in results["objectives"].items()),
-        f"the same steps took ELECTRA {wall:.2f}x the masked LM's training-loop wall time (its generator's and "
-        "discriminator's forward and backward against the masked LM's; the machine's load differed between the "
-        "runs, see the table)",
+        (f"ELECTRA {'beats' if gain > 0 else 'does not beat'} masked-LM pretraining at equal compute, fine-tuned on "
+         f"SST-2: {electra_mean:.2f} vs {mlm_mean:.2f} mean accuracy ({gain:+.2f} points"
+         f"{', ' + every if every else ''}; each at its best learning rate, over {len(electra_seeds)} seeds)"),
+        (f"the compute: ELECTRA's {electra['steps']} steps took {electra['loop_wall_s']:.0f} s of training loop, the "
+         f"masked LM's {mlm['steps']} steps {mlm['loop_wall_s']:.0f} s ({compute:.2f}x; {steady:.2f}x at each run's "
+         "median speed; the same tokens per step)"),
     ]  # fmt: skip
+    if "scratch" in results["sst2"]:
+        scratch_mean, _ = _points(results, "scratch")
+        for objective, mean in (("mlm", mlm_mean), ("electra", electra_mean)):
+            gain = mean - scratch_mean
+            lines.append(f"the {objective} pretraining {'transfers' if gain > 0 else 'does NOT transfer'}: "
+                         f"{mean:.2f} vs {scratch_mean:.2f} from random weights ({gain:+.2f} points)")  # fmt: skip
+    majority = 100 * results["sst2_majority_class_accuracy"]
+    lines += [f"the {base} base {'beats' if _points(results, base)[0] > majority else 'does NOT beat'} the majority "
+              f"class ({_points(results, base)[0]:.2f} vs {majority:.2f})" for base in OBJECTIVES]  # fmt: skip
     return "\n".join(f"- {line}." for line in lines)
 
 
 def render(results: dict[str, Any], card_command: str) -> str:
-    mlm = results["objectives"]["mlm"]["pretraining"]
-    electra_options = results["objectives"]["electra"]["pretraining"]["config"]["objective_options"]
+    mlm, electra = results["objectives"]["mlm"], results["objectives"]["electra"]
+    electra_options = electra["config"]["objective_options"]
     intro = (
         f"`{mlm['preset']}` pretrained from scratch on {mlm['data']['name']} twice by `recipes/pretrain.py`, with the "
-        "same data, batch, learning-rate schedule, steps and seed: once as a masked LM (`--objective mlm`), once as "
+        "same data order, batch, learning-rate schedule and seed: once as a masked LM (`--objective mlm`), once as "
         "ELECTRA's discriminator (`--objective electra`: a generator of 1/4 the width, unless "
         f"`objective_options` say otherwise (here {electra_options or 'the defaults'}), fills 15% masked tokens by "
         "sampling, the discriminator labels every token replaced or original; loss = generator MLM loss + 50 x "
-        "discriminator loss). Each kept model (the masked LM's encoder; ELECTRA's discriminator) is then fine-tuned "
-        "fully on SST-2 by `recipes/finetune.py` with the same steps and seed. Generated by "
-        "`model_cards/generate_electra_results.py` from the run folders."
+        "discriminator loss). ELECTRA's step costs more (its generator's forward and backward), so the masked LM "
+        f"trains for more steps ({mlm['training']['steps']} against {electra['training']['steps']}) to spend the same "
+        "compute, as in the ELECTRA paper's comparisons at equal compute. Each kept encoder (the masked LM's; "
+        "ELECTRA's discriminator), and the same encoder with random weights (`scratch`: the masked LM's config and "
+        "tokenizer), is then fine-tuned fully on SST-2 by `recipes/finetune.py` at each learning rate and seed, "
+        "scored on the 872 validation sentences. Generated by `model_cards/generate_electra_results.py` from the run "
+        "folders."
     )
     perplexity_note = (
         "`masked-LM perplexity` is the masked LM's own for `mlm` and ELECTRA's generator's for `electra` (a model "
@@ -149,24 +229,24 @@ def render(results: dict[str, Any], card_command: str) -> str:
         "shared); the kept discriminator has the masked LM's encoder size. `load` is the mean 1-minute load average "
         "during the run on 2 cores: above 2 the run shared the CPU and its wall time is a ceiling."
     )
-    commands = "\n".join(
-        [e["pretraining"]["commands"]["run"] for e in results["objectives"].values()]
-        + [e["sst2"]["command"] for e in results["objectives"].values()]
-    )
+    runs = [(f"pretrain-{objective}", s["machine"]["git"], s["commands"]["run"])
+            for objective, s in results["objectives"].items()]  # fmt: skip
+    runs += [(f"sst2-{base}-lr{rate}-seed{seed}", run["git"], run["command"]) for base, rates in results["sst2"].items()
+             for rate, seeds in rates.items() for seed, run in seeds.items()]  # fmt: skip
+    commands = "\n".join(command for _, _, command in runs)
     machine = results["machine"]
-    code = {f"{kind}-{objective}": git for objective, e in results["objectives"].items()
-            for kind, git in (("pretrain", e["pretraining"]["machine"]["git"]), ("sst2", e["sst2"]["git"]))}
-    rows = [[run, git["commit"][:12], ", ".join(git["uncommitted"]) or "none"] for run, git in code.items()]
+    rows = [[name, git["commit"][:12], ", ".join(git["uncommitted"]) or "none"] for name, git, _ in runs]
     machine_text = (
         f"{machine.get('cpu', '?')}, {machine.get('cores', '?')} cores, {machine.get('memory_gib', '?')} GiB; Python "
         f"{machine.get('python', '?')}, torch {machine.get('torch', '?')}. The code each run ran:\n\n"
         + markdown_table(["run", "commit", "files under hfzoo/ and recipes/ uncommitted when it started"], rows)
     )
     sections = [
-        Section("ELECTRA vs masked-LM pretraining, then SST-2", intro, level=1),
+        Section("ELECTRA vs masked-LM pretraining at equal compute, then SST-2", intro, level=1),
         Section("Verdict", _verdicts(results)),
-        Section("Pretraining (same steps)", _pretraining_table(results) + "\n\n" + perplexity_note),
-        Section("Fine-tuning on SST-2 (same steps and seed)", _finetuning_table(results)),
+        Section("Pretraining (same compute)", _pretraining_table(results) + "\n\n" + perplexity_note),
+        Section("Fine-tuning on SST-2 (every base: the same learning rates, seeds and steps)",
+                _finetuning_table(results)),
         Section("Commands", f"The runs, as recorded (`python`: the virtualenv's):\n\n```bash\n{commands}\n```\n\n"
                 + (f"which `{shlex.join(results['command'])}` started.\n\n" if results["command"] else "")
                 + f"This card:\n\n```bash\n{card_command}\n```"),
@@ -197,8 +277,10 @@ def main(argv: list[str] | None = None) -> None:
     commands = parser.add_subparsers(dest="command", required=True)
     runs = commands.add_parser("run", help="pretrain with mlm and electra, fine-tune each on SST-2, recording each")
     runs.add_argument("runs_dir", type=Path)
-    runs.add_argument("--finetune-steps", type=int, default=150)
-    runs.add_argument("--finetune-batch-size", type=int, default=32)
+    runs.add_argument("--mlm-steps", type=int, help="the masked LM's --max_steps (equal compute: ELECTRA's step "
+                      "costs more); default: the steps given after --")  # fmt: skip
+    runs.add_argument("--finetune-learning-rates", nargs="+", default=["1e-4", "3e-4", "1e-3"])
+    runs.add_argument("--finetune-seeds", nargs="+", type=int, default=[42, 43, 44])
     make = commands.add_parser("card", help="README.md and results.json from the finished run folders")
     make.add_argument("runs_dir", type=Path)
     make.add_argument("card_dir", type=Path)
@@ -212,8 +294,8 @@ def main(argv: list[str] | None = None) -> None:
         runs_dir.mkdir(parents=True, exist_ok=True)
         typed = ["python", "model_cards/generate_electra_results.py", *argv]
         (runs_dir / "command.json").write_text(json.dumps(typed))
-        length = ["--max_steps", str(args.finetune_steps), "--per_device_batch_size", str(args.finetune_batch_size)]
-        sys.exit(run(runs_dir, recipe_args, length))
+        sys.exit(run(runs_dir, recipe_args, FINETUNE_LENGTH, args.finetune_learning_rates, args.finetune_seeds,
+                     args.mlm_steps))  # fmt: skip
     print(card(runs_dir, card_dir))
 
 

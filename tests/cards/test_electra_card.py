@@ -23,16 +23,25 @@ FINETUNING = ["--max_steps", "2", "--per_device_batch_size", "8", "--max_train_s
 def test_runs_and_card(shared_data, tmp_path, monkeypatch):
     monkeypatch.chdir(REPO)  # as main() does: the configs' data paths are relative to the repository
     runs = tmp_path / "runs"
-    assert electra_results.run(runs, PRETRAINING, FINETUNING) == 0
+    assert electra_results.run(runs, PRETRAINING, FINETUNING, ["1e-3"], [42, 43], mlm_steps=3) == 0
     for run in ("pretrain-mlm", "pretrain-electra"):
         assert (runs / run / "baseline.json").is_file()  # recorded like every pretraining result
     card = electra_results.card(runs, tmp_path / "card")
     results = json.loads((tmp_path / "card" / "results.json").read_text())
     mlm, electra = results["objectives"]["mlm"], results["objectives"]["electra"]
-    assert electra["pretraining"]["config"]["objective"] == "electra"
-    assert electra["pretraining"]["last_evaluation"]["eval_discriminator_loss"] > 0
-    assert mlm["sst2"]["steps"] == electra["sst2"]["steps"] == 2
+    assert electra["config"]["objective"] == "electra"
+    assert electra["last_evaluation"]["eval_discriminator_loss"] > 0
+    # equal compute: the masked LM's own step count replaces the shared one instead of following it
+    assert (mlm["training"]["steps"], electra["training"]["steps"]) == (3, 2)
+    assert mlm["commands"]["run"].count("--max_steps") == 1
+    assert {base: {rate: sorted(seeds) for rate, seeds in rates.items()} for base, rates in results["sst2"].items()} \
+        == {base: {"1e-3": ["42", "43"]} for base in ("mlm", "electra", "scratch")}
+    scratch = results["sst2"]["scratch"]["1e-3"]["42"]
+    assert "--from_scratch true" in scratch["command"] and "pretrain-mlm" in scratch["command"]
+    assert all(run["steps"] == 2 for rates in results["sst2"].values() for run in rates["1e-3"].values())
     text = card.read_text()
-    assert f"| electra base | {electra['sst2']['accuracy']:.4f} |" in text
-    assert f"| majority class | {results['sst2_majority_class_accuracy']:.4f} |" in text
+    accuracies = [results["sst2"]["electra"]["1e-3"][seed]["accuracy"] for seed in ("42", "43")]
+    assert f"| electra base | 1e-3 (best) | {sum(accuracies) / 2:.4f} |" in text
+    assert f"| majority class | - | {results['sst2_majority_class_accuracy']:.4f} |" in text
     assert "- ELECTRA beats masked-LM" in text or "- ELECTRA does not beat masked-LM" in text
+    assert "- the electra pretraining transfers" in text or "- the electra pretraining does NOT transfer" in text
