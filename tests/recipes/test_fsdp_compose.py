@@ -17,8 +17,9 @@ from hfzoo.training import list_checkpoints
 from hfzoo.training.logging import read_log
 
 RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "compose.py"
+LEARNING_RATE = 1e-2
 SOFT = ["--strategy", "soft", "--strategy_options", "{granularity: sequence}", "--baseline", "false", "--save_every",
-        "2", "--learning_rate", "1e-2",
+        "2", "--learning_rate", str(LEARNING_RATE),
         # A plain shuffle: batches grouped by length differ between 2 x 8 and 16 examples per step.
         "--group_by_length", "false"]  # fmt: skip
 
@@ -37,5 +38,8 @@ def test_a_soft_composition_sharded_on_two_processes_follows_one_unsharded_proce
     assert max(abs(losses[0][step] - losses[1][step]) for step in losses[0]) < 1e-4
     weights = [load_file(run / "composition" / "composition.safetensors") for run in (sharded, single)]
     assert weights[0].keys() == weights[1].keys()
-    assert max((weights[0][k] - weights[1][k]).abs().max().item() for k in weights[0]) < 1e-4
+    # Adam divides each gradient by its own running size, so a rounding-level difference between the two reductions in
+    # a near-zero gradient can move that weight by a visible part of a step (measured: up to 1.02e-4, 1% of one step);
+    # a sharding that lost half of each batch (2 x 4 examples a step) moved them by 5.5e-2 (measured).
+    assert max((weights[0][k] - weights[1][k]).abs().max().item() for k in weights[0]) < LEARNING_RATE / 10
     assert read_run(sharded)[0]["reload_check"] == {"parameters_equal": True, "predictions_equal": True}
