@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shlex
 import statistics
 import sys
@@ -50,6 +51,9 @@ FINETUNE_LENGTH = ["--max_train_samples", "null", "--num_epochs", "1", "--per_de
 
 def finetune_dir(runs_dir: Path, base: str, learning_rate: str, seed: int) -> Path:
     return runs_dir / f"sst2-{base}-lr{learning_rate}-seed{seed}"
+
+
+FINETUNE_RUN = re.compile(rf"sst2-(?P<base>{'|'.join(BASES)})-lr(?P<rate>.+)-seed(?P<seed>\d+)")  # finetune_dir's names
 
 
 def run(
@@ -109,18 +113,17 @@ def collect(runs_dir: Path, card_command: str) -> dict[str, Any]:
         summary["last_evaluation"] = [r for r in read_log(pretrained) if r["event"] == "eval"][-1]
         summary["load"] = _load(pretrained)
         results["objectives"][objective] = summary
-    finetuned = []
-    for base in BASES:
-        prefix = finetune_dir(runs_dir, base, "", 0).name.removesuffix("-seed0")  # sst2-<base>-lr
-        for run_dir in sorted(runs_dir.glob(f"{prefix}*-seed*")):
-            if not run_complete(run_dir):
-                raise SystemExit(f"card: {run_dir} is not finished; the same `run` command finishes it")
-            learning_rate, seed = run_dir.name[len(prefix) :].rsplit("-seed", 1)
-            results["sst2"].setdefault(base, {}).setdefault(learning_rate, {})[seed] = _finetuning(run_dir)
-            finetuned.append(run_dir)
-        if base in results["sst2"]:  # learning rates in ascending order, not the folder names'
-            results["sst2"][base] = dict(sorted(results["sst2"][base].items(), key=lambda item: float(item[0])))
-    results["sst2_majority_class_accuracy"] = baselines(finetuned[0])["majority_class_accuracy"]
+    finetuned = {}
+    for run_dir in sorted(runs_dir.iterdir()):
+        if (name := FINETUNE_RUN.fullmatch(run_dir.name)) is None:
+            continue
+        if not run_complete(run_dir):
+            raise SystemExit(f"card: {run_dir} is not finished; the same `run` command finishes it")
+        finetuned[name["base"], name["rate"], name["seed"]] = run_dir
+    # bases in BASES' order, learning rates ascending (not the folder names' order), seeds as named
+    for base, rate, seed in sorted(finetuned, key=lambda key: (BASES.index(key[0]), float(key[1]), int(key[2]))):
+        results["sst2"].setdefault(base, {}).setdefault(rate, {})[seed] = _finetuning(finetuned[base, rate, seed])
+    results["sst2_majority_class_accuracy"] = baselines(next(iter(finetuned.values())))["majority_class_accuracy"]
     results["machine"] = results["objectives"]["mlm"]["machine"]
     return results
 
@@ -162,7 +165,7 @@ def _finetuning_table(results: dict[str, Any]) -> str:
                 f"{base}{'' if base == 'scratch' else ' base'}", rate + (" (best)" if rate == best else ""),
                 f"{statistics.fmean(accuracies):.4f}", f"{min(accuracies):.4f} - {max(accuracies):.4f}",
                 " / ".join(f"{a:.4f}" for a in accuracies), ", ".join(seeds),
-                statistics.fmean(run["matthews_correlation"] for run in seeds.values()).__format__(".4f"),
+                f"{statistics.fmean(run['matthews_correlation'] for run in seeds.values()):.4f}",
                 first["steps"], first["epochs"], f"{statistics.fmean(run['wall_s'] for run in seeds.values()):.0f} s",
             ])  # fmt: skip
     rows.append(["majority class", "-", f"{results['sst2_majority_class_accuracy']:.4f}", *["-"] * 7])
@@ -183,12 +186,12 @@ def _verdicts(results: dict[str, Any]) -> str:
     compute = electra["loop_wall_s"] / mlm["loop_wall_s"]
     # at each run's median speed: a ratio that a busy minute of the shared machine does not move
     steady = (electra["steps"] / electra["tokens_per_s_median"]) / (mlm["steps"] / mlm["tokens_per_s_median"])
-    every = ("on every seed" if min(electra_seeds) > max(mlm_seeds) else
-             "on the mean only: the seeds' ranges overlap" if gain > 0 else "")  # fmt: skip
+    apart = min(electra_seeds) > max(mlm_seeds) or max(electra_seeds) < min(mlm_seeds)
+    seeds = "on every seed: the seeds' ranges do not overlap" if apart else "the seeds' ranges overlap"
     lines = [
         (f"ELECTRA {'beats' if gain > 0 else 'does not beat'} masked-LM pretraining at equal compute, fine-tuned on "
-         f"SST-2: {electra_mean:.2f} vs {mlm_mean:.2f} mean accuracy ({gain:+.2f} points"
-         f"{', ' + every if every else ''}; each at its best learning rate, over {len(electra_seeds)} seeds)"),
+         f"SST-2: {electra_mean:.2f} vs {mlm_mean:.2f} mean accuracy ({gain:+.2f} points, {seeds}; each at its best "
+         f"learning rate, over {len(electra_seeds)} seeds)"),
         (f"the compute: ELECTRA's {electra['steps']} steps took {electra['loop_wall_s']:.0f} s of training loop, the "
          f"masked LM's {mlm['steps']} steps {mlm['loop_wall_s']:.0f} s ({compute:.2f}x; {steady:.2f}x at each run's "
          "median speed; the same tokens per step)"),
@@ -200,8 +203,8 @@ def _verdicts(results: dict[str, Any]) -> str:
             lines.append(f"the {objective} pretraining {'transfers' if gain > 0 else 'does NOT transfer'}: "
                          f"{mean:.2f} vs {scratch_mean:.2f} from random weights ({gain:+.2f} points)")  # fmt: skip
     majority = 100 * results["sst2_majority_class_accuracy"]
-    lines += [f"the {base} base {'beats' if _points(results, base)[0] > majority else 'does NOT beat'} the majority "
-              f"class ({_points(results, base)[0]:.2f} vs {majority:.2f})" for base in OBJECTIVES]  # fmt: skip
+    lines += [f"the {base} base {'beats' if mean > majority else 'does NOT beat'} the majority class ({mean:.2f} vs "
+              f"{majority:.2f})" for base, mean in (("mlm", mlm_mean), ("electra", electra_mean))]  # fmt: skip
     return "\n".join(f"- {line}." for line in lines)
 
 
