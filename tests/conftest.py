@@ -1,7 +1,8 @@
 """Fixtures shared by the whole test suite.
 
 Tests build real objects only: a byte-level BPE tokenizer trained here on real English (stdlib docstrings),
-tiny models from the presets, and the shared real data sets when they are present.
+tiny models from the presets, and the shared real data sets when they are present. The fixtures of one folder are
+in its conftest.py; those that tests in several folders use are defined in tests/helpers/ and imported here.
 """
 
 import ast
@@ -28,11 +29,12 @@ import torch
 from accelerate import Accelerator
 from accelerate.state import AcceleratorState, GradientState
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from tests.helpers.area_task import base, finetuned  # noqa: F401 (fixtures)
+from tests.helpers.paths import SHARED_DATA
+from tests.helpers.tiny_checkpoints import checkpoints, gpt_tiny_checkpoint, native_folders  # noqa: F401 (fixtures)
 from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerFast
 
 import hfzoo
-
-SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 # Test models are tiny: a second intra-op thread buys nothing, and on a busy 2-core machine OpenMP's
 # thread hand-offs cost milliseconds per kernel (measured: one small SDPA call 27 ms with 2 threads, 5 us with 1).

@@ -14,7 +14,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from tests.training.test_resume_inputs import finetuned  # noqa: F401 (a 4-step LoRA fine-tuning of a bert-tiny base)
 
 from hfzoo.adapters import read_adapter
 from hfzoo.convert import minilm_model_path

@@ -16,7 +16,7 @@ import pytest
 import torch
 import transformers
 from peft import LoraConfig, get_peft_model
-from tests.convert.test_convert import native_model
+from tests.helpers.native_models import native_model
 
 from hfzoo.cli import main as cli
 from hfzoo.refusals import Refusal

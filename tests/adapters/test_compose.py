@@ -8,69 +8,22 @@ bottleneck. Every model is fp32 with dropout 0.
 """
 
 import json
-from types import SimpleNamespace
 
 import pytest
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model
+from tests.helpers.llama_adapters import TASKS, causal_base, train_steps
 from torch.utils.flop_counter import FlopCounterMode
-from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+from transformers import AutoModelForSequenceClassification
 
-from hfzoo.adapters import BottleneckConfig, ComposedModel, compose, load_composition
+from hfzoo.adapters import ComposedModel, compose, load_composition
 from hfzoo.adapters.composition import stacked
-from hfzoo.data.default_corpus import load_default_corpus
 
-TASKS = ("email", "asyncio", "logging")  # adapter name = the stdlib module its training text comes from
 MIXED = "model.layers.1.self_attn.o_proj"  # carries all three adapters (two kinds)
 # "Equal" up to float32 rounding: stacking zero-pads ranks to the largest (email r=4 next to asyncio r=8), and a
 # matmul kernel picked for another shape may round differently (seen: 1.6e-6 on logits of 5.5 for a native T5 with
 # r=4 next to r=2). With equal ranks the results are bit-identical to PEFT (test_other_models_...).
 FP32 = dict(atol=1e-6, rtol=1e-6)
-
-
-def _train(model, batch, labels, steps: int, lr: float) -> list[float]:
-    model.train()
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr)
-    losses = []
-    for _ in range(steps):
-        loss = model(**batch, labels=labels).loss
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-        losses.append(loss.item())
-    model.eval()
-    return losses
-
-
-@pytest.fixture(scope="module")
-def setup(tmp_path_factory, tiny_model, tokenizer, tokenizer_overrides):
-    root = tmp_path_factory.mktemp("compose")
-    tiny_model("llama-tiny", **tokenizer_overrides).save_pretrained(root / "base")
-    corpus = load_default_corpus("train")
-    modules = corpus["module"]
-    texts = {task: corpus.select([i for i, m in enumerate(modules) if m == task][:16])["text"] for task in TASKS}
-    encode = lambda batch: dict(tokenizer(batch, padding=True, truncation=True, max_length=32, return_tensors="pt"))
-    configs = {
-        "email": LoraConfig(r=4, lora_alpha=8, target_modules=["qkv_proj", "o_proj"], task_type="CAUSAL_LM"),
-        "asyncio": LoraConfig(
-            r=8, lora_alpha=16, alpha_pattern={"o_proj": 32}, target_modules=["qkv_proj", "o_proj"],
-            task_type="CAUSAL_LM",
-        ),
-        "logging": BottleneckConfig(variant="houlsby", reduction_factor=8, layer_norm=True, task_type="CAUSAL_LM"),
-    }
-    folders = {}
-    for task, config in configs.items():
-        torch.manual_seed(0)
-        model = get_peft_model(AutoModelForCausalLM.from_pretrained(root / "base"), config)
-        batch = encode(texts[task][:8])
-        _train(model, batch, batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100), steps=4, lr=1e-2)
-        folders[task] = root / task
-        model.save_pretrained(folders[task])
-    return SimpleNamespace(root=root, folders=folders, texts=texts, encode=encode)
-
-
-def causal_base(setup):
-    return AutoModelForCausalLM.from_pretrained(setup.root / "base").eval()
 
 
 def classifier_base(setup):
@@ -214,7 +167,7 @@ def test_routers_learn_a_new_task_and_train_only_themselves_and_the_head(setup, 
     composed = compose(classifier_base(setup), setup.folders, strategy, trainable_modules=["score"], **options)
     before = {name: p.detach().clone() for name, p in composed.named_parameters()}
     torch.manual_seed(0)
-    losses = _train(composed, batch, labels, steps=30, lr=1e-2)
+    losses = train_steps(composed, batch, labels, steps=30, lr=1e-2)
     assert sum(losses[-5:]) < 0.7 * sum(losses[:5]), losses
     changed = {name for name, p in composed.named_parameters() if not torch.equal(p, before[name])}
     trainable = {name for name, p in composed.named_parameters() if p.requires_grad}

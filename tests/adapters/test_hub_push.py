@@ -12,7 +12,7 @@ import pytest
 import torch
 from huggingface_hub import RepoUrl
 from huggingface_hub.errors import OfflineModeIsEnabled
-from tests.adapters.test_compose import causal_base, setup  # noqa: F401 (three real adapters trained on llama-tiny)
+from tests.helpers.llama_adapters import causal_base
 
 from hfzoo.adapters import compose, load_composition
 
@@ -42,14 +42,14 @@ class RecordingHub:
         self.uploaded = load_composition(self.base, folder_path)
 
 
-def soft_composition(setup):  # noqa: F811
+def soft_composition(setup):
     composed = compose(causal_base(setup), setup.folders, "soft")
     for layer in composed.composed_layers.values():  # routers away from their zero start, so the weights matter
         torch.nn.init.normal_(layer.combiner.proj.weight, std=0.5, generator=torch.Generator().manual_seed(0))
     return composed
 
 
-def test_push_creates_the_repository_first_then_uploads_the_whole_saved_folder(setup, tmp_path):  # noqa: F811
+def test_push_creates_the_repository_first_then_uploads_the_whole_saved_folder(setup, tmp_path):
     composed, folder = soft_composition(setup), tmp_path / "composition"
     hub = RecordingHub(causal_base(setup))
     composed.save_pretrained(folder, push_to_hub=True, repo_id="someone/mix", token="hf_token", private=True, api=hub)
@@ -59,13 +59,13 @@ def test_push_creates_the_repository_first_then_uploads_the_whole_saved_folder(s
     assert torch.equal(hub.uploaded(**batch).logits, composed(**batch).logits)  # what was uploaded is the composition
 
 
-def test_the_repository_is_named_after_the_folder_and_the_hub_gives_its_owner(setup, tmp_path):  # noqa: F811
+def test_the_repository_is_named_after_the_folder_and_the_hub_gives_its_owner(setup, tmp_path):
     hub = RecordingHub(causal_base(setup))
     soft_composition(setup).save_pretrained(tmp_path / "my-mix", push_to_hub=True, commit_message="v1", api=hub)
     assert hub.calls[0][1] == "my-mix" and hub.calls[1][1:4] == ("me/my-mix", str(tmp_path / "my-mix"), "v1")
 
 
-def test_offline_mode_is_named_before_anything_is_written(setup, tmp_path, monkeypatch):  # noqa: F811
+def test_offline_mode_is_named_before_anything_is_written(setup, tmp_path, monkeypatch):
     """The real `HfApi`: with HF_HUB_OFFLINE=1 creating the repository is refused, naming the switch, before the
     composition is saved (as transformers creates the repository before it saves)."""
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
@@ -74,7 +74,7 @@ def test_offline_mode_is_named_before_anything_is_written(setup, tmp_path, monke
     assert list(tmp_path.iterdir()) == []
 
 
-def test_hub_options_without_push_to_hub_are_refused(setup, tmp_path):  # noqa: F811
+def test_hub_options_without_push_to_hub_are_refused(setup, tmp_path):
     with pytest.raises(ValueError, match="repo_id, private: Hub options without push_to_hub=True"):
         soft_composition(setup).save_pretrained(tmp_path / "mix", repo_id="someone/mix", private=True)
     assert list(tmp_path.iterdir()) == []

@@ -9,8 +9,7 @@ import sys
 import pytest
 import yaml
 from peft import TaskType
-from tests.tasks.test_finetune_formatting import REPO, checkpoints  # noqa: F401 (the session's tiny checkpoints)
-from tests.recipes.test_import_native_recipe import native_folders  # noqa: F401 (tiny random native BERT and Llama folders)
+from tests.helpers.paths import REPO
 
 from hfzoo.training.methods import DEFAULT_LEARNING_RATES, MethodOptions, peft_config_for
 
@@ -41,7 +40,7 @@ def test_the_recipe_defaults_are_the_study_winners_the_card_names(method):
     assert default.to_dict() == winner.to_dict()
 
 
-def test_study_runs_and_card(native_folders, tmp_path, monkeypatch):  # noqa: F811
+def test_study_runs_and_card(native_folders, tmp_path, monkeypatch):
     monkeypatch.chdir(REPO)  # as main() does: the configs' data paths are relative to the repository
     monkeypatch.setattr(study, "STUDY_TASKS", {"sst2": (study.STUDY_TASKS["sst2"][0], TINY)})
     runs = tmp_path / "runs"

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 from huggingface_hub import ModelCard
+from tests.helpers.recipe_runs import finetune_on
 
 from hfzoo.cards import (
     CARD,
@@ -29,7 +30,6 @@ from hfzoo.cards import (
     write_card,
 )
 from hfzoo.presets import preset_config
-from tests.models.test_load_errors import finetune_on, saved  # noqa: F401 (a tiny gpt checkpoint; the fine-tuning recipe)
 
 LOG = [
     {"event": "start", "step": 0, "num_processes": 2, "distributed_type": "MULTI_CPU", "device": "cpu",
@@ -186,12 +186,12 @@ def test_cards_show_paths_relative_to_the_runs_folder(method):
     assert "| training data | local files: {'train': ['../data/a.txt'], 'validation': '../data/b.txt'} |" in card
 
 
-def test_a_fine_tuning_run_writes_a_card_without_absolute_paths(saved, tmp_path):  # noqa: F811
+def test_a_fine_tuning_run_writes_a_card_without_absolute_paths(gpt_tiny_checkpoint, tmp_path):
     """The recipe end to end, every path given absolute (base, data, output folder): none reaches the card."""
-    finetune_on(saved, tmp_path)
+    finetune_on(gpt_tiny_checkpoint, tmp_path)
     card = (tmp_path / "run" / CARD).read_text()
-    assert str(tmp_path) not in card and str(saved.parent) not in card
-    base = f"../{saved.parent.name}/{saved.name}"  # from tmp_path, which holds the run folder
+    assert str(tmp_path) not in card and str(gpt_tiny_checkpoint.parent) not in card
+    base = f"../{gpt_tiny_checkpoint.parent.name}/{gpt_tiny_checkpoint.name}"  # from tmp_path, which holds the run folder
     assert f"| base model | `{base}` (decoder) |" in card and "\ntrain_file: data/train.csv\n" in card
 
 

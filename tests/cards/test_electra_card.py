@@ -7,7 +7,7 @@ import json
 import sys
 
 import pytest
-from tests.tasks.test_finetune_formatting import REPO
+from tests.helpers.paths import REPO
 
 sys.path.insert(0, str(REPO / "model_cards"))
 import generate_electra_results as electra_results  # noqa: E402

@@ -10,12 +10,11 @@ import threading
 import time
 from pathlib import Path
 
-import pytest
-from tests.cards.test_result_cards import results, tiny_run_lengths  # noqa: F401 (the grid module, tiny lengths)
-from tests.tasks.test_finetune_formatting import REPO, checkpoints  # noqa: F401 (the session's tiny checkpoints)
-
+import generate_finetune_results as results  # model_cards/ is on the path (tests/cards/conftest.py)
 import grid_runs  # noqa: E402  (model_cards/ is on the path once test_result_cards is imported)
+import pytest
 from recording import Budget, run_complete  # noqa: E402
+from tests.helpers.paths import REPO
 
 from hfzoo.training.logging import read_log
 
@@ -34,7 +33,7 @@ def stop_when(path: Path, budget: Budget) -> threading.Thread:
     return thread
 
 
-def test_a_spent_budget_starts_no_run_and_names_the_runs_left(checkpoints, tmp_path):  # noqa: F811
+def test_a_spent_budget_starts_no_run_and_names_the_runs_left(checkpoints, tmp_path):
     execution = grid_runs.Execution(budget=Budget(minutes=0))
     assert results.run_grid(tmp_path / "runs", checkpoints["bert-tiny"], ["sst2", "rte"], ["lora"], native=False,
                             execution=execution) == 0  # fmt: skip
@@ -54,7 +53,7 @@ def test_the_command_line_wires_the_budget_and_exits_75_with_runs_left(tmp_path,
 
 
 def test_interrupted_after_the_first_run_the_same_command_keeps_it_and_runs_the_rest(
-    checkpoints, tmp_path, tiny_run_lengths, monkeypatch  # noqa: F811
+    checkpoints, tmp_path, tiny_run_lengths, monkeypatch
 ):
     monkeypatch.chdir(REPO)
     runs, base = tmp_path / "runs", checkpoints["bert-tiny"]
@@ -84,7 +83,7 @@ def test_interrupted_after_the_first_run_the_same_command_keeps_it_and_runs_the_
 
 @pytest.mark.slow  # three tiny recorded runs of 40 steps with checkpoints: 150 s under load 14 on 2 cores
 def test_a_run_stopped_mid_way_continues_from_its_checkpoint_to_the_uninterrupted_numbers(
-    checkpoints, tmp_path, tiny_run_lengths, monkeypatch  # noqa: F811
+    checkpoints, tmp_path, tiny_run_lengths, monkeypatch
 ):
     """The budget terminates a run after its first checkpoint; the same command continues it from its latest one
     (`--resume true`), and its metrics are those of the same run never interrupted, bit for bit."""

@@ -7,23 +7,14 @@ import json
 import sys
 
 import pytest
-from tests.tasks.test_finetune_formatting import REPO, checkpoints  # noqa: F401 (the session's tiny checkpoints)
-from tests.recipes.test_import_native_recipe import native_folders  # noqa: F401 (tiny random native BERT and Llama folders)
+from tests.helpers.paths import REPO
+from tests.helpers.result_grid import TINY
 
 sys.path.insert(0, str(REPO / "model_cards"))
 import generate_finetune_results as results  # noqa: E402
 
-TINY = ["--max_steps", "2", "--max_train_samples", "32", "--max_eval_samples", "16", "--per_device_batch_size", "8"]
 
-
-@pytest.fixture
-def tiny_run_lengths(monkeypatch):
-    """The reported run lengths would take an hour; the same configs with tiny overrides take seconds."""
-    lengths = {task: (config, [*length, *TINY]) for task, (config, length) in results.TASKS.items()}
-    monkeypatch.setattr(results, "TASKS", lengths)
-
-
-def test_grid_compositions_and_card(checkpoints, tmp_path, tiny_run_lengths, monkeypatch):  # noqa: F811
+def test_grid_compositions_and_card(checkpoints, tmp_path, tiny_run_lengths, monkeypatch):
     monkeypatch.chdir(REPO)  # as main() does: the configs' data paths are relative to the repository
     runs = tmp_path / "runs"
     base = checkpoints["bert-tiny"]
@@ -56,7 +47,7 @@ def test_grid_compositions_and_card(checkpoints, tmp_path, tiny_run_lengths, mon
 
 @pytest.mark.slow  # nine tiny recorded runs: 55 s on 2 cores (194 s under load 5)
 def test_a_native_base_is_imported_by_every_run_and_both_bottleneck_placements_run(
-    native_folders, tmp_path, tiny_run_lengths, monkeypatch  # noqa: F811
+    native_folders, tmp_path, tiny_run_lengths, monkeypatch
 ):
     """The MiniLM card's grid: a native transformers BERT as the base (`--import_native true` in every run, scratch
     included), Houlsby and Pfeiffer bottlenecks as two methods, their compositions, and issue 16's targets stated
@@ -87,7 +78,7 @@ def test_a_native_base_is_imported_by_every_run_and_both_bottleneck_placements_r
     assert "sst2: fusion " in text and text.rstrip().endswith("--targets\n```")
 
 
-def test_translation_card_has_the_copy_the_source_floor(checkpoints, tmp_path, tiny_run_lengths, monkeypatch):  # noqa: F811
+def test_translation_card_has_the_copy_the_source_floor(checkpoints, tmp_path, tiny_run_lengths, monkeypatch):
     monkeypatch.chdir(REPO)
     runs = tmp_path / "runs"
     assert results.run_grid(runs, checkpoints["t5-tiny"], ["multi30k"], ["full"], native=False) == 0

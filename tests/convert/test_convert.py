@@ -10,72 +10,10 @@ import json
 import pytest
 import torch
 import transformers
+from tests.helpers.conversion_checks import TOLERANCE, max_difference, outputs
+from tests.helpers.native_models import VOCAB, model_inputs, native_model
 
 from hfzoo.convert import from_native, to_native
-
-VOCAB = 96
-TOLERANCE = 1e-4
-
-
-# family -> (config class, small config arguments). The token ids are those each family's heads need: pad for the
-# decoder classifiers, eos for the seq2seq classifiers, a start token for generation.
-NATIVE_CONFIGS = {
-    "gpt2": (transformers.GPT2Config, dict(
-        vocab_size=VOCAB, n_positions=64, n_embd=32, n_layer=2, n_head=4, bos_token_id=1, eos_token_id=2, pad_token_id=0,
-    )),
-    "llama": (transformers.LlamaConfig, dict(
-        vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
-        pad_token_id=0,
-    )),
-    # A window shorter than the test inputs and generations, so that ignoring it shows.
-    "mistral": (transformers.MistralConfig, dict(
-        vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=64, sliding_window=4, bos_token_id=1, eos_token_id=2,
-        pad_token_id=0,
-    )),
-    # Gemma: RMSNorms scaling by 1 + weight, embeddings scaled by sqrt(hidden_size), a tanh-GELU gate.
-    "gemma": (transformers.GemmaConfig, dict(
-        vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=8, max_position_embeddings=64, bos_token_id=1, eos_token_id=2,
-        pad_token_id=0,
-    )),
-    "qwen2": (transformers.Qwen2Config, dict(
-        vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=64, bos_token_id=1, eos_token_id=2, pad_token_id=0,
-    )),
-    "bert": (transformers.BertConfig, dict(
-        vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
-        max_position_embeddings=64,
-    )),
-    "roberta": (transformers.RobertaConfig, dict(
-        vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
-        max_position_embeddings=66, type_vocab_size=1,
-    )),
-    "distilbert": (transformers.DistilBertConfig, dict(
-        vocab_size=VOCAB, dim=32, n_layers=2, n_heads=4, hidden_dim=48, max_position_embeddings=64,
-    )),
-    # ELECTRA-Small's shape: embeddings narrower than the hidden states, projected (embeddings_project).
-    "electra": (transformers.ElectraConfig, dict(
-        vocab_size=VOCAB, embedding_size=16, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-        intermediate_size=48, max_position_embeddings=64,
-    )),
-    # T5 v1.1 / Flan-T5: a gate of the tanh GELU (transformers' gelu_new), untied head, unscaled decoder output.
-    "t5": (transformers.T5Config, dict(
-        vocab_size=VOCAB, d_model=64, d_kv=16, d_ff=48, num_layers=2, num_decoder_layers=3, num_heads=4,
-        feed_forward_proj="gated-gelu", tie_word_embeddings=False, decoder_start_token_id=0,
-    )),
-    # mT5: T5 v1.1 under its own classes, whose config always ties the head (and never scales the decoder output).
-    "mt5": (transformers.MT5Config, dict(
-        vocab_size=VOCAB, d_model=64, d_kv=16, d_ff=48, num_layers=2, num_decoder_layers=3, num_heads=4,
-        feed_forward_proj="gated-gelu", decoder_start_token_id=0,
-    )),
-    "bart": (transformers.BartConfig, dict(
-        vocab_size=VOCAB, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
-        decoder_attention_heads=4, encoder_ffn_dim=48, decoder_ffn_dim=48, max_position_embeddings=64,
-        forced_eos_token_id=None,
-    )),
-}
 
 
 HEADS = {
@@ -123,60 +61,6 @@ HEADS = {
 }
 CASES = [(family, head) for family, heads in HEADS.items() for head in heads]
 DECODER_FAMILIES = ("gpt2", "llama", "mistral", "qwen2", "gemma")
-
-
-def native_model(family: str, head: str, seed: int = 0, **overrides) -> transformers.PreTrainedModel:
-    config_class, arguments = NATIVE_CONFIGS[family]
-    config = config_class(**{**arguments, **overrides})
-    torch.manual_seed(seed)
-    model = getattr(transformers, head)(config).eval()
-    with torch.no_grad():  # norms start at (1, 0), biases at 0: move them, so a swapped or dropped one shows
-        for name, parameter in model.named_parameters():
-            if "norm" in name.lower() or name.endswith(".bias"):
-                parameter.add_(torch.randn_like(parameter) * 0.1)
-    return model
-
-
-def model_inputs(family: str, head: str, config) -> dict:
-    """Token ids that avoid every special id; right padding (mask 0) on the second row for the encoders; an eos
-    closing each row where a classifier pools it."""
-    generator = torch.Generator().manual_seed(1)
-    ids = torch.randint(4, VOCAB, (2, 9), generator=generator)
-    inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
-    if family in ("bert", "roberta", "distilbert", "electra"):
-        ids[1, -3:] = config.pad_token_id
-        inputs["attention_mask"][1, -3:] = 0
-    if family in ("bert", "roberta", "electra"):
-        inputs["token_type_ids"] = torch.zeros_like(ids)
-        inputs["token_type_ids"][:, 5:] = config.type_vocab_size - 1
-    if family in ("t5", "mt5", "bart"):
-        ids[:, -1] = config.eos_token_id
-        # The classifiers shift the source into the decoder; the tagger and the encoder model have no decoder.
-        if not head.endswith(("SequenceClassification", "QuestionAnswering", "TokenClassification", "EncoderModel")):
-            inputs["decoder_input_ids"] = torch.randint(4, VOCAB, (2, 5), generator=generator)
-    if head.endswith("MultipleChoice"):
-        inputs = {name: tensor[:, None].expand(-1, 3, -1).contiguous() for name, tensor in inputs.items()}
-    return inputs
-
-
-def outputs(model, inputs: dict) -> dict[str, torch.Tensor]:
-    with torch.no_grad():
-        result = model(**inputs)
-    names = ("logits", "start_logits", "end_logits", "last_hidden_state", "pooler_output", "encoder_last_hidden_state")
-    return {name: result[name] for name in names if result.get(name) is not None}
-
-
-def max_difference(first: dict, second: dict, inputs: dict) -> float:
-    """Largest difference over the outputs both give, at real tokens only (RoBERTa positions pads differently)."""
-    assert first.keys() == second.keys()
-    mask = inputs["attention_mask"].bool()
-    worst = 0.0
-    for name, value in first.items():
-        other = second[name]
-        if value.shape[: mask.dim()] == mask.shape:
-            value, other = value[mask], other[mask]
-        worst = max(worst, (value - other).abs().max().item())
-    return worst
 
 
 @pytest.mark.parametrize("family,head", CASES, ids=[head for _, head in CASES])

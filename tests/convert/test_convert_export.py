@@ -7,38 +7,12 @@ import json
 import pytest
 import torch
 import transformers
-from tests.convert.test_convert import TOLERANCE, VOCAB, max_difference, model_inputs, native_model, outputs
+from tests.helpers.conversion_checks import TOLERANCE, max_difference, outputs
+from tests.helpers.native_models import EXPORTS, SMALL, VOCAB, model_inputs, native_model, zoo_model
 
 import hfzoo
 from hfzoo.cli import main as hfzoo_cli
 from hfzoo.convert import FAMILIES, from_native, to_native
-from hfzoo.presets import FAMILY_CONFIGS, PRESETS
-
-SMALL = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48)
-# preset -> (overrides beyond SMALL, native family, Auto class the export loads with)
-EXPORTS = {
-    "gpt-tiny": ({"max_position_embeddings": 64, "pad_token_id": 0}, "gpt2", transformers.AutoModelForCausalLM),
-    "llama-tiny": ({"num_key_value_heads": 2, "pad_token_id": 0}, "llama", transformers.AutoModelForCausalLM),
-    "bert-tiny": ({"max_position_embeddings": 64, "pad_token_id": 0}, "bert", transformers.AutoModelForMaskedLM),
-    "roberta-tiny": ({"max_position_embeddings": 66}, "roberta", transformers.AutoModelForMaskedLM),
-    "t5-tiny": ({"hidden_size": 64}, "t5", transformers.AutoModelForSeq2SeqLM),
-    "bart-tiny": ({"max_position_embeddings": 66}, "bart", transformers.AutoModelForSeq2SeqLM),
-}
-
-
-def zoo_model(preset: str, head=None, **overrides) -> transformers.PreTrainedModel:
-    """A random hfzoo model of `preset` at test size, norms moved off their (1, 0) start so a swapped one shows."""
-    family, values, _ = PRESETS[preset]
-    config = FAMILY_CONFIGS[family](**{**values, **SMALL, **EXPORTS.get(preset, ({},))[0], **overrides})
-    torch.manual_seed(0)
-    head = head or getattr(hfzoo, {"decoder": "ZooDecoderForCausalLM", "encoder": "ZooEncoderForMaskedLM"}.get(
-        family, "ZooEncoderDecoderForConditionalGeneration"))
-    model = head(config).eval()
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            if "norm" in name:
-                parameter.add_(torch.randn_like(parameter) * 0.1)
-    return model
 
 
 @pytest.mark.parametrize("preset", list(EXPORTS))

@@ -10,8 +10,15 @@ for the two kinds, no biases, a first block without an attention norm; the secon
 import pytest
 import torch
 import transformers
-from tests.convert.test_convert import TOLERANCE, VOCAB, max_difference, outputs
-from tests.convert.test_convert_deberta import check_lora_from_hfzoo, check_lora_from_native, check_round_trip, random_native
+from tests.helpers.conversion_checks import (
+    TOLERANCE,
+    check_lora_from_hfzoo,
+    check_lora_from_native,
+    check_round_trip,
+    max_difference,
+    outputs,
+)
+from tests.helpers.native_models import VOCAB, random_native
 
 import hfzoo
 from hfzoo.convert import from_native, to_native

@@ -16,7 +16,7 @@ import datasets
 import pytest
 import torch
 from accelerate import Accelerator
-from tests.conftest import SHARED_DATA
+from tests.helpers.paths import SHARED_DATA
 from torch.utils.data import DataLoader
 
 from hfzoo.data.collators import (

@@ -3,15 +3,13 @@ masked-LM fast path, save/load (also as remote code where hfzoo is absent), chec
 and mixture of experts, for the BERT, RoBERTa, ModernBERT and DeBERTa test presets (fp32, dropout 0)."""
 
 import json
-import os
-import subprocess
-import sys
-import textwrap
 
 import pytest
 import torch
 import torch.nn.functional as F
 from peft import LoraConfig, get_peft_model
+from tests.helpers.encoder_batches import ENCODER_PRESETS, LENGTHS, SAME, masked_labels, right_padded_batch
+from tests.helpers.remote_code import load_as_remote_code
 from transformers import (
     AutoModel,
     AutoModelForMaskedLM,
@@ -24,7 +22,6 @@ from transformers import (
 import hfzoo
 from hfzoo.presets import count_preset_parameters
 
-ENCODER_PRESETS = ("bert-tiny", "roberta-tiny", "modernbert-tiny", "deberta-tiny")
 HEADS = (
     AutoModel,
     AutoModelForMaskedLM,
@@ -33,34 +30,11 @@ HEADS = (
     AutoModelForQuestionAnswering,
     AutoModelForMultipleChoice,
 )
-LENGTHS = (9, 5, 7)  # one right-padded batch: rows of 9, 5 and 7 real tokens
-# Reloaded weights are bit-identical, but safetensors may place them at other memory alignments, which changes the
-# BLAS summation order: observed differences are ~4e-9, so "identical outputs" is checked at 1e-6.
-SAME = dict(atol=1e-6, rtol=0)
 
 
 @pytest.fixture(params=ENCODER_PRESETS)
 def encoder_preset(request) -> str:
     return request.param
-
-
-def right_padded_batch(seed: int = 0) -> dict[str, torch.Tensor]:
-    """input_ids (pad id 0 after each row), attention_mask and two-segment token_type_ids for `LENGTHS`."""
-    generator = torch.Generator().manual_seed(seed)
-    width = max(LENGTHS)
-    input_ids = torch.randint(5, 1000, (len(LENGTHS), width), generator=generator)
-    positions = torch.arange(width)
-    attention_mask = (positions[None] < torch.tensor(LENGTHS)[:, None]).long()
-    token_type_ids = ((positions[None] >= 3) & attention_mask.bool()).long()
-    return {"input_ids": input_ids * attention_mask, "attention_mask": attention_mask, "token_type_ids": token_type_ids}
-
-
-def masked_labels(input_ids: torch.Tensor, attention_mask: torch.Tensor, seed: int = 0) -> torch.Tensor:
-    """Labels on ~30% of the real tokens (at least one per row), -100 elsewhere, as an MLM collator makes them."""
-    generator = torch.Generator().manual_seed(seed)
-    chosen = (torch.rand(input_ids.shape, generator=generator) < 0.3) & attention_mask.bool()
-    chosen[:, 1] = True
-    return torch.where(chosen, input_ids, torch.full_like(input_ids, -100))
 
 
 def main_output(output) -> torch.Tensor:
@@ -126,49 +100,6 @@ def test_masked_lm_checkpoint_loads_into_every_task_head(tiny_model, tmp_path):
         model, info = auto_class.from_pretrained(tmp_path, output_loading_info=True)
         assert torch.equal(model.model.layers[0].mlp.up_proj.weight, pretrained.model.layers[0].mlp.up_proj.weight)
         assert all(not key.startswith("model.layers") for key in info["missing_keys"]), info["missing_keys"]
-
-
-REMOTE_LOAD_SCRIPT = """
-import sys
-import torch
-try:
-    import hfzoo
-except ImportError:
-    pass
-else:
-    sys.exit("hfzoo is importable; the remote-code check would prove nothing")
-import transformers
-
-results = {}
-for name, (auto_name, folder, inputs) in torch.load(sys.argv[1]).items():
-    model = getattr(transformers, auto_name).from_pretrained(folder, trust_remote_code=True).eval()
-    assert type(model).__module__.startswith("transformers_modules."), type(model).__module__
-    with torch.no_grad():
-        output = model(**inputs)
-    results[name] = output.logits
-torch.save(results, sys.argv[2])
-"""
-
-
-def load_as_remote_code(jobs: dict[str, tuple[str, str, dict]], tmp_path) -> dict[str, torch.Tensor]:
-    """Run `REMOTE_LOAD_SCRIPT` in a process where hfzoo cannot be imported: for each name, the logits of the
-    checkpoint folder loaded with the named Auto class and `trust_remote_code=True`, on the given inputs."""
-    blocker = tmp_path / "blocker" / "hfzoo"
-    blocker.mkdir(parents=True)
-    (blocker / "__init__.py").write_text("raise ImportError('hfzoo is blocked for this test')\n")
-    torch.save(jobs, tmp_path / "jobs.pt")
-    (tmp_path / "load.py").write_text(textwrap.dedent(REMOTE_LOAD_SCRIPT))
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(blocker.parent),
-        "HF_MODULES_CACHE": str(tmp_path / "modules"),
-        "HF_HUB_OFFLINE": "1",
-    }
-    process = subprocess.run(
-        [sys.executable, "load.py", "jobs.pt", "results.pt"], cwd=tmp_path, env=env, capture_output=True, text=True
-    )
-    assert process.returncode == 0, process.stderr[-3000:]
-    return torch.load(tmp_path / "results.pt")
 
 
 def test_remote_code_loads_where_hfzoo_is_not_importable(tiny_model, tmp_path):

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from peft import LoraConfig, get_peft_model
 from safetensors.torch import load_file, save_file
+from tests.helpers.seq2seq_generation import EOS, NEW_TOKENS, PAD, greedy, seq2seq
 from transformers import AutoModelForSeq2SeqLM, AutoModelForSequenceClassification
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
@@ -21,18 +22,12 @@ from hfzoo.models.modeling_encoder_decoder import shift_tokens_right
 from hfzoo.presets import count_preset_parameters
 
 PRESETS = ("t5-tiny", "bart-tiny", "transformer-tiny")
-PAD, EOS = 0, 1
 SOURCES = ([11, 12, 13, 14, 15, 16, 17], [21, 22, 23], [31, 32, 33, 34, 35])
-NEW_TOKENS = 8
 
 
 @pytest.fixture(params=PRESETS)
 def preset(request) -> str:
     return request.param
-
-
-def seq2seq(tiny_model, preset: str, **overrides):
-    return tiny_model(preset, AutoModelForSeq2SeqLM, **overrides)
 
 
 def pad(sequences, side: str = "right") -> tuple[torch.Tensor, torch.Tensor]:
@@ -45,14 +40,6 @@ def pad(sequences, side: str = "right") -> tuple[torch.Tensor, torch.Tensor]:
         ones, zeros = [1] * len(sequence), [0] * len(fill)
         masks.append(ones + zeros if side == "right" else zeros + ones)
     return torch.tensor(rows), torch.tensor(masks)
-
-
-def greedy(model, input_ids: torch.Tensor, **kwargs) -> torch.Tensor:
-    """Greedy `generate`: the decoder start token followed by NEW_TOKENS new tokens."""
-    with torch.no_grad():
-        return model.generate(
-            input_ids, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False, **kwargs
-        )
 
 
 def argmax_decoding(model, source: list[int]) -> list[int]:

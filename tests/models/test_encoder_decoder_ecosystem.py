@@ -4,7 +4,7 @@ cross-attention can learn."""
 
 import pytest
 import torch
-from tests.models.test_encoder_decoder import EOS, PAD, greedy, seq2seq
+from tests.helpers.seq2seq_generation import EOS, PAD, greedy, seq2seq
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import (
     AutoModelForSeq2SeqLM,

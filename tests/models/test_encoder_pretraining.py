@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from peft import LoraConfig, get_peft_model
-from tests.models.test_encoder import ENCODER_PRESETS, SAME, masked_labels, right_padded_batch
+from tests.helpers.encoder_batches import ENCODER_PRESETS, SAME, masked_labels, right_padded_batch
 from transformers import (
     AutoModelForCausalLM,
     AutoModelForMaskedLM,

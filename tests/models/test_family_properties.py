@@ -9,12 +9,12 @@ import hypothesis.strategies as st
 import pytest
 import torch
 from hypothesis import given, settings
-from tests.models.test_decoder_properties import (
+from tests.helpers.switch_strategies import (
     BREAKERS,
     PROPERTY_SETTINGS,
     VOCAB,
-    _invalid_choice,
     experts_without_tokens,
+    invalid_choice,
     valid_configs,
 )
 from transformers import AutoModelForMaskedLM, AutoModelForSeq2SeqLM
@@ -135,7 +135,7 @@ DISENTANGLED_BREAKERS = {
         )
     ),
     "position_attention_terms": lambda c: _disentangled(
-        st.fixed_dictionaries({"position_attention_terms": _invalid_choice(POSITION_ATTENTION_TERMS)})
+        st.fixed_dictionaries({"position_attention_terms": invalid_choice(POSITION_ATTENTION_TERMS)})
     ),
 }
 

@@ -11,31 +11,19 @@ from pathlib import Path
 
 import pytest
 import torch
-from accelerate.state import AcceleratorState, GradientState
+from tests.helpers.recipe_runs import finetune_on, one_step_finetune_args
 from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
-import hfzoo
 from hfzoo.models.checkpoint_files import CheckpointFileError
-from hfzoo.recipes.finetune import main as finetune
 from hfzoo.recipes.finetune import parse_args
 from hfzoo.tasks import SequenceClassification, load_examples
 from hfzoo.training.task_runs import load_model
 
 
-@pytest.fixture(scope="module")
-def saved(tmp_path_factory, tokenizer) -> Path:
-    """An intact gpt-tiny checkpoint with its tokenizer; each test works on a copy (`checkpoint`)."""
-    folder = tmp_path_factory.mktemp("intact") / "gpt-tiny"
-    torch.manual_seed(0)
-    config = hfzoo.preset_config("gpt-tiny", vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id)
-    AutoModelForCausalLM.from_config(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
-
-
 @pytest.fixture
-def checkpoint(saved: Path, tmp_path: Path) -> Path:
-    return Path(shutil.copytree(saved, tmp_path / "checkpoint"))
+def checkpoint(gpt_tiny_checkpoint: Path, tmp_path: Path) -> Path:
+    """A copy of an intact gpt-tiny checkpoint with its tokenizer, for the test to break."""
+    return Path(shutil.copytree(gpt_tiny_checkpoint, tmp_path / "checkpoint"))
 
 
 def truncate(path: Path, keep: float) -> None:
@@ -79,27 +67,6 @@ def test_a_missing_shard_and_a_pickle_named_in_config_are_refused(checkpoint: Pa
         AutoModelForCausalLM.from_pretrained(checkpoint)
 
 
-def recipe_args(checkpoint: Path, tmp_path: Path) -> list[str]:
-    """Fine-tuning `checkpoint` for one step on four labelled rows."""
-    data = tmp_path / "data"
-    data.mkdir()
-    for split in ("train", "validation"):
-        rows = ["text,label", "a fine film,1", "a dull film,0", "very good,1", "very bad,0"]
-        (data / f"{split}.csv").write_text("\n".join(rows) + "\n")
-    return ["--model", str(checkpoint), "--task", "sequence-classification", "--train_file", str(data / "train.csv"),
-            "--validation_file", str(data / "validation.csv"), "--text_column", "text", "--label_column", "label",
-            "--max_steps", "1", "--output_dir", str(tmp_path / "run")]  # fmt: skip
-
-
-def finetune_on(checkpoint: Path, tmp_path: Path) -> None:
-    """The fine-tuning recipe as `hfzoo finetune` runs it; it loads the model before training."""
-    try:
-        finetune(recipe_args(checkpoint, tmp_path))
-    finally:
-        GradientState._reset_state()
-        AcceleratorState._reset_state(reset_partial_state=True)
-
-
 def test_recipe_names_a_truncated_weights_file(checkpoint: Path, tmp_path: Path):
     truncate(checkpoint / "model.safetensors", 0.5)
     with pytest.raises(CheckpointFileError, match="truncated") as error:
@@ -111,7 +78,7 @@ def test_load_model_names_invalid_json_in_config_with_its_line(checkpoint: Path,
     """`load_model`, which the fine-tuning and composition recipes load their model with."""
     config = checkpoint / "config.json"
     config.write_text(config.read_text().replace('"hidden_size": 128,', '"hidden_size": 128'))
-    options = parse_args(recipe_args(checkpoint, tmp_path)).data
+    options = parse_args(one_step_finetune_args(checkpoint, tmp_path)).data
     task = SequenceClassification(options)
     task.fit_labels(*load_examples(task, options))
     with pytest.raises(CheckpointFileError, match=r"config.json is not valid JSON: .* at line \d+, column \d+") as error:

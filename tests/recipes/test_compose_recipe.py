@@ -17,78 +17,24 @@ from pathlib import Path
 
 import pytest
 import torch
-from accelerate.state import AcceleratorState, GradientState
 from huggingface_hub import ModelCard
 from peft import LoraConfig, get_peft_model
 from safetensors.torch import load_file
-from transformers import AutoModelForMaskedLM, AutoModelForSequenceClassification, AutoTokenizer
+from tests.helpers.composition_args import compose_args
+from tests.helpers.recipe_runs import run_recipe
+from tests.helpers.run_outputs import read_run
+from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 import hfzoo
 from hfzoo.adapters import compose, load_composition
 from hfzoo.adapters.composition.task_adapter import save_base_identity
 from hfzoo.cli import main as hfzoo_main
 from hfzoo.data.recorded_paths import resolve_recorded
-from hfzoo.data.stdlib_tasks import write_task_files
-from hfzoo.data.tokenizer_training import train_tokenizer
 from hfzoo.recipes import compose as recipe
-from hfzoo.recipes import finetune
 
 REPO = Path(__file__).resolve().parents[2]
 FUSION_CONFIG = REPO / "recipes" / "configs" / "compose" / "stdlib-area-fusion.yaml"
-SMALL = ["--max_train_samples", "96", "--max_eval_samples", "32", "--max_length", "48", "--per_device_batch_size", "16",
-         "--log_every", "1"]  # fmt: skip
 HEADS = ["classifier", "model.pooler.dense"]  # bert-tiny's fresh head: the classifier and the pooler the MLM lacks
-
-
-def run_recipe(main, *args: str) -> Path:
-    """A recipe's `main`, with accelerate's process state reset afterwards as a new process would have it."""
-    try:
-        return main([str(a) for a in args])
-    finally:
-        GradientState._reset_state()
-        AcceleratorState._reset_state(reset_partial_state=True)
-
-
-@pytest.fixture(scope="module")
-def setup(tmp_path_factory) -> dict[str, Path]:
-    """The task files, a random-init bert-tiny MLM checkpoint with its tokenizer, and two trained adapters."""
-    root = tmp_path_factory.mktemp("compose-recipe")
-    files = {task: write_task_files(task, root / "data" / task) for task in ("module", "area")}
-    with open(files["area"]["train"], newline="", encoding="utf-8") as handle:
-        texts = [row["text"] for row in csv.DictReader(handle)][:1500]
-    tokenizer = train_tokenizer(texts, "wordpiece", 1000, "encoder")
-    config = hfzoo.preset_config("bert-tiny", vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
-                                 hidden_dropout=0.0, attention_dropout=0.0)  # fmt: skip
-    torch.manual_seed(0)
-    AutoModelForMaskedLM.from_config(config).save_pretrained(root / "base")
-    tokenizer.save_pretrained(root / "base")
-    adapters = {
-        "module": ["--method", "lora", "--method_options.target_modules", "[qkv_proj, down_proj]"],
-        "area": ["--method", "bottleneck"],
-    }
-    paths = {"base": root / "base", "root": root}
-    for task, method in adapters.items():
-        paths[task] = run_recipe(
-            finetune.main, "--model", root / "base", "--task", "sequence-classification", "--train_file",
-            files[task]["train"], "--validation_file", files[task]["validation"], *method, *SMALL, "--max_steps", "12",
-            "--learning_rate", "3e-3", "--output_dir", root / f"adapter-{task}",
-        )  # fmt: skip
-    paths["train"], paths["validation"] = files["area"]["train"], files["area"]["validation"]
-    return paths
-
-
-def compose_args(setup: dict[str, Path], output_dir: Path, *args: str) -> list:
-    return [
-        "--model", setup["base"], "--task", "sequence-classification", "--train_file", setup["train"],
-        "--validation_file", setup["validation"], "--adapters", f"module={setup['module']},area={setup['area']}",
-        *SMALL, "--max_steps", "6", "--output_dir", output_dir, *args,
-    ]  # fmt: skip
-
-
-def read_run(output_dir: Path) -> tuple[dict, list[dict]]:
-    metrics = json.loads((output_dir / "metrics.json").read_text())
-    predictions = [json.loads(line) for line in (output_dir / "predictions.jsonl").read_text().splitlines()]
-    return metrics, predictions
 
 
 def fresh_base(output_dir: Path, metrics: dict):

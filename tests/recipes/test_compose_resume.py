@@ -15,8 +15,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from tests.recipes.test_compose_recipe import compose_args, read_run, run_recipe, setup  # noqa: F401 (the adapters fixture)
-from tests.recipes.test_finetune_resume import assert_same_tensors, kill_at_a_random_step, train_losses
+from tests.helpers.composition_args import compose_args
+from tests.helpers.recipe_runs import kill_at_a_random_step, run_recipe
+from tests.helpers.run_outputs import assert_same_tensors, read_run, train_losses
 
 from hfzoo.recipes import compose as recipe
 from hfzoo.training import checkpointing, list_checkpoints
@@ -29,17 +30,17 @@ SOFT = ["--strategy", "soft", "--strategy_options", "{granularity: sequence}", "
         "3", "--eval_every", "4", "--save_best", "true", "--learning_rate", "1e-2"]  # fmt: skip
 
 
-def soft_args(setup: dict[str, Path], output_dir: Path, *extra: str) -> list[str]:  # noqa: F811
+def soft_args(setup: dict[str, Path], output_dir: Path, *extra: str) -> list[str]:
     return [str(a) for a in compose_args(setup, output_dir, *SOFT, "--baseline", "false", *extra)]
 
 
 @pytest.fixture(scope="module")
-def reference(setup, tmp_path_factory) -> Path:  # noqa: F811
+def reference(setup, tmp_path_factory) -> Path:
     """An uninterrupted soft-router run without its baseline."""
     return run_recipe(recipe.main, *soft_args(setup, tmp_path_factory.mktemp("compose-reference") / "soft"))
 
 
-def test_sigkill_then_resume_gives_bit_identical_router_head_and_best(setup, reference, tmp_path):  # noqa: F811
+def test_sigkill_then_resume_gives_bit_identical_router_head_and_best(setup, reference, tmp_path):
     out = tmp_path / "killed"
     target = kill_at_a_random_step([sys.executable, str(RECIPE), *soft_args(setup, out)], out, tmp_path / "log")
     assert not (out / "metrics.json").exists(), "the run finished before it was killed"
@@ -66,7 +67,7 @@ def test_the_best_composition_is_the_best_evaluations(reference):
 
 
 def test_a_crash_while_checkpointing_resumes_baseline_and_composition_exactly(
-    setup, tmp_path, monkeypatch  # noqa: F811
+    setup, tmp_path, monkeypatch
 ):
     """The learned run crashes publishing its step-6 checkpoint, after its baseline finished; `--resume` continues
     both (each from its own checkpoints) to what an uninterrupted run with its baseline gives."""
@@ -93,13 +94,13 @@ def test_a_crash_while_checkpointing_resumes_baseline_and_composition_exactly(
     assert read_run(out)[0]["baselines"] == read_run(expected)[0]["baselines"]
 
 
-def test_resume_refuses_another_strategy_naming_the_key(setup, reference, tmp_path):  # noqa: F811
+def test_resume_refuses_another_strategy_naming_the_key(setup, reference, tmp_path):
     out = Path(shutil.copytree(reference, tmp_path / "run"))
     with pytest.raises(SystemExit, match=r"'strategy' was 'soft', now 'fusion'"):
         run_recipe(recipe.main, *soft_args(setup, out, "--resume", "true", "--strategy", "fusion"))
 
 
-def test_evaluation_only_scores_a_saved_composition_without_changing_it(setup, reference, tmp_path):  # noqa: F811
+def test_evaluation_only_scores_a_saved_composition_without_changing_it(setup, reference, tmp_path):
     saved = (reference / WEIGHTS).read_bytes()
     composition = reference / "composition"
     run_recipe(recipe.main, *compose_args(setup, tmp_path, "--do_train", "false", "--composition", composition))

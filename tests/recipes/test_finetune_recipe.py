@@ -18,7 +18,7 @@ from accelerate.state import AcceleratorState, GradientState
 from huggingface_hub import ModelCard
 from peft import PeftModel
 from safetensors.torch import load_file
-from tests.tasks.test_finetune_formatting import DATA, REPO, checkpoints  # noqa: F401 (the session's tiny checkpoints)
+from tests.helpers.paths import REPO, SHARED_DATA as DATA
 from transformers import (
     AutoModelForQuestionAnswering,
     AutoModelForSequenceClassification,
@@ -82,7 +82,7 @@ def assert_run_outputs(output_dir: Path, metrics: dict, metric_keys: set, adapte
 
 
 # ------------------------------------------------------------------------------------------ the four tasks
-def test_sequence_classification_decoder_lora_reloads_to_the_same_predictions(checkpoints, tmp_path):  # noqa: F811
+def test_sequence_classification_decoder_lora_reloads_to_the_same_predictions(checkpoints, tmp_path):
     out = tmp_path / "sst2-lora"
     metrics, predictions = finetune(out, "--model", str(checkpoints["gpt-tiny"]), *SST2, "--method", "lora")
     assert_run_outputs(out, metrics, CLASSIFICATION_KEYS, adapter=True)
@@ -108,7 +108,7 @@ def test_sequence_classification_decoder_lora_reloads_to_the_same_predictions(ch
     assert [labels[i] for i in logits[0].argmax(-1).tolist()] == [p["prediction"] for p in predictions]
 
 
-def test_token_classification_encoder_bottleneck_reloads_to_the_same_predictions(checkpoints, tmp_path):  # noqa: F811
+def test_token_classification_encoder_bottleneck_reloads_to_the_same_predictions(checkpoints, tmp_path):
     out = tmp_path / "conll-bottleneck"
     metrics, predictions = finetune(out, "--model", str(checkpoints["bert-tiny"]), *CONLL, "--method", "bottleneck",
                                     "--learning_rate", "1e-2")  # fmt: skip
@@ -130,7 +130,7 @@ def test_token_classification_encoder_bottleneck_reloads_to_the_same_predictions
             assert [labels[tokens[i]] for i in firsts] == record["predictions"]
 
 
-def test_question_answering_encoder_full_finetuning(checkpoints, tmp_path):  # noqa: F811
+def test_question_answering_encoder_full_finetuning(checkpoints, tmp_path):
     out = tmp_path / "squad"
     metrics, predictions = finetune(
         out, "--model", str(checkpoints["bert-tiny"]), "--task", "question-answering",
@@ -147,7 +147,7 @@ def test_question_answering_encoder_full_finetuning(checkpoints, tmp_path):  # n
     assert type(model).__name__ == "ZooEncoderForQuestionAnswering"
 
 
-def test_seq2seq_encoder_decoder_generates_and_scores_bleu(checkpoints, tmp_path):  # noqa: F811
+def test_seq2seq_encoder_decoder_generates_and_scores_bleu(checkpoints, tmp_path):
     out = tmp_path / "multi30k"
     metrics, predictions = finetune(
         out, "--model", str(checkpoints["t5-tiny"]), "--task", "seq2seq", "--dataset", str(DATA / "multi30k"),
@@ -161,7 +161,7 @@ def test_seq2seq_encoder_decoder_generates_and_scores_bleu(checkpoints, tmp_path
 
 
 # ------------------------------------------------------------------------------------------ formulations, methods
-def test_text_to_text_classification_with_lora(checkpoints, tmp_path):  # noqa: F811
+def test_text_to_text_classification_with_lora(checkpoints, tmp_path):
     out = tmp_path / "sst2-t5"
     metrics, predictions = finetune(out, "--model", str(checkpoints["t5-tiny"]), *SST2, "--task_prefix", "sst2",
                                     "--label_words", "{0: negative, 1: positive}", "--method", "lora")  # fmt: skip
@@ -171,7 +171,7 @@ def test_text_to_text_classification_with_lora(checkpoints, tmp_path):  # noqa: 
     assert metrics["accuracy"] == sum(p["prediction"] == p["label"] for p in valid) / 32
 
 
-def test_decoder_seq2seq_with_prefix_tuning(checkpoints, tmp_path):  # noqa: F811
+def test_decoder_seq2seq_with_prefix_tuning(checkpoints, tmp_path):
     out = tmp_path / "multi30k-prefix"
     metrics, predictions = finetune(
         out, "--model", str(checkpoints["gpt-tiny"]), "--task", "seq2seq", "--dataset", str(DATA / "multi30k"),
@@ -181,7 +181,7 @@ def test_decoder_seq2seq_with_prefix_tuning(checkpoints, tmp_path):  # noqa: F81
     assert json.loads((out / "adapter_config.json").read_text())["peft_type"] == "PREFIX_TUNING"
 
 
-def test_full_finetuning_memorises_a_small_training_set(checkpoints, tmp_path):  # noqa: F811
+def test_full_finetuning_memorises_a_small_training_set(checkpoints, tmp_path):
     """Evaluated on its own 16 training rows after 30 epochs, the model has learned them: the loop really trains."""
     out, train = tmp_path / "sst2-full", str(DATA / "sst2" / "train.tsv")
     metrics, _ = finetune(
@@ -194,7 +194,7 @@ def test_full_finetuning_memorises_a_small_training_set(checkpoints, tmp_path): 
     assert metrics["accuracy"] == 1.0
 
 
-def test_from_scratch_keeps_the_architecture_and_none_of_the_weights(checkpoints, tmp_path):  # noqa: F811
+def test_from_scratch_keeps_the_architecture_and_none_of_the_weights(checkpoints, tmp_path):
     """The "does pretraining help?" baseline: same architecture, tokenizer and head, weights drawn afresh."""
     out = tmp_path / "sst2-scratch"
     metrics, _ = finetune(out, "--model", str(checkpoints["bert-tiny"]), *SST2, "--from_scratch", "true",
@@ -211,7 +211,7 @@ def test_from_scratch_keeps_the_architecture_and_none_of_the_weights(checkpoints
                  "--method", "lora")  # fmt: skip
 
 
-def test_adalora_from_a_peft_config_file(checkpoints, tmp_path):  # noqa: F811
+def test_adalora_from_a_peft_config_file(checkpoints, tmp_path):
     out = tmp_path / "sst2-adalora"
     metrics, _ = finetune(out, "--model", str(checkpoints["gpt-tiny"]), *SST2,
                           "--peft_config", str(REPO / "recipes" / "configs" / "finetune" / "adalora.json"))  # fmt: skip
@@ -221,7 +221,7 @@ def test_adalora_from_a_peft_config_file(checkpoints, tmp_path):  # noqa: F811
     assert config["peft_type"] == "ADALORA" and "score" in config["modules_to_save"]
 
 
-def test_prefix_tuning_on_an_encoder_is_refused_with_the_alternatives(checkpoints, tmp_path):  # noqa: F811
+def test_prefix_tuning_on_an_encoder_is_refused_with_the_alternatives(checkpoints, tmp_path):
     with pytest.raises(ValueError, match="prefix tuning .* hfzoo encoders and BERT do not. Use --method lora"):
         finetune(tmp_path / "x", "--model", str(checkpoints["bert-tiny"]), *SST2, "--method", "prefix")
 
@@ -230,7 +230,7 @@ def test_prefix_tuning_on_an_encoder_is_refused_with_the_alternatives(checkpoint
     ("preset", "head"),
     [("gpt-tiny", "ZooDecoderForQuestionAnswering"), ("t5-tiny", "ZooEncoderDecoderForQuestionAnswering")],
 )
-def test_question_answering_on_hfzoo_decoders_and_encoder_decoders(preset, head, checkpoints, tmp_path):  # noqa: F811
+def test_question_answering_on_hfzoo_decoders_and_encoder_decoders(preset, head, checkpoints, tmp_path):
     out = tmp_path / "squad"
     metrics, predictions = finetune(
         out, "--model", str(checkpoints[preset]), "--task", "question-answering",
@@ -244,7 +244,7 @@ def test_question_answering_on_hfzoo_decoders_and_encoder_decoders(preset, head,
     assert not loading_info["missing_keys"] and not loading_info["unexpected_keys"]
 
 
-def test_token_classification_on_an_hfzoo_encoder_decoder_tags_from_its_encoder(checkpoints, tmp_path):  # noqa: F811
+def test_token_classification_on_an_hfzoo_encoder_decoder_tags_from_its_encoder(checkpoints, tmp_path):
     out = tmp_path / "conll-t5"
     metrics, predictions = finetune(out, "--model", str(checkpoints["t5-tiny"]), *CONLL, "--max_steps", "2")
     assert_run_outputs(out, metrics, {"precision", "recall", "f1", "accuracy"}, adapter=False)
@@ -256,7 +256,7 @@ def test_token_classification_on_an_hfzoo_encoder_decoder_tags_from_its_encoder(
 
 
 # ------------------------------------------------------------------------------------------ native checkpoints
-def test_native_bert_checkpoint_through_the_recipe(checkpoints, tmp_path):  # noqa: F811
+def test_native_bert_checkpoint_through_the_recipe(checkpoints, tmp_path):
     """A plain transformers BERT folder (no hfzoo code in it) fine-tunes with the same command."""
     tokenizer = AutoTokenizer.from_pretrained(checkpoints["bert-tiny"])
     config = BertConfig(vocab_size=len(tokenizer), hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
@@ -276,7 +276,7 @@ def test_native_bert_checkpoint_through_the_recipe(checkpoints, tmp_path):  # no
     assert any("lora_A" in k for k in adapter)
 
 
-def test_native_gpt2_without_a_pad_token_pads_with_eos(checkpoints, tmp_path):  # noqa: F811
+def test_native_gpt2_without_a_pad_token_pads_with_eos(checkpoints, tmp_path):
     hfzoo_tokenizer = AutoTokenizer.from_pretrained(checkpoints["gpt-tiny"])
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=hfzoo_tokenizer.backend_tokenizer, bos_token="<s>",
                                         eos_token="</s>", unk_token="<unk>")  # fmt: skip
@@ -293,7 +293,7 @@ def test_native_gpt2_without_a_pad_token_pads_with_eos(checkpoints, tmp_path):  
 
 # ------------------------------------------------------------------------------------------ distributed
 @pytest.mark.slow
-def test_two_ddp_processes_predict_what_one_process_does(checkpoints, tmp_path):  # noqa: F811
+def test_two_ddp_processes_predict_what_one_process_does(checkpoints, tmp_path):
     """Under `accelerate launch` (2 CPU processes, gloo) each process predicts its share of the validation set (31
     rows: one process gets a padding row) and the main process gathers them back into order. A learning rate of
     1e-12 leaves the weights as they were, so both runs must predict exactly the same."""
@@ -310,7 +310,7 @@ def test_two_ddp_processes_predict_what_one_process_does(checkpoints, tmp_path):
     assert two == single and len(two) == 31
 
 
-def test_max_length_beyond_the_models_positions_is_refused_before_training(checkpoints, tmp_path):  # noqa: F811
+def test_max_length_beyond_the_models_positions_is_refused_before_training(checkpoints, tmp_path):
     """gpt-tiny has learned positions for 512 tokens: longer inputs trained, then failed at evaluation."""
     out = tmp_path / "too-long"
     with pytest.raises(ValueError, match=r"'max_length' is 1024.*at most 512 tokens.*max_length <= 512"):
@@ -318,7 +318,7 @@ def test_max_length_beyond_the_models_positions_is_refused_before_training(check
     assert not (out / "log.jsonl").exists()  # refused before the first step
 
 
-def test_a_failure_in_the_final_evaluation_still_leaves_the_weights(checkpoints, tmp_path, monkeypatch):  # noqa: F811
+def test_a_failure_in_the_final_evaluation_still_leaves_the_weights(checkpoints, tmp_path, monkeypatch):
     """The weights are saved when training is done, before the evaluation that may fail."""
     from hfzoo.training import task_runs
 

@@ -9,83 +9,21 @@ A tiny bert-tiny checkpoint (dropout on, so the RNG states must be restored too)
 from __future__ import annotations
 
 import json
-import os
-import random
 import shutil
-import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-import torch
-from accelerate.state import AcceleratorState, GradientState
-from safetensors.torch import load_file
-from transformers import AutoModelForMaskedLM
+from tests.helpers.area_task import finetune_args as args
+from tests.helpers.recipe_runs import kill_at_a_random_step, run_finetune as run
+from tests.helpers.run_outputs import assert_same_tensors, train_losses
 
-import hfzoo
-from hfzoo.data.stdlib_tasks import write_task_files
-from hfzoo.data.tokenizer_training import train_tokenizer
-from hfzoo.recipes.finetune import main
 from hfzoo.training import list_checkpoints
 from hfzoo.training.logging import read_log
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPE = REPO / "recipes" / "finetune.py"
-MAX_STEPS = 16
 WEIGHTS = {"full": "model.safetensors", "lora": "adapter_model.safetensors"}
-
-
-@pytest.fixture(scope="module")
-def base(tmp_path_factory) -> dict[str, Path]:
-    """The `area` task files and a random-init bert-tiny masked LM with a wordpiece tokenizer trained on them."""
-    root = tmp_path_factory.mktemp("finetune-resume")
-    files = write_task_files("area", root / "data")
-    texts = files["train"].read_text(encoding="utf-8").splitlines()[1:1500]
-    tokenizer = train_tokenizer(texts, "wordpiece", 1000, "encoder")
-    config = hfzoo.preset_config("bert-tiny", vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id)
-    torch.manual_seed(0)
-    AutoModelForMaskedLM.from_config(config).save_pretrained(root / "base")
-    tokenizer.save_pretrained(root / "base")
-    return {"base": root / "base", "train": files["train"], "validation": files["validation"]}
-
-
-def args(base: dict[str, Path], output_dir: Path, method: str, *extra: str) -> list[str]:
-    """A 16-step run over 2 epochs of 64 examples (shuffled, dropout 0.1), checkpoints every 3 steps."""
-    return [
-        "--model", str(base["base"]), "--task", "sequence-classification", "--train_file", str(base["train"]),
-        "--validation_file", str(base["validation"]), "--max_train_samples", "64", "--max_eval_samples", "32",
-        "--max_length", "48", "--per_device_batch_size", "8", "--max_steps", str(MAX_STEPS), "--log_every", "1",
-        "--save_every", "3", "--eval_every", "4", "--save_best", "true", "--learning_rate", "2e-3",
-        "--method", method, "--output_dir", str(output_dir), *extra,
-    ]  # fmt: skip
-
-
-def run(*argv: str) -> Path:
-    """`main(argv)` in this process; accelerate's process state is reset after, as a new process would have it."""
-    try:
-        return main(list(argv))
-    finally:
-        GradientState._reset_state()
-        AcceleratorState._reset_state(reset_partial_state=True)
-
-
-def recipe_env() -> dict[str, str]:
-    """As many threads as this process (float sums are split by thread), offline."""
-    return {**os.environ, "HF_HUB_OFFLINE": "1", "HF_EVALUATE_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-            "OMP_NUM_THREADS": str(torch.get_num_threads())}  # fmt: skip
-
-
-def train_losses(output_dir: Path) -> dict[int, float]:
-    return {r["step"]: r["loss"] for r in read_log(output_dir) if r["event"] == "train"}
-
-
-def assert_same_tensors(a: Path, b: Path) -> None:
-    first, second = load_file(a), load_file(b)
-    assert first.keys() == second.keys()
-    differ = [k for k in first if not torch.equal(first[k], second[k])]
-    assert not differ, differ
 
 
 @pytest.fixture(scope="module")
@@ -93,33 +31,6 @@ def references(base, tmp_path_factory) -> dict[str, Path]:
     """Uninterrupted runs, full fine-tuning and LoRA."""
     root = tmp_path_factory.mktemp("references")
     return {method: run(*args(base, root / method, method)) for method in WEIGHTS}
-
-
-def kill_at_a_random_step(command: list[str], out: Path, log_file: Path) -> int:
-    """Start `command`, SIGKILL it once it has logged a random step after its first checkpoint; that step."""
-    target = random.SystemRandom().randint(4, MAX_STEPS - 4)  # the recipes seed `random` itself
-    with open(log_file, "w") as log:
-        process = subprocess.Popen(command, env=recipe_env(), stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 180
-        while process.poll() is None and time.monotonic() < deadline:
-            if (out / "log.jsonl").is_file() and any(r.get("step", 0) >= target for r in _records(out)):
-                break
-            time.sleep(0.005)
-        os.kill(process.pid, signal.SIGKILL)
-        process.wait()
-    assert process.returncode == -signal.SIGKILL, log_file.read_text()[-3000:]
-    return target
-
-
-def _records(out: Path) -> list[dict]:
-    """The log's complete records (the writer may be mid-line)."""
-    records = []
-    for line in (out / "log.jsonl").read_text(encoding="utf-8").splitlines():
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            pass
-    return records
 
 
 @pytest.mark.parametrize("method", list(WEIGHTS))

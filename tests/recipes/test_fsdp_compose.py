@@ -9,8 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from safetensors.torch import load_file
-from tests.recipes.test_compose_recipe import compose_args, read_run, setup  # noqa: F401 (the adapters fixture)
-from tests.training.test_fsdp import in_one_thread, launch, on_two_processes
+from tests.helpers.composition_args import compose_args
+from tests.helpers.recipe_runs import in_one_thread, launch, on_two_processes
+from tests.helpers.run_outputs import read_run
 
 from hfzoo.recipes import compose as recipe
 from hfzoo.training import list_checkpoints
@@ -24,7 +25,7 @@ SOFT = ["--strategy", "soft", "--strategy_options", "{granularity: sequence}", "
         "--group_by_length", "false"]  # fmt: skip
 
 
-def test_a_soft_composition_sharded_on_two_processes_follows_one_unsharded_process(setup, tmp_path):  # noqa: F811
+def test_a_soft_composition_sharded_on_two_processes_follows_one_unsharded_process(setup, tmp_path):
     sharded = tmp_path / "sharded"
     launch(on_two_processes(RECIPE, *compose_args(setup, sharded, *SOFT, "--per_device_batch_size", "8",
                                                   "--sharding", "fsdp")))  # fmt: skip

@@ -13,7 +13,7 @@ import pytest
 import torch
 from peft import PeftModel
 from safetensors.torch import load_file
-from tests.training.test_fsdp import in_one_thread, launch, on_two_processes
+from tests.helpers.recipe_runs import in_one_thread, launch, on_two_processes
 from transformers import AutoModelForMaskedLM, AutoModelForSequenceClassification
 
 import hfzoo

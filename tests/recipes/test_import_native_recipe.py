@@ -15,7 +15,8 @@ import torch
 import transformers
 from accelerate.state import AcceleratorState, GradientState
 from peft import PeftModel
-from tests.tasks.test_finetune_formatting import DATA, checkpoints  # noqa: F401 (the session's tiny checkpoints and tokenizers)
+from tests.helpers.paths import SHARED_DATA as DATA
+from tests.helpers.tiny_checkpoints import NATIVE
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 from hfzoo.convert import adapter_to_native, from_native, to_native
@@ -26,14 +27,6 @@ from hfzoo.training.task_runs import METRICS_FILE
 SST2 = ["--task", "sequence-classification", "--dataset", str(DATA / "sst2"), "--text_column", "sentence",
         "--max_train_samples", "24", "--max_eval_samples", "16", "--max_steps", "3", "--per_device_batch_size", "8",
         "--max_length", "48", "--log_every", "1"]  # fmt: skip
-# family -> (native class saved as the "pretrained" checkpoint, its config, the session checkpoint whose tokenizer
-# it uses: a WordPiece one for BERT, a BPE one for Llama)
-SIZES = dict(hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
-             max_position_embeddings=64)  # fmt: skip
-NATIVE = {
-    "bert": ("BertForMaskedLM", transformers.BertConfig, SIZES, "bert-tiny"),
-    "llama": ("LlamaForCausalLM", transformers.LlamaConfig, {**SIZES, "num_key_value_heads": 2}, "gpt-tiny"),
-}
 
 
 def run(recipe, output_dir: Path, *args: str) -> dict:
@@ -44,23 +37,6 @@ def run(recipe, output_dir: Path, *args: str) -> dict:
         GradientState._reset_state()
         AcceleratorState._reset_state(reset_partial_state=True)
     return json.loads((output_dir / METRICS_FILE).read_text())
-
-
-@pytest.fixture(scope="module")
-def native_folders(checkpoints, tmp_path_factory) -> dict[str, Path]:  # noqa: F811
-    """family -> a folder holding a small random native checkpoint and the session's tokenizer, as a user's
-    pretrained transformers model would be (transformers' own class, no hfzoo code)."""
-    folders = {}
-    for family, (class_name, config_class, sizes, tokenizer_source) in NATIVE.items():
-        tokenizer = AutoTokenizer.from_pretrained(checkpoints[tokenizer_source])
-        special = {"pad_token_id": tokenizer.pad_token_id, "eos_token_id": tokenizer.eos_token_id,
-                   "bos_token_id": tokenizer.bos_token_id}  # fmt: skip
-        torch.manual_seed(0)
-        model = getattr(transformers, class_name)(config_class(vocab_size=len(tokenizer), **sizes, **special))
-        folders[family] = tmp_path_factory.mktemp(f"native-{family}")
-        model.save_pretrained(folders[family])
-        tokenizer.save_pretrained(folders[family])
-    return folders
 
 
 def test_full_fine_tuning_of_a_native_bert_saves_an_hfzoo_checkpoint(native_folders, tmp_path):

@@ -24,10 +24,10 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from accelerate.state import AcceleratorState, GradientState
 from huggingface_hub import ModelCard
-from safetensors.torch import load_file
-from tests.training.test_resume_safety import CreatesMarker
+from tests.helpers.pickles import CreatesMarker
+from tests.helpers.recipe_runs import recipe_env, run_pretrain as run_in_process
+from tests.helpers.run_outputs import max_weight_difference, train_losses
 from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSeq2SeqLM, AutoTokenizer
 
 from hfzoo.cards import LOSS_CURVE
@@ -35,7 +35,6 @@ from hfzoo.data.corpus import load_corpus
 from hfzoo.data.packing import pack
 from hfzoo.training import checkpointing, list_checkpoints
 from hfzoo.training.logging import read_log
-from hfzoo.recipes.pretrain import main
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPE = REPO / "recipes" / "pretrain.py"
@@ -43,45 +42,6 @@ CONFIG = REPO / "recipes" / "configs" / "test-gpt-tiny-clm.yaml"
 ACCELERATE_CPU_DDP = REPO / "recipes" / "configs" / "accelerate" / "cpu_ddp.yaml"
 BIN = Path(sys.executable).parent
 NO_DROPOUT = ["--model.hidden_dropout", "0", "--model.attention_dropout", "0"]
-
-
-def recipe_env(threads: int | None = None) -> dict[str, str]:
-    """Training subprocesses as the Makefile starts them: freed pages stay mapped (performance notes), offline.
-
-    Threads default to this process's count: float sums are split by thread, so runs compared bit for bit
-    with the in-process reference must use as many.
-    """
-    return {
-        **os.environ,
-        "MALLOC_MMAP_THRESHOLD_": "17179869184",
-        "MALLOC_TRIM_THRESHOLD_": "17179869184",
-        "HF_HUB_OFFLINE": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-        "OMP_NUM_THREADS": str(threads or torch.get_num_threads()),
-    }
-
-
-def run_in_process(*args: str) -> Path:
-    """`main(argv)` in this process; accelerate's process-wide state is reset after, as a new process would be."""
-    try:
-        return main(["--config", str(CONFIG), *args])
-    finally:
-        GradientState._reset_state()
-        AcceleratorState._reset_state(reset_partial_state=True)
-
-
-def weights(output_dir: Path) -> dict[str, torch.Tensor]:
-    return load_file(output_dir / "model.safetensors")
-
-
-def max_weight_difference(a: Path, b: Path) -> float:
-    wa, wb = weights(a), weights(b)
-    assert wa.keys() == wb.keys()
-    return max((wa[k] - wb[k]).abs().max().item() for k in wa)
-
-
-def train_losses(output_dir: Path) -> dict[int, float]:
-    return {r["step"]: r["loss"] for r in read_log(output_dir) if r["event"] == "train"}
 
 
 @pytest.fixture(scope="module")

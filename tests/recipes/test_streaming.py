@@ -21,7 +21,9 @@ from pathlib import Path
 import datasets
 import psutil
 import pytest
-from tests.recipes.test_pretrain_recipe import CONFIG, RECIPE, max_weight_difference, recipe_env, run_in_process, train_losses
+from tests.helpers.paths import PRETRAIN_RECIPE as RECIPE, PRETRAIN_TEST_CONFIG as CONFIG
+from tests.helpers.recipe_runs import recipe_env, run_pretrain as run_in_process
+from tests.helpers.run_outputs import max_weight_difference, train_losses
 
 from hfzoo.data.corpus import load_corpus
 from hfzoo.data.packing import pack, pack_in_windows

@@ -9,7 +9,6 @@ test_finetune_recipe.py.
 
 from __future__ import annotations
 
-import itertools
 import json
 from pathlib import Path
 
@@ -17,65 +16,14 @@ import numpy as np
 import pytest
 import torch
 from accelerate.state import AcceleratorState, GradientState
-from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSeq2SeqLM, AutoTokenizer
+from tests.helpers.paths import REPO, SHARED_DATA as DATA
+from tests.helpers.tiny_checkpoints import first_lines
+from transformers import AutoTokenizer
 
-import hfzoo
-from hfzoo.data.tokenizer_training import train_tokenizer
 from hfzoo.recipes.finetune import main, parse_args
 from hfzoo.tasks import QuestionAnswering, Seq2Seq, SequenceClassification, TokenClassification, load_examples
 from hfzoo.tasks.data import DataError
 from hfzoo.training.task_runs import load_model, load_tokenizer
-
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
-REPO = Path(__file__).resolve().parents[2]
-# preset -> (tokenizer kind, the family's language-model Auto class): the checkpoints a user would have pretrained.
-CHECKPOINTS = {
-    "gpt-tiny": ("bpe", AutoModelForCausalLM),
-    "bert-tiny": ("wordpiece", AutoModelForMaskedLM),
-    "t5-tiny": ("bpe", AutoModelForSeq2SeqLM),
-}
-
-
-def _lines(path: Path, count: int) -> list[str]:
-    with path.open(encoding="utf-8") as f:
-        return [line.rstrip("\n") for line in itertools.islice(f, count)]
-
-
-def _tokenizer_texts() -> list[str]:
-    """Real text from every data set the tests fine-tune on, so each tokenizer covers them all."""
-    texts = [line.split("\t")[0] for line in _lines(DATA / "sst2" / "train.tsv", 2000)[1:]]
-    texts += [" ".join(line.split("\t")[1:3]) for line in _lines(DATA / "rte" / "train.tsv", 300)[1:]]
-    texts += [line.split(" ")[0] for line in _lines(DATA / "conll2003" / "train.txt", 4000) if line.strip()]
-    texts += _lines(DATA / "multi30k" / "train.en", 1000) + _lines(DATA / "multi30k" / "train.de", 1000)
-    squad = json.loads((DATA / "squad" / "dev-v1.1.json").read_text(encoding="utf-8"))
-    texts += [p["context"] for article in squad["data"][:5] for p in article["paragraphs"]]
-    return texts
-
-
-@pytest.fixture(scope="session")
-def checkpoints(tmp_path_factory) -> dict[str, Path]:
-    """preset -> folder with a random-init LM checkpoint and its trained tokenizer, as `hfzoo pretrain` leaves them.
-
-    Built once per session even when both fine-tuning test files run (the folder is reused if present).
-    """
-    if not DATA.is_dir():
-        pytest.skip(f"shared data sets not found at {DATA}")
-    root = tmp_path_factory.getbasetemp() / "finetune-checkpoints"
-    folders = {preset: root / preset for preset in CHECKPOINTS}
-    if all((folder / "config.json").is_file() for folder in folders.values()):
-        return folders
-    texts = _tokenizer_texts()
-    for preset, (kind, auto_class) in CHECKPOINTS.items():
-        family = hfzoo.presets.preset_family(preset)
-        tokenizer = train_tokenizer(texts, kind, 1000, family, num_sentinels=4)
-        special = {"pad_token_id": tokenizer.pad_token_id, "eos_token_id": tokenizer.eos_token_id}
-        if family == "decoder":
-            special["bos_token_id"] = tokenizer.bos_token_id
-        torch.manual_seed(0)
-        model = auto_class.from_config(hfzoo.preset_config(preset, vocab_size=len(tokenizer), **special))
-        model.save_pretrained(folders[preset])
-        tokenizer.save_pretrained(folders[preset])
-    return folders
 
 
 def task_for(checkpoint: Path, *args: str):
@@ -247,9 +195,9 @@ MULTI30K = ["--task", "seq2seq", "--dataset", str(DATA / "multi30k"), "--text_co
 
 def test_seq2seq_reads_parallel_files_line_by_line(checkpoints):
     task, train, validation = task_for(checkpoints["t5-tiny"], *MULTI30K, "--task_prefix", "translate English to German:")
-    assert train[0].source == _lines(DATA / "multi30k" / "train.en", 1)[0]
-    assert train[0].target == _lines(DATA / "multi30k" / "train.de", 1)[0]
-    assert validation[4].target == _lines(DATA / "multi30k" / "val.de", 5)[4]
+    assert train[0].source == first_lines(DATA / "multi30k" / "train.en", 1)[0]
+    assert train[0].target == first_lines(DATA / "multi30k" / "train.de", 1)[0]
+    assert validation[4].target == first_lines(DATA / "multi30k" / "val.de", 5)[4]
     for example, feature in zip(train, task.encode(train, training=True)):
         assert feature["input_ids"] == task.tokenizer(f"translate English to German: {example.source}")["input_ids"]
         assert task.tokenizer.decode(feature["labels"], skip_special_tokens=True) == example.target
@@ -298,7 +246,7 @@ def _run(*args: str):
 
 
 def _copy_lines(source: Path, target: Path, count: int, edit=lambda lines: lines) -> Path:
-    target.write_text("\n".join(edit(_lines(source, count))) + "\n", encoding="utf-8")
+    target.write_text("\n".join(edit(first_lines(source, count))) + "\n", encoding="utf-8")
     return target
 
 

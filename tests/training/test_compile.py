@@ -14,7 +14,7 @@ import torch
 import torch._dynamo
 from peft import LoraConfig, get_peft_model
 from safetensors.torch import load_file
-from tests.recipes.test_pretrain_recipe import run_in_process
+from tests.helpers.recipe_runs import run_pretrain as run_in_process
 from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSeq2SeqLM
 
 from hfzoo.presets import PRESETS, preset_config

@@ -10,8 +10,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 from peft import LoraConfig, get_peft_model
-from tests.models.test_encoder import ENCODER_PRESETS, SAME, load_as_remote_code, masked_labels, right_padded_batch
-from tests.recipes.test_pretrain_recipe import run_in_process
+from tests.helpers.encoder_batches import ENCODER_PRESETS, SAME, masked_labels, right_padded_batch
+from tests.helpers.recipe_runs import run_pretrain as run_in_process
+from tests.helpers.remote_code import load_as_remote_code
 from transformers import AutoModel, AutoModelForPreTraining, AutoModelForSequenceClassification
 
 import hfzoo

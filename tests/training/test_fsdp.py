@@ -17,16 +17,14 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import psutil
 import pytest
 import torch
-from accelerate.state import AcceleratorState, GradientState
-from safetensors.torch import load_file
 from peft import LoraConfig, get_peft_model
-from tests.recipes.test_finetune_resume import _records as complete_records
+from tests.helpers.recipe_runs import complete_records, in_one_thread, launch, on_two_processes, recipe_env
+from tests.helpers.run_outputs import train_losses, weights
 from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoModelForSequenceClassification, BertConfig
 
 import hfzoo
@@ -43,54 +41,15 @@ STEPS = ["--max_steps", str(MAX_STEPS), "--save_every", "2", "--eval_every", str
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
 
 
-def recipe_env() -> dict[str, str]:
-    """One thread per process (float sums are split by thread: runs compared bit for bit must use as many)."""
-    return {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1",
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}  # fmt: skip
-
-
-def on_two_processes(recipe: Path, *args) -> list[str]:
-    """`torchrun --standalone --nproc_per_node 2 <recipe> <args>` (standalone: on a free port)."""
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(recipe),
-            *map(str, args)]  # fmt: skip
-
-
 def torchrun(output_dir: Path, *extra: str) -> list[str]:
     """The sharded pretraining run on two processes."""
     sharded = ["--config", CONFIG, "--sharding", "fsdp", *STEPS, "--output_dir", output_dir]
     return on_two_processes(RECIPE, *sharded, *extra)
 
 
-def launch(command: list[str]) -> subprocess.CompletedProcess:
-    result = subprocess.run(command, env=recipe_env(), capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return result
-
-
-def in_one_thread(recipe_main: Callable[[list[str]], Path], *args) -> Path:
-    """A recipe's `main` in this process with one thread, as each torchrun worker has; accelerate's process-wide
-    state is reset after, as a new process would have it."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        return recipe_main(list(map(str, args)))
-    finally:
-        torch.set_num_threads(threads)
-        GradientState._reset_state()
-        AcceleratorState._reset_state(reset_partial_state=True)
-
-
 def run_in_process(output_dir: Path, *extra: str) -> Path:
     """The sharded pretraining run in one process, as `hfzoo pretrain` runs it."""
     return in_one_thread(main, "--config", CONFIG, "--sharding", "fsdp", *STEPS, "--output_dir", output_dir, *extra)
-
-
-def weights(output_dir: Path) -> dict[str, torch.Tensor]:
-    return load_file(output_dir / "model.safetensors")
-
-
-def train_losses(output_dir: Path) -> dict[int, float]:
-    return {r["step"]: r["loss"] for r in read_log(output_dir) if r["event"] == "train"}
 
 
 def starts(output_dir: Path) -> list[dict]:
@@ -210,7 +169,6 @@ def test_no_checkpoint_holds_a_pickle_file(reference, tmp_path):
         assert {p.suffix for p in in_checkpoints} <= {".safetensors", ".json"}, run
         for path in in_checkpoints:
             assert not path.read_bytes().startswith(b"\x80"), f"{path} is a pickle"  # pickle's protocol opcode
-
 
 
 def test_accelerates_fsdp_config_where_it_would_not_shard_is_refused_before_any_work(tmp_path, monkeypatch):

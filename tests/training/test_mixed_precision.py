@@ -11,7 +11,8 @@ import pytest
 import torch
 from accelerate import Accelerator
 from accelerate.state import AcceleratorState, GradientState
-from tests.recipes.test_pretrain_recipe import run_in_process, train_losses, weights
+from tests.helpers.recipe_runs import run_pretrain as run_in_process
+from tests.helpers.run_outputs import train_losses, weights
 
 from hfzoo.training.logging import read_log
 from hfzoo.training.options import RunOptions

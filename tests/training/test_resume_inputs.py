@@ -13,15 +13,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-import torch
-from tests.recipes.test_finetune_resume import args as finetune_args
-from tests.recipes.test_finetune_resume import run as run_finetune
-from tests.recipes.test_pretrain_recipe import run_in_process as run_pretrain
-from transformers import AutoModelForMaskedLM
+from tests.helpers.area_task import short_lora_args
+from tests.helpers.recipe_runs import run_finetune, run_pretrain
 
-import hfzoo
-from hfzoo.data.stdlib_tasks import write_task_files
-from hfzoo.data.tokenizer_training import train_tokenizer
 from hfzoo.training import list_checkpoints
 from hfzoo.training.logging import read_log
 
@@ -102,25 +96,6 @@ def test_pretraining_resume_refuses_changed_inputs_naming_the_file(pretrained, e
     assert _untouched(run) == before
 
 
-@pytest.fixture
-def finetuned(tmp_path) -> tuple[dict[str, Path], Path]:
-    """(the `area` data and a bert-tiny base, a 4-step LoRA fine-tuning of it with checkpoints at steps 2 and 4)."""
-    files = write_task_files("area", tmp_path / "data")
-    tokenizer = train_tokenizer(files["train"].read_text(encoding="utf-8").splitlines()[1:800], "wordpiece", 600,
-                                "encoder")  # fmt: skip
-    config = hfzoo.preset_config("bert-tiny", vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id)
-    torch.manual_seed(0)
-    AutoModelForMaskedLM.from_config(config).save_pretrained(tmp_path / "base")
-    tokenizer.save_pretrained(tmp_path / "base")
-    base = {"base": tmp_path / "base", "train": files["train"], "validation": files["validation"]}
-    return base, run_finetune(*_finetune_args(base, tmp_path / "run"))
-
-
-def _finetune_args(base: dict[str, Path], out: Path, *extra: str) -> list[str]:
-    return [*finetune_args(base, out, "lora"), "--max_steps", "4", "--save_every", "2", "--save_best", "false",
-            "--eval_every", "4", *extra]  # fmt: skip
-
-
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
@@ -135,5 +110,5 @@ def test_finetuning_resume_refuses_changed_inputs_naming_the_file(finetuned, edi
     edit(base)
     before = _untouched(run)
     with pytest.raises(SystemExit, match=rf"finetune: resume: the run's inputs differ .*{message}"):
-        run_finetune(*_finetune_args(base, run, "--max_steps", "6", "--resume", "true"))
+        run_finetune(*short_lora_args(base, run, "--max_steps", "6", "--resume", "true"))
     assert _untouched(run) == before

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 from accelerate import Accelerator
+from tests.helpers.pickles import CreatesMarker
 
 from hfzoo.training import checkpointing
 from hfzoo.training.checkpointing import (
@@ -72,17 +73,7 @@ def _resume_and_continue(accelerator: Accelerator, run: Run, path: Path) -> list
     return run.state()
 
 
-class CreatesMarker:
-    """Unpickling this creates the marker file: what a crafted checkpoint file could do instead."""
-
-    def __init__(self, marker: Path):
-        self.marker = marker
-
-    def __reduce__(self):
-        return open, (str(self.marker), "w")
-
-
-def test_a_checkpoint_is_safetensors_and_json_and_a_planted_pickle_is_never_loaded(accelerator, tmp_path):  # noqa: F811
+def test_a_checkpoint_is_safetensors_and_json_and_a_planted_pickle_is_never_loaded(accelerator, tmp_path):
     run, path, expected = _saved(accelerator, tmp_path)
     assert {f.suffix for f in path.iterdir()} == {".safetensors", ".json"}
     pickle.loads(pickle.dumps(CreatesMarker(tmp_path / "live")))  # the payload does run when unpickled
@@ -104,7 +95,7 @@ def test_a_checkpoint_is_safetensors_and_json_and_a_planted_pickle_is_never_load
         ("registered_0.json", "flip", "is altered"),
     ],
 )
-def test_a_damaged_file_is_refused_by_name(accelerator, tmp_path, name, damage, what):  # noqa: F811
+def test_a_damaged_file_is_refused_by_name(accelerator, tmp_path, name, damage, what):
     run, path, _ = _saved(accelerator, tmp_path)
     file = path / name
     data = file.read_bytes()
@@ -120,7 +111,7 @@ def test_a_damaged_file_is_refused_by_name(accelerator, tmp_path, name, damage, 
         check_resumed_config(path, CONFIG)
 
 
-def test_saving_a_step_again_never_leaves_a_half_deleted_checkpoint(accelerator, tmp_path, monkeypatch):  # noqa: F811
+def test_saving_a_step_again_never_leaves_a_half_deleted_checkpoint(accelerator, tmp_path, monkeypatch):
     """A crash while the older copy of the step is being removed: the published step-N is always complete."""
     run, path, _ = _saved(accelerator, tmp_path)
     real_rmtree = shutil.rmtree
@@ -137,7 +128,7 @@ def test_saving_a_step_again_never_leaves_a_half_deleted_checkpoint(accelerator,
     verify_checkpoint(path)  # complete: the new copy, published whole
 
 
-def test_a_changed_config_is_refused_naming_the_key(accelerator, tmp_path):  # noqa: F811
+def test_a_changed_config_is_refused_naming_the_key(accelerator, tmp_path):
     _, path, _ = _saved(accelerator, tmp_path)
     for key, value in (("seed", 5), ("per_device_batch_size", 4), ("preset", "llama-tiny")):
         with pytest.raises(CheckpointError, match=rf"'{key}' was {CONFIG[key]!r}, now {value!r}.*max_steps"):

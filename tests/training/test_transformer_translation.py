@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 from accelerate import Accelerator
-from tests.recipes.test_finetune_resume import run
-from tests.training.test_ulmfit import PEAK, applied_learning_rates
+from tests.helpers.recipe_runs import run_finetune as run
+from tests.helpers.schedules import PEAK, applied_learning_rates
 from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
 
 import hfzoo

@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 from peft import LoraConfig, get_peft_model
-from tests.recipes.test_finetune_resume import assert_same_tensors, base, run, train_losses  # noqa: F401 (fixture)
+from tests.helpers.recipe_runs import run_finetune as run
+from tests.helpers.run_outputs import assert_same_tensors, train_losses
+from tests.helpers.schedules import PEAK, applied_learning_rates
 from transformers import AutoModelForSequenceClassification, BertConfig, BertForSequenceClassification
 
 import hfzoo
@@ -22,8 +24,6 @@ from hfzoo.training import list_checkpoints
 from hfzoo.training.logging import read_log
 from hfzoo.training.loop import build_optimizer, build_slanted_triangular_scheduler
 from hfzoo.training.ulmfit import GradualUnfreezing, discriminative_learning_rates, layer_groups
-
-PEAK = 1e-3
 
 
 def hfzoo_bert() -> torch.nn.Module:
@@ -43,21 +43,6 @@ def stlr(step: int, steps: int, cut_frac: float, ratio: float) -> float:
     cut = math.floor(steps * cut_frac)
     p = step / cut if step < cut else 1 - (step - cut) / (cut * (1 / cut_frac - 1))
     return PEAK * (1 + p * (ratio - 1)) / ratio
-
-
-def applied_learning_rates(build_scheduler, steps: int) -> list[float]:
-    """The learning rate of each of `steps` optimizer steps of AdamW at PEAK under `build_scheduler(optimizer)`."""
-    layer = torch.nn.Linear(4, 4)
-    optimizer = build_optimizer(layer, PEAK, 0.0, (0.9, 0.999), 1e-8)
-    scheduler = build_scheduler(optimizer)
-    applied = []
-    for _ in range(steps):
-        applied.append(optimizer.param_groups[0]["lr"])  # what the coming optimizer step uses
-        layer(torch.randn(2, 4)).sum().backward()
-        optimizer.step()
-        optimizer.zero_grad()
-        scheduler.step()
-    return applied
 
 
 def test_the_applied_learning_rate_follows_the_slanted_triangular_formula():
@@ -156,7 +141,7 @@ def recipe_args(base: dict[str, Path], output_dir: Path, steps: int, *extra: str
     ]  # fmt: skip
 
 
-def test_the_recipe_trains_with_all_three_options_and_resumes_mid_unfreezing(base, tmp_path):  # noqa: F811
+def test_the_recipe_trains_with_all_three_options_and_resumes_mid_unfreezing(base, tmp_path):
     reference = run(*recipe_args(base, tmp_path / "reference", 40, "--save_every", "5", "--keep_checkpoints", "9"))
     losses = list(train_losses(reference).values())
     # a random-init bert-tiny on 6 areas learns slowly; measured: last 8 steps' mean 0.954 x the first 8's
@@ -175,7 +160,7 @@ def test_the_recipe_trains_with_all_three_options_and_resumes_mid_unfreezing(bas
     assert_same_tensors(resumed / "model.safetensors", reference / "model.safetensors")
 
 
-def test_the_recipe_applies_the_options_to_a_lora_wrapped_model(base, tmp_path):  # noqa: F811
+def test_the_recipe_applies_the_options_to_a_lora_wrapped_model(base, tmp_path):
     out = run(*recipe_args(base, tmp_path / "lora", 6, "--method", "lora"))
     assert (out / "adapter_model.safetensors").is_file() and (out / "metrics.json").is_file()
     logged = [r["lr"] for r in read_log(out) if r["event"] == "train"]  # the head's rate after each step
