@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from tests.helpers.area_task import finetune_args as args
+from tests.helpers.area_task import MAX_STEPS, finetune_args as args
 from tests.helpers.recipe_runs import kill_at_a_random_step, run_finetune as run
 from tests.helpers.run_outputs import assert_same_tensors, train_losses
 
@@ -36,7 +36,8 @@ def references(base, tmp_path_factory) -> dict[str, Path]:
 @pytest.mark.parametrize("method", list(WEIGHTS))
 def test_sigkill_then_resume_gives_bit_identical_weights_and_best_model(base, references, tmp_path, method):
     out, reference = tmp_path / "killed", references[method]
-    target = kill_at_a_random_step([sys.executable, str(RECIPE), *args(base, out, method)], out, tmp_path / "log")
+    command = [sys.executable, str(RECIPE), *args(base, out, method)]
+    target = kill_at_a_random_step(command, out, tmp_path / "log", MAX_STEPS)
     assert not (out / "metrics.json").exists(), "the run finished before it was killed"
     assert list_checkpoints(out), "killed before its first checkpoint"
 

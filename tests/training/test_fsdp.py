@@ -87,7 +87,7 @@ def _kill_whole_job(command: list[str], out: Path, log_file: Path, during_save: 
     target = random.SystemRandom().randint(3, MAX_STEPS - 2)  # the recipe seeds `random` itself
     saving = out / "checkpoints" / f".tmp-step-{2 * random.SystemRandom().randint(2, 3):08d}"  # 2nd or 3rd save
     with open(log_file, "w") as log:
-        process = subprocess.Popen(command, env=recipe_env(), stdout=log, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(command, env=recipe_env(threads=1), stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 240
         while process.poll() is None and time.monotonic() < deadline:
             if during_save and saving.is_dir():
@@ -185,7 +185,7 @@ def test_accelerate_launch_with_the_fsdp_config_on_cpu_is_refused_in_one_line(tm
     config = REPO / "recipes" / "configs" / "accelerate" / "fsdp.yaml"
     launch = [str(Path(sys.executable).parent / "accelerate"), "launch", "--config_file", str(config), str(RECIPE),
               "--config", str(CONFIG), "--output_dir", str(tmp_path / "out")]  # fmt: skip
-    result = subprocess.run(launch, env=recipe_env(), capture_output=True, text=True, timeout=300)
+    result = subprocess.run(launch, env=recipe_env(threads=1), capture_output=True, text=True, timeout=300)
     assert result.returncode != 0
     assert "pretrain: accelerate launch asked for FSDP, but accelerate runs MULTI_CPU (unsharded)" in result.stderr
     # One line per process, no traceback of hfzoo's (accelerate's launcher prints its own on a failed process).
