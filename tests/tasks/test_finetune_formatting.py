@@ -24,7 +24,7 @@ from hfzoo.data.tokenizer_training import train_tokenizer
 from hfzoo.recipes.finetune import main, parse_args
 from hfzoo.tasks import QuestionAnswering, Seq2Seq, SequenceClassification, TokenClassification, load_examples
 from hfzoo.tasks.data import DataError
-from hfzoo.training.task_runs import load_model, load_tokenizer
+from hfzoo.training.task_model import load_model, load_tokenizer
 
 DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 REPO = Path(__file__).resolve().parents[2]
