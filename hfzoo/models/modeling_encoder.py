@@ -210,21 +210,15 @@ class ZooEncoderLMHead(ZooEncoderTransform):
 class ZooEncoderTaskModel(ZooEncoderPreTrainedModel):
     """What every encoder head does: encode the inputs, then map the encoding and the targets to the task's output.
 
-    A head defines `head` (and, if its inputs need reshaping, `encode`). transformers' generic heads
-    (`GenericForSequenceClassification`, ...) do not fit: they build the encoder with `AutoModel.from_config`, which
-    fails where a checkpoint runs as remote code without hfzoo, they know neither token types nor BERT's pooler,
-    and they would drop a mixture of experts' load-balancing loss.
+    A head defines `head` (and, if its inputs need reshaping, `encode`). transformers' generic heads do not fit: they
+    pool the last token, pass the encoder a cache, build it with `AutoModel.from_config` (which raises in remote code
+    where hfzoo is absent) and drop a mixture of experts' load-balancing loss.
     """
 
     def __init__(self, config: ZooEncoderConfig, add_pooling_layer: bool | None = None):
         super().__init__(config)
         self.num_labels = config.num_labels
         self.model = ZooEncoderModel(config, add_pooling_layer=add_pooling_layer)
-
-    def pooled(self, outputs: ZooEncoderModelOutput, inputs: dict) -> torch.Tensor:
-        """What a sequence classifier classifies: the sentence representation, through the head's `transform`."""
-        pooling = self.config.classifier_pooling
-        return self.transform(sentence_representation(outputs, inputs["attention_mask"], pooling))
 
     @can_return_tuple
     def forward(
@@ -392,6 +386,11 @@ class ZooEncoderClassifier(ZooEncoderTaskModel):
         self.dropout = nn.Dropout(dropout)
         self.classifier = nn.Linear(config.hidden_size, num_outputs)
         self.post_init()
+
+    def pooled(self, outputs: ZooEncoderModelOutput, inputs: dict) -> torch.Tensor:
+        """What a sequence classifier classifies: the sentence representation, through the head's `transform`."""
+        pooling = self.config.classifier_pooling
+        return self.transform(sentence_representation(outputs, inputs["attention_mask"], pooling))
 
 
 class ZooEncoderForSequenceClassification(ZooEncoderClassifier):
