@@ -40,6 +40,7 @@ from ..data.tokenizer_training import KINDS, train_tokenizer_on_corpus
 from ..files import check_output_folder, write_atomic
 from ..presets import FAMILY_CONFIGS, list_presets, preset_config, preset_family
 from ..recipe_config import CONFIG_FILE, key, parse_config
+from ..training.best_model import save_published
 from ..training.checkpointing import (
     Progress,
     resume_is_exact,
@@ -368,8 +369,10 @@ def pretrain(config: PretrainConfig) -> Path:
         kept, state_dict = unwrapped, whole if whole is not None else accelerator.get_state_dict(model)
         if objective.training_model is not None:  # a training-time module (ELECTRA's pair): save the model it keeps
             kept, state_dict = unwrapped.kept_model(state_dict)
-        kept.save_pretrained(output_dir, is_main_process=accelerator.is_main_process, save_function=accelerator.save,
-                             state_dict=state_dict)  # fmt: skip
+        # Staged, then published: transformers' save_pretrained deletes files named like shards in its folder.
+        save_published(accelerator, lambda folder: kept.save_pretrained(
+            folder, is_main_process=accelerator.is_main_process, save_function=accelerator.save, state_dict=state_dict,
+        ), output_dir)  # fmt: skip
     log.write(
         "end",
         step=progress.step,

@@ -1,0 +1,53 @@
+"""No run clobbers another (issue 37 items 1-4), through the command line as users run it (`hfzoo.cli.main`).
+
+1. `pretrain --overwrite_output_dir` deleted the user's files named like weight shards (`model-00001-of-00003.
+   safetensors`, both files of a `-of-00002` pair): transformers' `save_pretrained` cleans its folder of them.
+2. `finetune --model D --output_dir D --overwrite_output_dir true --method full` replaced D's weights, exit 0;
+   `compose` likewise. `convert` already refused the same case.
+3. `hfzoo generate` on a folder whose weights are only `pytorch_model.bin` unpickled it (a benign one generated, a
+   crafted one failed with torch's traceback); `finetune` and `convert` refuse it by name.
+4. Two runs wrote one folder at once (one died with a `SafetensorError`, the log interleaved both), and a `--resume`
+   was accepted while another process still wrote there. Now one run per folder holds its lock (`hfzoo.training.
+   run_lock`); a crashed run's lock is stale and taken over; another host's is refused until removed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from accelerate.state import AcceleratorState, GradientState
+from transformers import AutoModelForCausalLM
+
+from hfzoo.cli import main as cli
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIG = REPO / "recipes" / "configs" / "test-gpt-tiny-clm.yaml"
+TINY_PRETRAIN = ["--config", str(CONFIG), "--max_steps", "2", "--save_every", "100", "--eval_every", "2"]
+MINE = b"the user's file, not written by hfzoo\n"
+
+
+def hfzoo(*args: str | Path) -> None:
+    """`hfzoo <args>` in this process; accelerate's process state reset afterwards, as a new process would have it."""
+    try:
+        cli([str(arg) for arg in args])
+    finally:
+        GradientState._reset_state()
+        AcceleratorState._reset_state(reset_partial_state=True)
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+# ----------------------------------------------------------------------------------------- 1. files named like shards
+def test_pretrain_with_overwrite_keeps_the_users_files_named_like_weight_shards(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    names = ["model-00001-of-00003.safetensors", "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
+    for name in names:
+        (out / name).write_bytes(MINE)
+    hfzoo("pretrain", *TINY_PRETRAIN, "--output_dir", out, "--overwrite_output_dir", "true")
+    assert {name: (out / name).read_bytes() for name in names if (out / name).exists()} == dict.fromkeys(names, MINE)
+    assert AutoModelForCausalLM.from_pretrained(out, trust_remote_code=True).config.model_type == "hfzoo_decoder"
+    assert not [p.name for p in out.iterdir() if p.name.startswith(".")]  # no staging folder, no lock left
