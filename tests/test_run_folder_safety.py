@@ -13,13 +13,16 @@
 
 from __future__ import annotations
 
+import csv
 from pathlib import Path
 
 import pytest
 from accelerate.state import AcceleratorState, GradientState
+from peft import LoraConfig, get_peft_model
 from transformers import AutoModelForCausalLM
 
 from hfzoo.cli import main as cli
+from hfzoo.refusals import Refusal
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "recipes" / "configs" / "test-gpt-tiny-clm.yaml"
@@ -51,3 +54,47 @@ def test_pretrain_with_overwrite_keeps_the_users_files_named_like_weight_shards(
     assert {name: (out / name).read_bytes() for name in names if (out / name).exists()} == dict.fromkeys(names, MINE)
     assert AutoModelForCausalLM.from_pretrained(out, trust_remote_code=True).config.model_type == "hfzoo_decoder"
     assert not [p.name for p in out.iterdir() if p.name.startswith(".")]  # no staging folder, no lock left
+
+
+# ------------------------------------------------------------------------------------ 2. a run over its own input
+@pytest.fixture
+def model_folder(tmp_path, tiny_model, tokenizer, tokenizer_overrides) -> Path:
+    """A gpt-tiny checkpoint with the test tokenizer."""
+    folder = tmp_path / "model"
+    tiny_model("gpt-tiny", **tokenizer_overrides).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture
+def task_files(tmp_path) -> list[str]:
+    rows = [("a short sentence about files", 0), ("another one about folders", 1)] * 8
+    for split in ("train", "validation"):
+        with open(tmp_path / f"{split}.csv", "w", newline="", encoding="utf-8") as handle:
+            csv.writer(handle).writerows([("text", "label"), *rows])
+    return ["--task", "sequence-classification", "--train_file", str(tmp_path / "train.csv"), "--validation_file",
+            str(tmp_path / "validation.csv"), "--max_steps", "2", "--per_device_batch_size", "4"]  # fmt: skip
+
+
+def test_finetune_into_its_own_model_folder_is_refused_naming_it(model_folder, task_files):
+    before = snapshot(model_folder)
+    refused = rf"finetune: the input {model_folder} and the output {model_folder} are the same folder"
+    with pytest.raises(Refusal, match=refused):
+        hfzoo("finetune", "--model", model_folder, "--output_dir", model_folder, "--overwrite_output_dir", "true",
+              "--method", "full", *task_files)  # fmt: skip
+    with pytest.raises(Refusal, match="one inside the other"):
+        hfzoo("finetune", "--model", model_folder, "--output_dir", model_folder / "run", "--method", "full",
+              *task_files)  # fmt: skip
+    assert snapshot(model_folder) == before
+
+
+def test_compose_into_its_model_or_an_adapter_folder_is_refused_naming_it(model_folder, task_files, tmp_path):
+    adapter = tmp_path / "adapter"
+    base = AutoModelForCausalLM.from_pretrained(model_folder, trust_remote_code=True)
+    get_peft_model(base, LoraConfig(r=2, target_modules=["o_proj"], init_lora_weights=False)).save_pretrained(adapter)
+    before = snapshot(tmp_path)
+    for output in (model_folder, adapter):
+        with pytest.raises(Refusal, match=rf"compose: the input \S+ and the output {output} are the same folder"):
+            hfzoo("compose", "--model", model_folder, "--adapters", f"a={adapter}", "--strategy", "average",
+                  "--output_dir", output, "--overwrite_output_dir", "true", *task_files)  # fmt: skip
+    assert snapshot(tmp_path) == before

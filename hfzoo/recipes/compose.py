@@ -45,6 +45,7 @@ from ..adapters import STRATEGIES, ComposedModel, compose, load_composition, rea
 from ..adapters.composition.task_adapter import base_differences, describe_base
 from ..cards import FINETUNE_METRICS, composition_sections
 from ..data.recorded_paths import recorded_path
+from ..files import check_output_outside_inputs
 from ..integrations.accelerate import forget_checkpointed_objects
 from ..recipe_config import config_dict, key, parse_config, section
 from ..tasks import TASK_CLASSES, Task, TaskOptions, load_examples
@@ -177,6 +178,10 @@ def compose_adapters(config: ComposeConfig) -> Path:
     """Train the `config.strategy` composition of `config.adapters` on `config.data.task`, after the uniform-average
     baseline for the learned strategies (or, `do_train: false`, evaluate `config.composition`); returns the output
     folder."""
+    # A training run never writes over its model or adapters (an evaluation writes beside them, into eval/).
+    inputs = [config.data.model, config.data.tokenizer, *config.adapters.values()] if config.do_train else []
+    check_output_outside_inputs(config.output_dir, inputs)
+
     # --- Accelerator: one for both runs (ending it ends the process group). A seedable sampler reshuffles each epoch
     # from (seed, epoch), so a resumed run sees the same order. The output folder is checked on every process before
     # any writes (the baseline's may hold its checkpoints); evaluation only writes into output_dir/eval/.

@@ -45,6 +45,7 @@ from ..adapters.composition.task_adapter import (
 )  # fmt: skip
 from ..adapters.peft_warnings import building_peft_model
 from ..cards import FINETUNE_SECTIONS
+from ..files import check_output_outside_inputs
 from ..models.checkpoint_files import read_json_file
 from ..presets import list_presets
 from ..recipe_config import config_dict, key, parse_config, section
@@ -122,6 +123,9 @@ def finetune(config: FinetuneConfig) -> Path:
     data, tuning, training, ulmfit, checkpoints, run = (
         config.data, config.tuning, config.training, config.ulmfit, config.checkpoints, config.run
     )  # fmt: skip
+
+    # A training run never writes over the model it starts from (an evaluation writes beside it, into eval/).
+    check_output_outside_inputs(config.output_dir, [data.model, data.tokenizer] if config.do_train else [])
 
     # --- Accelerator: one process, DDP, FSDP or DeepSpeed, decided by how the script was launched. A seedable
     # sampler reshuffles each epoch from (seed, epoch), so a resumed run sees the same order. The output folder is

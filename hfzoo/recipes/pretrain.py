@@ -37,7 +37,7 @@ from ..data.corpus import load_corpus
 from ..data.packing import pack
 from ..data.streaming import HELD_OUT_TEXTS, held_out, training_stream
 from ..data.tokenizer_training import KINDS, train_tokenizer_on_corpus
-from ..files import check_output_folder, write_atomic
+from ..files import check_output_folder, check_output_outside_inputs, write_atomic
 from ..presets import FAMILY_CONFIGS, list_presets, preset_config, preset_family
 from ..recipe_config import CONFIG_FILE, key, parse_config
 from ..training.best_model import save_published
@@ -209,6 +209,7 @@ def pretrain(config: PretrainConfig) -> Path:
     objective = get_objective(config.objective, config.preset)
     family = preset_family(config.preset)
     output_dir = Path(config.output_dir)
+    check_output_outside_inputs(output_dir, [config.tokenizer])  # never over the folder it reads its tokenizer from
     resume_from = checkpoint_to_resume(output_dir, config.resume)
     if resume_from is not None:
         # Before anything is written: a changed config (another preset, batch size, seed...) is refused by key.
