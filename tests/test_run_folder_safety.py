@@ -14,11 +14,15 @@
 from __future__ import annotations
 
 import csv
+import pickle
 from pathlib import Path
 
 import pytest
+import torch
 from accelerate.state import AcceleratorState, GradientState
 from peft import LoraConfig, get_peft_model
+from tests.convert.test_convert import native_model
+from tests.training.test_resume_safety import CreatesMarker
 from transformers import AutoModelForCausalLM
 
 from hfzoo.cli import main as cli
@@ -98,3 +102,19 @@ def test_compose_into_its_model_or_an_adapter_folder_is_refused_naming_it(model_
             hfzoo("compose", "--model", model_folder, "--adapters", f"a={adapter}", "--strategy", "average",
                   "--output_dir", output, "--overwrite_output_dir", "true", *task_files)  # fmt: skip
     assert snapshot(tmp_path) == before
+
+
+# -------------------------------------------------------------------------------- 3. generate on pickled weights
+@pytest.mark.parametrize("crafted", [False, True], ids=["benign", "crafted"])
+def test_generate_refuses_pickled_weights_by_name_and_never_unpickles_them(crafted, tmp_path, tokenizer):
+    folder, marker = tmp_path / "native", tmp_path / "code-ran"
+    model = native_model("gpt2", "GPT2LMHeadModel", vocab_size=len(tokenizer))
+    model.config.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    if crafted:
+        (folder / "pytorch_model.bin").write_bytes(pickle.dumps(CreatesMarker(marker)))
+    else:
+        torch.save(model.state_dict(), folder / "pytorch_model.bin")
+    with pytest.raises(Refusal, match=r"generate: .* has no model\.safetensors .*It has pytorch_model\.bin, a pickle"):
+        hfzoo("generate", folder, "--prompt", "The module", "--max_new_tokens", "2")
+    assert not marker.exists()
