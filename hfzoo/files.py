@@ -16,7 +16,9 @@ converted models and adapters, model cards, logs and metrics):
 
 And a rule about where outputs go (`check_output_folder`): a non-empty folder that is not an earlier output of the
 same command is refused, naming it, unless the user passes `--overwrite_output_dir` (transformers' name for it), and
-an output may not be an input's folder, nor inside one, nor hold one (`check_output_outside_inputs`).
+an output may not be an input's folder, nor inside one, nor hold one (`check_output_outside_inputs`). hfzoo's own
+bookkeeping in a folder (a staging leftover, the lock of the run writing there: `hfzoo.training.run_lock`) does not
+count as its content (`folder_entries`).
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ from pathlib import Path
 # Written into the outputs of `hfzoo convert`: the command and the files it wrote (relative paths, no machine path).
 OUTPUT_RECORD = "hfzoo_output.json"
 STAGING_PREFIX = ".hfzoo-staging"
+# The lock of the run writing into an output folder (`hfzoo.training.run_lock`); its temporary files start so too.
+RUN_LOCK = ".hfzoo-run.lock"
 
 
 def _fsync(path: Path) -> None:
@@ -228,10 +232,18 @@ def publish_output(staging: str | os.PathLike, final: str | os.PathLike, command
     publish_folder(staging, final, marker=OUTPUT_RECORD, previous=previous)
 
 
-def holds_other_files(folder: str | os.PathLike) -> bool:
-    """Whether `folder` exists and holds anything but a staging leftover of a crash."""
+def folder_entries(folder: str | os.PathLike) -> list[Path]:
+    """What `folder` holds, but hfzoo's bookkeeping: a staging leftover of a crash, the lock of the run writing there
+    (and its temporary files). Empty when `folder` is no folder."""
     folder = Path(folder)
-    return folder.is_dir() and any(not p.name.startswith(STAGING_PREFIX) for p in folder.iterdir())
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.iterdir() if not p.name.startswith((STAGING_PREFIX, RUN_LOCK)))
+
+
+def holds_other_files(folder: str | os.PathLike) -> bool:
+    """Whether `folder` exists and holds anything but hfzoo's bookkeeping (`folder_entries`)."""
+    return bool(folder_entries(folder))
 
 
 def check_output_outside_inputs(folder: str | os.PathLike, inputs: Iterable[str | os.PathLike | None]) -> None:
@@ -272,7 +284,7 @@ def check_output_folder(
     record = read_output_record(folder)
     if record is not None and record.get("command") == command:
         return
-    names = sorted(p.name for p in folder.iterdir() if not p.name.startswith(STAGING_PREFIX))
+    names = [p.name for p in folder_entries(folder)]
     shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
     remedy = ""
     if overwrite_flag is not None:

@@ -14,19 +14,31 @@
 from __future__ import annotations
 
 import csv
+import json
+import os
 import pickle
+import signal
+import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 import torch
 from accelerate.state import AcceleratorState, GradientState
 from peft import LoraConfig, get_peft_model
+from safetensors.torch import load_file
 from tests.convert.test_convert import native_model
 from tests.training.test_resume_safety import CreatesMarker
 from transformers import AutoModelForCausalLM
 
 from hfzoo.cli import main as cli
+from hfzoo.files import RUN_LOCK
 from hfzoo.refusals import Refusal
+from hfzoo.training import list_checkpoints
+from hfzoo.training.logging import read_log
+from hfzoo.training.run_lock import holding_run_folder
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "recipes" / "configs" / "test-gpt-tiny-clm.yaml"
@@ -118,3 +130,100 @@ def test_generate_refuses_pickled_weights_by_name_and_never_unpickles_them(craft
     with pytest.raises(Refusal, match=r"generate: .* has no model\.safetensors .*It has pytorch_model\.bin, a pickle"):
         hfzoo("generate", folder, "--prompt", "The module", "--max_new_tokens", "2")
     assert not marker.exists()
+
+
+# ------------------------------------------------------------------------------------ 4. one run per output folder
+def test_a_run_into_a_folder_another_run_holds_is_refused_naming_it_and_resume_too(tmp_path, capsys):
+    out = tmp_path / "run"
+    with holding_run_folder(out, "pretrain"):  # another run of this process holds it: as alive as any
+        for extra in ([], ["--resume", "true"]):
+            with pytest.raises(Refusal, match=rf"pretrain: the output folder {out} is in use by hfzoo pretrain, pid "
+                               rf"{os.getpid()} on host {socket.gethostname()}, started "):  # fmt: skip
+                hfzoo("pretrain", *TINY_PRETRAIN, "--output_dir", out, *extra)
+            assert len(capsys.readouterr().err.strip().splitlines()) == 1
+        assert os.listdir(out) == [RUN_LOCK]  # the refused runs wrote nothing, and left the holder's lock
+    assert not out.exists()  # the holder created the folder only for its lock
+
+
+def _plant_lock(folder: Path, **record) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / RUN_LOCK).write_text(json.dumps({"command": "pretrain", "started": "2020-01-01 00:00:00", **record}))
+
+
+def _start_time(pid: int) -> int:
+    text = Path(f"/proc/{pid}/stat").read_text()
+    return int(text[text.rindex(")") + 2 :].split()[19])
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="process start times come from Linux's /proc")
+@pytest.mark.parametrize("ended", ["exited", "zombie", "pid-reused"])
+def test_a_crashed_runs_lock_is_stale_and_taken_over(ended, tmp_path):
+    """A lock whose processes all ended (reaped, a zombie not yet reaped, or a pid now another program's) does not
+    keep the folder: the new run takes it over, and releases it at its end."""
+    out = tmp_path / "run"
+    if ended == "pid-reused":  # this very process, but started at another time: not the run that wrote the lock
+        pid, started = os.getpid(), _start_time(os.getpid()) - 1
+    else:
+        process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        pid, started = process.pid, _start_time(process.pid)
+        os.kill(pid, signal.SIGKILL)
+        if ended == "exited":
+            process.wait()
+        else:
+            while Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                time.sleep(0.01)
+    _plant_lock(out, host=socket.gethostname(), pid=pid, processes={str(pid): started})
+    try:
+        hfzoo("pretrain", *TINY_PRETRAIN, "--output_dir", out)
+    finally:
+        if ended == "zombie":
+            process.wait()
+    assert read_log(out)[-1]["event"] == "end" and not (out / RUN_LOCK).exists()
+
+
+def test_another_hosts_lock_is_refused_naming_the_host_until_removed(tmp_path):
+    out = tmp_path / "run"
+    _plant_lock(out, host="elsewhere", pid=1, processes={"1": None})
+    with pytest.raises(Refusal, match=rf"hfzoo pretrain, pid 1 on host elsewhere, .*remove {out / RUN_LOCK}"):
+        hfzoo("pretrain", *TINY_PRETRAIN, "--output_dir", out)
+    (out / RUN_LOCK).unlink()
+    hfzoo("pretrain", *TINY_PRETRAIN, "--output_dir", out)
+    assert read_log(out)[-1]["event"] == "end"
+
+
+def test_the_lock_is_released_when_the_run_is_refused_inside(tmp_path):
+    """Refused after it took the lock (a data file without the text column): no lock, and no folder, left."""
+    (tmp_path / "corpus.csv").write_text("words\nsome text\n")
+    out = tmp_path / "run"
+    with pytest.raises(Refusal, match="no 'text' column"):
+        hfzoo("pretrain", *TINY_PRETRAIN, "--dataset", tmp_path / "corpus.csv", "--output_dir", out)
+    assert not out.exists()
+
+
+@pytest.mark.slow
+def test_two_real_runs_into_one_folder_then_the_killed_one_resumes(tmp_path, capsys):
+    """A real `hfzoo pretrain` writes the folder (a process of its own): a second one, fresh or `--resume`, is
+    refused naming its pid; once it is SIGKILLed, its lock is stale and `--resume` continues it."""
+    out = tmp_path / "run"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    command = [sys.executable, "-m", "hfzoo.cli", "pretrain", "--config", str(CONFIG), "--max_steps", "100000",
+               "--save_every", "2", "--eval_every", "100000", "--output_dir", str(out)]  # fmt: skip
+    with open(tmp_path / "first.log", "w") as log:
+        first = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + 600
+            while not list_checkpoints(out) and first.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert first.poll() is None, (tmp_path / "first.log").read_text()[-3000:]
+            for extra in ([], ["--resume", "true"]):
+                with pytest.raises(Refusal, match=rf"in use by hfzoo pretrain, pid {first.pid} on host "):
+                    hfzoo("pretrain", *TINY_PRETRAIN, "--output_dir", out, *extra)
+        finally:
+            first.kill()
+            first.wait()
+    step = int(list_checkpoints(out)[-1].name.split("-")[-1])
+    hfzoo("pretrain", "--config", CONFIG, "--max_steps", step + 2, "--save_every", "2", "--eval_every", "100000",
+          "--output_dir", out, "--resume", "true")  # fmt: skip
+    starts = [record for record in read_log(out) if record["event"] == "start"]
+    assert [record["step"] for record in starts] == [0, step] and read_log(out)[-1]["step"] == step + 2
+    assert load_file(out / "model.safetensors") and not (out / RUN_LOCK).exists()

@@ -58,6 +58,7 @@ from ..training.loop import Intervals, build_optimizer, build_scheduler, train
 from ..training.methods import count_trainable_parameters, head_modules
 from ..training.sharding import is_sharded, prepare, ready_for_training, whole_for_saving, whole_state_dict
 from ..training.options import CheckpointOptions, RunOptions, TaskTrainingOptions
+from ..training.run_lock import holding_run_folder
 from ..training.task_runs import (
     TaskEvaluation, TrainedRun, check_max_length, check_model_paths, check_resumable, check_task_run, evaluate_only,
     load_model, load_tokenizer, log_trainable, nothing_to_do, run_length, run_output, run_summary,
@@ -417,5 +418,5 @@ def main(argv: Sequence[str] | None = None) -> Path:
     """Entry point of `recipes/compose.py` and `hfzoo compose`: parse `argv`, then `compose_adapters`. A checkpoint
     that cannot resume the run (a file missing or altered, a changed config) exits with what is wrong."""
     config = start_recipe(ComposeConfig, argv, "compose")
-    with exit_on_checkpoint_error("compose"):
+    with exit_on_checkpoint_error("compose"), holding_run_folder(config.output_dir, "compose"):
         return compose_adapters(config)

@@ -56,6 +56,7 @@ from ..training.logging import start_recipe
 from ..training.loop import Intervals, build_optimizer, train
 from ..training.methods import MethodOptions, apply_method, count_trainable_parameters, head_modules, peft_config_for
 from ..training.options import CheckpointOptions, RunOptions, TaskTrainingOptions, ULMFiTOptions
+from ..training.run_lock import holding_run_folder
 from ..training.sharding import is_sharded, prepare, ready_for_training, whole_for_saving
 from ..training.task_runs import (
     TaskEvaluation, TrainedRun, build_task_scheduler, check_max_length, check_model_paths, check_resumable,
@@ -341,5 +342,5 @@ def main(argv: Sequence[str] | None = None) -> Path:
     """Entry point of `recipes/finetune.py` and `hfzoo finetune`: parse `argv`, then `finetune`. A checkpoint that
     cannot resume the run (a file missing or altered, a changed config) exits with what is wrong, not a traceback."""
     config = start_recipe(FinetuneConfig, argv, "finetune")
-    with exit_on_checkpoint_error("finetune"):
+    with exit_on_checkpoint_error("finetune"), holding_run_folder(config.output_dir, "finetune"):
         return finetune(config)

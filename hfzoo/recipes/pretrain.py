@@ -57,6 +57,7 @@ from ..training.logging import RunLogger, read_log, start_recipe
 from ..training.loop import Intervals, build_optimizer, build_scheduler, train
 from ..training.objectives import OBJECTIVES, Objective, get_objective
 from ..training.run_inputs import check_resumed_inputs, run_inputs, tokenizer_file_names
+from ..training.run_lock import holding_run_folder
 from ..training.options import RunOptions
 from ..training.sharding import is_sharded, prepare, ready_for_training, whole_for_saving
 
@@ -404,5 +405,5 @@ def main(argv: Sequence[str] | None = None) -> Path:
     """Entry point of `recipes/pretrain.py` and `hfzoo pretrain`: parse `argv`, then `pretrain`. A checkpoint that
     cannot resume the run (a file missing or altered, a changed config) exits with what is wrong, not a traceback."""
     config = start_recipe(PretrainConfig, argv, "pretrain")
-    with exit_on_checkpoint_error("pretrain"):
+    with exit_on_checkpoint_error("pretrain"), holding_run_folder(config.output_dir, "pretrain"):
         return pretrain(config)
