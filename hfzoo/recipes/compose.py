@@ -45,6 +45,7 @@ from ..adapters import STRATEGIES, ComposedModel, compose, load_composition, rea
 from ..adapters.composition.task_adapter import base_differences, describe_base
 from ..cards import FINETUNE_METRICS, composition_sections
 from ..data.recorded_paths import recorded_path
+from ..files import check_output_outside_inputs
 from ..integrations.accelerate import forget_checkpointed_objects
 from ..recipe_config import config_dict, key, parse_config, section
 from ..tasks import Task, TaskOptions
@@ -61,6 +62,7 @@ from ..training.sharding import prepare, ready_for_training, whole_for_saving, w
 from ..training.task_model import load_model, load_task_model, load_tokenizer, log_trainable
 from ..training.task_results import run_summary, write_results
 from ..training.task_run import TaskTraining, evaluate_only, read_task_examples
+from ..training.run_lock import holding_run_folder
 
 # Routers, fusion layers and the head all start fresh (routers at zero, fusion's value at the identity), as adapters
 # do, so they take adapter-sized steps rather than full fine-tuning's (AdapterFusion used 5e-5 on a trained head).
@@ -176,6 +178,10 @@ def compose_adapters(config: ComposeConfig) -> Path:
     """Train the `config.strategy` composition of `config.adapters` on `config.data.task`, after the uniform-average
     baseline for the learned strategies (or, `do_train: false`, evaluate `config.composition`); returns the output
     folder."""
+    # A training run never writes over its model or adapters (an evaluation writes beside them, into eval/).
+    inputs = [config.data.model, config.data.tokenizer, *config.adapters.values()] if config.do_train else []
+    check_output_outside_inputs(config.output_dir, inputs)
+
     # --- Accelerator: one for both runs (ending it ends the process group). A seedable sampler reshuffles each epoch
     # from (seed, epoch), so a resumed run sees the same order. The output folder is checked on every process before
     # any writes (the baseline's may hold its checkpoints); evaluation only writes into output_dir/eval/.
@@ -374,5 +380,5 @@ def main(argv: Sequence[str] | None = None) -> Path:
     """Entry point of `recipes/compose.py` and `hfzoo compose`: parse `argv`, then `compose_adapters`. A checkpoint
     that cannot resume the run (a file missing or altered, a changed config) exits with what is wrong."""
     config = start_recipe(ComposeConfig, argv, "compose")
-    with exit_on_checkpoint_error("compose"):
+    with exit_on_checkpoint_error("compose"), holding_run_folder(config.output_dir, "compose"):
         return compose_adapters(config)

@@ -45,6 +45,7 @@ from ..adapters.composition.task_adapter import (
 )  # fmt: skip
 from ..adapters.peft_warnings import building_peft_model
 from ..cards import FINETUNE_SECTIONS
+from ..files import check_output_outside_inputs
 from ..models.checkpoint_files import read_json_file
 from ..presets import list_presets
 from ..recipe_config import config_dict, key, parse_config, section
@@ -60,6 +61,7 @@ from ..training.sharding import prepare, ready_for_training, whole_for_saving
 from ..training.task_model import load_task_model, load_tokenizer, log_trainable, train_task_tokenizer
 from ..training.task_results import run_summary, write_results
 from ..training.task_run import TaskTraining, evaluate_only, read_task_examples
+from ..training.run_lock import holding_run_folder
 from ..training.ulmfit import GradualUnfreezing, discriminative_learning_rates, layer_groups
 
 
@@ -120,6 +122,9 @@ def finetune(config: FinetuneConfig) -> Path:
     data, tuning, training, ulmfit, checkpoints, run = (
         config.data, config.tuning, config.training, config.ulmfit, config.checkpoints, config.run
     )  # fmt: skip
+
+    # A training run never writes over the model it starts from (an evaluation writes beside it, into eval/).
+    check_output_outside_inputs(config.output_dir, [data.model, data.tokenizer] if config.do_train else [])
 
     # --- Accelerator: one process, DDP, FSDP or DeepSpeed, decided by how the script was launched. A seedable
     # sampler reshuffles each epoch from (seed, epoch), so a resumed run sees the same order. The output folder is
@@ -302,5 +307,5 @@ def main(argv: Sequence[str] | None = None) -> Path:
     """Entry point of `recipes/finetune.py` and `hfzoo finetune`: parse `argv`, then `finetune`. A checkpoint that
     cannot resume the run (a file missing or altered, a changed config) exits with what is wrong, not a traceback."""
     config = start_recipe(FinetuneConfig, argv, "finetune")
-    with exit_on_checkpoint_error("finetune"):
+    with exit_on_checkpoint_error("finetune"), holding_run_folder(config.output_dir, "finetune"):
         return finetune(config)

@@ -37,9 +37,10 @@ from ..data.corpus import load_corpus
 from ..data.packing import pack
 from ..data.streaming import HELD_OUT_TEXTS, held_out, training_stream
 from ..data.tokenizer_training import KINDS, train_tokenizer_on_corpus
-from ..files import check_output_folder, write_atomic
+from ..files import check_output_folder, check_output_outside_inputs, write_atomic
 from ..presets import FAMILY_CONFIGS, list_presets, preset_config, preset_family
 from ..recipe_config import CONFIG_FILE, config_dict, key, parse_config, section
+from ..training.best_model import save_published
 from ..training.checkpointing import (
     Progress,
     resume_is_exact,
@@ -56,6 +57,7 @@ from ..training.logging import RunLogger, read_log, start_recipe
 from ..training.loop import TrainingSteps, build_optimizer, build_scheduler
 from ..training.objectives import OBJECTIVES, Objective, get_objective
 from ..training.run_inputs import check_resumed_inputs, run_inputs, tokenizer_file_names
+from ..training.run_lock import holding_run_folder
 from ..training.options import RunOptions
 from ..training.sharding import is_sharded, prepare, ready_for_training, whole_for_saving
 
@@ -234,6 +236,7 @@ def pretrain(config: PretrainConfig) -> Path:
     objective = get_objective(config.objective, config.preset)
     family = preset_family(config.preset)
     output_dir = Path(config.output_dir)
+    check_output_outside_inputs(output_dir, [data.tokenizer])  # never over the folder it reads its tokenizer from
     resume_from = checkpoint_to_resume(output_dir, checkpoints.resume)
     if resume_from is not None:
         # Before anything is written: a changed config (another preset, batch size, seed...) is refused by key.
@@ -406,8 +409,10 @@ def pretrain(config: PretrainConfig) -> Path:
         kept, state_dict = unwrapped, whole if whole is not None else accelerator.get_state_dict(model)
         if objective.training_model is not None:  # a training-time module (ELECTRA's pair): save the model it keeps
             kept, state_dict = unwrapped.kept_model(state_dict)
-        kept.save_pretrained(output_dir, is_main_process=accelerator.is_main_process, save_function=accelerator.save,
-                             state_dict=state_dict)  # fmt: skip
+        # Staged, then published: transformers' save_pretrained deletes files named like shards in its folder.
+        save_published(accelerator, lambda folder: kept.save_pretrained(
+            folder, is_main_process=accelerator.is_main_process, save_function=accelerator.save, state_dict=state_dict,
+        ), output_dir)  # fmt: skip
     log.write(
         "end",
         step=progress.step,
@@ -438,5 +443,5 @@ def main(argv: Sequence[str] | None = None) -> Path:
     """Entry point of `recipes/pretrain.py` and `hfzoo pretrain`: parse `argv`, then `pretrain`. A checkpoint that
     cannot resume the run (a file missing or altered, a changed config) exits with what is wrong, not a traceback."""
     config = start_recipe(PretrainConfig, argv, "pretrain")
-    with exit_on_checkpoint_error("pretrain"):
+    with exit_on_checkpoint_error("pretrain"), holding_run_folder(config.output_dir, "pretrain"):
         return pretrain(config)
