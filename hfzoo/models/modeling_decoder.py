@@ -27,10 +27,10 @@ from transformers.utils.output_capturing import capture_outputs
 from .compat import CACHE_FIELD, output_cache
 from .configuration_decoder import ZooDecoderConfig
 from .losses import add_router_loss
-from .modeling_common import TransformerStack, ZooPreTrainedModel
+from .transformer_stack import TransformerStack, ZooTransformerPreTrainedModel
 
 
-class ZooDecoderPreTrainedModel(ZooPreTrainedModel):
+class ZooDecoderPreTrainedModel(ZooTransformerPreTrainedModel):
     config: ZooDecoderConfig
     _skip_keys_device_placement = ["past_key_values"]
 

@@ -23,7 +23,7 @@ from .deberta_convolution import ConvolutionStack
 from .layers import build_norm
 from .local_attention import ModernBertStack
 from .losses import add_router_loss
-from .modeling_common import TransformerStack, ZooPreTrainedModel
+from .transformer_stack import TransformerStack, ZooTransformerPreTrainedModel
 
 
 @dataclass
@@ -82,7 +82,7 @@ class ZooReplacedTokenDetectionOutput(ModelOutput):
     router_logits: tuple[torch.FloatTensor, ...] | None = None
 
 
-class ZooEncoderPreTrainedModel(ZooPreTrainedModel):
+class ZooEncoderPreTrainedModel(ZooTransformerPreTrainedModel):
     config: ZooEncoderConfig
 
 

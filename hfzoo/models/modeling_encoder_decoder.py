@@ -30,7 +30,7 @@ from .compat import CACHE_FIELD, cache_argument, output_cache
 from .configuration_encoder_decoder import ZooEncoderDecoderConfig
 from .layers import Attention, MixtureOfExperts, TransformerBlock
 from .losses import add_router_loss
-from .modeling_common import TransformerStack, ZooPreTrainedModel
+from .transformer_stack import TransformerStack, ZooTransformerPreTrainedModel
 
 
 def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
@@ -44,7 +44,7 @@ def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_to
     return shifted.masked_fill(shifted == -100, pad_token_id)
 
 
-class ZooEncoderDecoderPreTrainedModel(ZooPreTrainedModel):
+class ZooEncoderDecoderPreTrainedModel(ZooTransformerPreTrainedModel):
     config: ZooEncoderDecoderConfig
     _skip_keys_device_placement = ["past_key_values"]
     # T5's relative bias reaches the kernel as `position_bias`: flash attention ignores it and flex attention fails
@@ -84,7 +84,7 @@ class Seq2SeqStack(TransformerStack, ZooEncoderDecoderPreTrainedModel):
 class ZooSeq2SeqEncoder(Seq2SeqStack):
     """The encoder stack: bidirectional blocks over the source. `get_encoder()` returns it to generate.
 
-    It records hidden states, attentions and router logits as every hfzoo stack does (`ZooPreTrainedModel`).
+    It records hidden states, attentions and router logits as every hfzoo stack does (`ZooTransformerPreTrainedModel`).
     """
 
     is_decoder = False
