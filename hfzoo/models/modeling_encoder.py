@@ -7,13 +7,9 @@ import torch.nn.functional as F
 from torch import nn
 from transformers.activations import ACT2FN
 from transformers.modeling_outputs import (
-    BaseModelOutputWithPooling,
-    MaskedLMOutput,
-    MultipleChoiceModelOutput,
-    QuestionAnsweringModelOutput,
-    SequenceClassifierOutput,
-    TokenClassifierOutput,
-)
+    BaseModelOutputWithPooling, MaskedLMOutput, MultipleChoiceModelOutput, QuestionAnsweringModelOutput,
+    SequenceClassifierOutput, TokenClassifierOutput,
+)  # fmt: skip
 from transformers.utils import ModelOutput, can_return_tuple
 from transformers.utils.output_capturing import capture_outputs
 
@@ -155,13 +151,9 @@ class ZooEncoderModel(ModernBertStack, ConvolutionStack, TransformerStack, ZooEn
                 f"{self.config.max_position_embeddings}; truncate it (tokenizer truncation=True, max_length=...)."
             )
         hidden_states = self.run_stack(
-            input_ids,
-            inputs_embeds,
-            attention_mask,
-            position_ids,
-            extra_embeds=self._token_type_embeds(token_type_ids),
+            input_ids, inputs_embeds, attention_mask, position_ids, extra_embeds=self._token_type_embeds(token_type_ids),
             **kwargs,
-        )
+        )  # fmt: skip
         pooled = self.pooler(hidden_states) if self.pooler is not None else None
         return ZooEncoderModelOutput(last_hidden_state=hidden_states, pooler_output=pooled)
 

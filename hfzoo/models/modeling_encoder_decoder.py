@@ -11,18 +11,10 @@ from torch import nn
 from transformers import GenerationMixin
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 from transformers.modeling_outputs import (
-    BaseModelOutput,
-    BaseModelOutputWithPastAndCrossAttentions,
-    MoEModelOutput,
-    MoEModelOutputWithPastAndCrossAttentions,
-    Seq2SeqLMOutput,
-    Seq2SeqModelOutput,
-    Seq2SeqMoEModelOutput,
-    Seq2SeqMoEOutput,
-    Seq2SeqQuestionAnsweringModelOutput,
-    Seq2SeqSequenceClassifierOutput,
-    TokenClassifierOutput,
-)
+    BaseModelOutput, BaseModelOutputWithPastAndCrossAttentions, MoEModelOutput,
+    MoEModelOutputWithPastAndCrossAttentions, Seq2SeqLMOutput, Seq2SeqModelOutput, Seq2SeqMoEModelOutput,
+    Seq2SeqMoEOutput, Seq2SeqQuestionAnsweringModelOutput, Seq2SeqSequenceClassifierOutput, TokenClassifierOutput,
+)  # fmt: skip
 from transformers.utils import ModelOutput, can_return_tuple
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
@@ -143,14 +135,9 @@ class ZooSeq2SeqDecoder(Seq2SeqStack):
                 f"{type(past_key_values).__name__} (or leave past_key_values unset and let the model create one)."
             )
         hidden_states = self.run_stack(
-            input_ids,
-            inputs_embeds,
-            attention_mask,
-            past_key_values=past_key_values,
-            encoder_hidden_states=encoder_hidden_states,
-            encoder_attention_mask=encoder_attention_mask,
-            **kwargs,
-        )
+            input_ids, inputs_embeds, attention_mask, past_key_values=past_key_values,
+            encoder_hidden_states=encoder_hidden_states, encoder_attention_mask=encoder_attention_mask, **kwargs,
+        )  # fmt: skip
         output_cls = BaseModelOutputWithPastAndCrossAttentions
         if self.config.num_experts:
             output_cls = MoEModelOutputWithPastAndCrossAttentions
@@ -222,15 +209,10 @@ class ZooEncoderDecoderModel(SharedEmbeddingTies, ZooEncoderDecoderPreTrainedMod
         elif not isinstance(encoder_outputs, ModelOutput):
             encoder_outputs = BaseModelOutput(last_hidden_state=encoder_outputs[0])
         decoder_outputs = self.decoder(
-            input_ids=decoder_input_ids,
-            attention_mask=decoder_attention_mask,
-            encoder_hidden_states=encoder_outputs.last_hidden_state,
-            encoder_attention_mask=attention_mask,
-            past_key_values=past_key_values,
-            inputs_embeds=decoder_inputs_embeds,
-            use_cache=use_cache,
-            **kwargs,
-        )
+            input_ids=decoder_input_ids, attention_mask=decoder_attention_mask,
+            encoder_hidden_states=encoder_outputs.last_hidden_state, encoder_attention_mask=attention_mask,
+            past_key_values=past_key_values, inputs_embeds=decoder_inputs_embeds, use_cache=use_cache, **kwargs,
+        )  # fmt: skip
         fields = dict(
             last_hidden_state=decoder_outputs.last_hidden_state,
             **{CACHE_FIELD: output_cache(decoder_outputs)},
