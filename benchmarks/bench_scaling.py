@@ -17,7 +17,6 @@ a model with its AdamW state after one step, for each `--checkpoint-presets` pre
 """
 
 import argparse
-import dataclasses
 import os
 import shutil
 import statistics
@@ -32,6 +31,7 @@ from accelerate import Accelerator
 from transformers import AutoModelForCausalLM
 
 import hfzoo
+from hfzoo.recipe_config import config_fields
 from hfzoo.recipes.pretrain import PretrainConfig
 from hfzoo.training.checkpointing import Progress, load_checkpoint, save_checkpoint
 from hfzoo.training.logging import read_log
@@ -62,7 +62,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def recipe_knows_sharding() -> bool:
-    return "sharding" in {field.name for field in dataclasses.fields(PretrainConfig)}
+    return "sharding" in config_fields(PretrainConfig)
 
 
 def run_recipe(args: argparse.Namespace, processes: int, sharding: str, output_dir: Path) -> dict:

@@ -16,7 +16,9 @@ converted models and adapters, model cards, logs and metrics):
 
 And a rule about where outputs go (`check_output_folder`): a non-empty folder that is not an earlier output of the
 same command is refused, naming it, unless the user passes `--overwrite_output_dir` (transformers' name for it), and
-an output may not be an input's folder, nor inside one, nor hold one.
+an output may not be an input's folder, nor inside one, nor hold one (`check_output_outside_inputs`). hfzoo's own
+bookkeeping in a folder (a staging leftover, the lock of the run writing there: `hfzoo.training.run_lock`) does not
+count as its content (`folder_entries`).
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ from pathlib import Path
 # Written into the outputs of `hfzoo convert`: the command and the files it wrote (relative paths, no machine path).
 OUTPUT_RECORD = "hfzoo_output.json"
 STAGING_PREFIX = ".hfzoo-staging"
+# The lock of the run writing into an output folder (`hfzoo.training.run_lock`); its temporary files start so too.
+RUN_LOCK = ".hfzoo-run.lock"
 
 
 def _fsync(path: Path) -> None:
@@ -228,10 +232,32 @@ def publish_output(staging: str | os.PathLike, final: str | os.PathLike, command
     publish_folder(staging, final, marker=OUTPUT_RECORD, previous=previous)
 
 
-def holds_other_files(folder: str | os.PathLike) -> bool:
-    """Whether `folder` exists and holds anything but a staging leftover of a crash."""
+def folder_entries(folder: str | os.PathLike) -> list[Path]:
+    """What `folder` holds, but hfzoo's bookkeeping: a staging leftover of a crash, the lock of the run writing there
+    (and its temporary files). Empty when `folder` is no folder."""
     folder = Path(folder)
-    return folder.is_dir() and any(not p.name.startswith(STAGING_PREFIX) for p in folder.iterdir())
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.iterdir() if not p.name.startswith((STAGING_PREFIX, RUN_LOCK)))
+
+
+def holds_other_files(folder: str | os.PathLike) -> bool:
+    """Whether `folder` exists and holds anything but hfzoo's bookkeeping (`folder_entries`)."""
+    return bool(folder_entries(folder))
+
+
+def check_output_outside_inputs(folder: str | os.PathLike, inputs: Iterable[str | os.PathLike | None]) -> None:
+    """Refuse an output `folder` that is an input's folder, inside one or holding one (`inputs`: folders or Hub names;
+    names that are no folder here are skipped): writing there would replace or mix with what the run reads (a
+    fine-tune's own starting model, a converted model's source). Called before anything is read or written."""
+    for source in inputs:
+        if not source or not Path(source).exists():
+            continue
+        a, b = Path(source).resolve(), Path(os.path.abspath(folder)).resolve()
+        if a == b or a in b.parents or b in a.parents:
+            relation = "the same folder" if a == b else "one inside the other"
+            raise ValueError(f"the input {source} and the output {folder} are {relation}; write the output to a "
+                             "folder outside the input.")  # fmt: skip
 
 
 def check_output_folder(
@@ -244,20 +270,13 @@ def check_output_folder(
     overwrite_flag: str | None = "--overwrite_output_dir",
 ) -> None:
     """Refuse, before anything is read or written, an output `folder` that is an input's folder, inside one or holding
-    one (`inputs`: folders or Hub names; names that are no folder here are skipped); then a `folder` that holds
-    files unless `overwrite`, or it is `reusable` (the caller's own earlier output: a run to resume), or it holds the
-    record of an earlier `command` (`hfzoo convert to-native`); the message suggests `overwrite_flag` (None: the
-    command has none). The messages name the folders, not the command: the command line prefixes its name."""
+    one (`check_output_outside_inputs`); then a `folder` that holds files unless `overwrite`, or it is `reusable`
+    (the caller's own earlier output: a run to resume), or it holds the record of an earlier `command` (`hfzoo
+    convert to-native`); the message suggests `overwrite_flag` (None: the command has none). The messages name the
+    folders, not the command: the command line prefixes its name."""
     given = folder
     folder = Path(os.path.abspath(folder))
-    for source in inputs:
-        if not source or not Path(source).exists():
-            continue
-        a, b = Path(source).resolve(), folder.resolve()
-        if a == b or a in b.parents or b in a.parents:
-            relation = "the same folder" if a == b else "one inside the other"
-            raise ValueError(f"the input {source} and the output {given} are {relation}; write the output to a "
-                             "folder outside the input.")  # fmt: skip
+    check_output_outside_inputs(given, inputs)
     if folder.exists() and not folder.is_dir():
         raise FileExistsError(f"the output {given} is a file, not a folder.")
     if overwrite or reusable or not holds_other_files(folder):
@@ -265,7 +284,7 @@ def check_output_folder(
     record = read_output_record(folder)
     if record is not None and record.get("command") == command:
         return
-    names = sorted(p.name for p in folder.iterdir() if not p.name.startswith(STAGING_PREFIX))
+    names = [p.name for p in folder_entries(folder)]
     shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
     remedy = ""
     if overwrite_flag is not None:

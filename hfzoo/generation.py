@@ -28,6 +28,7 @@ from .adapters import compose, load_composition
 from .integrations.transformers import compile_on_every_device
 from .adapters.composition import BASE, ComposedModel
 from .cpu_layout import tune_for_cpu
+from .models.checkpoint_files import check_checkpoint_folder
 from .tasks.task import gpt_input_ids, model_family
 
 PROMPT_FORMATS = ("plain", "task")
@@ -55,6 +56,8 @@ def load_for_generation(
     """The model (with its adapters composed for fixed routing, or a saved composition), its tokenizer and family."""
     if adapters and composition:
         raise ValueError("give either --adapter NAME=PATH (fixed routing) or --composition PATH, not both")
+    if Path(model_path).is_dir():  # a missing, truncated or pickled (`pytorch_model.bin`) weights file is refused
+        check_checkpoint_folder(model_path)
     config = AutoConfig.from_pretrained(model_path)
     family = model_family(config)
     if family == "encoder":
@@ -63,7 +66,8 @@ def load_for_generation(
             "hfzoo generate takes a causal LM or a sequence-to-sequence model"
         )
     auto_class = AutoModelForSeq2SeqLM if family == "encoder_decoder" else AutoModelForCausalLM
-    model = tune_for_cpu(auto_class.from_pretrained(model_path, dtype=torch.float32).to(device).eval())
+    model = auto_class.from_pretrained(model_path, dtype=torch.float32, use_safetensors=True)  # never a pickle
+    model = tune_for_cpu(model.to(device).eval())
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     if family == "decoder":
         tokenizer.padding_side = "left"  # every row's continuation starts at the same position

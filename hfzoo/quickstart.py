@@ -29,7 +29,7 @@ from .data.stdlib_tasks import write_task_files
 from .files import check_output_folder, write_atomic
 from .recipes import compose, finetune, pretrain
 from .tasks.baselines import unigram_perplexity
-from .training.task_runs import METRICS_FILE
+from .training.task_results import METRICS_FILE
 
 
 @dataclass(frozen=True)

@@ -103,8 +103,8 @@ def record(run_dir: Path, recipe_args: list[str]) -> int:
     if (run_dir / "log.jsonl").exists():
         raise SystemExit(f"record: {run_dir} already holds a run (log.jsonl); choose a new folder.")
     run_dir.mkdir(parents=True, exist_ok=True)
-    if config.dataset and (Path(config.dataset) / SPLIT_INFO).is_file():
-        shutil.copyfile(Path(config.dataset) / SPLIT_INFO, run_dir / DATA_SPLIT)
+    if config.data.dataset and (Path(config.data.dataset) / SPLIT_INFO).is_file():
+        shutil.copyfile(Path(config.data.dataset) / SPLIT_INFO, run_dir / DATA_SPLIT)
     returncode = run_recorded(run_dir, "recipes/pretrain.py", recipe_args)
     if returncode == 0:
         unigram_baseline(run_dir)
@@ -142,23 +142,24 @@ def unigram_baseline(run_dir: Path) -> dict[str, Any]:
 
     config = from_dict(PretrainConfig, load_yaml(run_dir / "training_config.yaml"))
     objective = get_objective(config.objective, config.preset)
-    tokenizer = AutoTokenizer.from_pretrained(config.tokenizer or run_dir)
-    corpus = load_corpus(config.dataset, data_files=config.data_files, text_column=config.text_column, seed=config.seed)
+    tokenizer = AutoTokenizer.from_pretrained(config.data.tokenizer or run_dir)
+    data = config.data
+    corpus = load_corpus(data.dataset, data_files=data.data_files, text_column=data.text_column, seed=config.run.seed)
     splits = {}
-    for name, limit in (("train", config.max_train_samples), ("validation", config.max_eval_samples)):
+    for name, limit in (("train", config.data.max_train_samples), ("validation", config.data.max_eval_samples)):
         texts = corpus[name] if limit is None else corpus[name].select(range(min(limit, len(corpus[name]))))
-        splits[name] = pack(texts, tokenizer, config.block_size)
+        splits[name] = pack(texts, tokenizer, config.data.block_size)
 
     def collator(generator: torch.Generator):
         return objective.make_collator(tokenizer, config.collator, generator)
 
-    batch = config.per_device_batch_size
+    batch = config.training.per_device_batch_size
     validation = _targets(
-        splits["validation"], collator(torch.Generator().manual_seed(config.seed)), batch,
-        objective.shifts_labels, config.eval_batches,
+        splits["validation"], collator(torch.Generator().manual_seed(config.run.seed)), batch,
+        objective.shifts_labels, config.training.eval_batches,
     )  # fmt: skip
-    train_tokens = len(splits["train"]) * config.block_size
-    fit_collator, fitted, passes = collator(torch.Generator().manual_seed(config.seed)), [], 0
+    train_tokens = len(splits["train"]) * config.data.block_size
+    fit_collator, fitted, passes = collator(torch.Generator().manual_seed(config.run.seed)), [], 0
     while sum(len(t) for t in fitted) < train_tokens:
         fitted.append(_targets(splits["train"], fit_collator, batch, objective.shifts_labels))
         passes += 1

@@ -19,7 +19,7 @@ from hfzoo.adapters import read_adapter
 from hfzoo.convert import minilm_model_path
 from hfzoo.data.recorded_paths import MINILM_PACKAGE, recorded_path, resolve_recorded
 from hfzoo.tasks import TaskOptions
-from hfzoo.training.task_runs import load_tokenizer, model_source
+from hfzoo.training.task_model import load_tokenizer, model_source
 
 ROOT = Path(__file__).resolve().parents[1]
 # An absolute path under a machine's usual roots (also reached through ../), or a Windows drive; not a URL's path.

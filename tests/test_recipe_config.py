@@ -33,15 +33,15 @@ def test_yaml_then_command_line_overrides_with_types(tmp_path):
             "null",
         ]
     )
-    assert config.learning_rate == 3e-4  # YAML 1.1 reads 3e-4 as a string; it is still a float here
-    assert config.max_steps == 7 and config.output_dir == "runs/x" and config.resume is True
+    assert config.training.learning_rate == 3e-4  # YAML 1.1 reads 3e-4 as a string; it is still a float here
+    assert config.training.max_steps == 7 and config.output_dir == "runs/x" and config.checkpoints.resume is True
     assert config.model == {"hidden_dropout": 0.2, "attention_dropout": 0}  # entries merged, not replaced
-    assert config.eval_batches is None
+    assert config.training.eval_batches is None
 
 
 def test_config_file_is_optional_given_preset_and_objective():
     config = parse_args(["--preset", "llama-tiny", "--objective", "clm", "--seed", "3"])
-    assert (config.preset, config.objective, config.seed) == ("llama-tiny", "clm", 3)
+    assert (config.preset, config.objective, config.run.seed) == ("llama-tiny", "clm", 3)
     with pytest.raises(ValueError, match="--config FILE, or at least --preset and --objective"):
         parse_args(["--preset", "llama-tiny"])
 

@@ -9,6 +9,7 @@ from .configuration_bilm import ZooBiLMConfig
 from .configuration_decoder import ZooDecoderConfig
 from .configuration_encoder import ZooEncoderConfig
 from .configuration_encoder_decoder import ZooEncoderDecoderConfig
+from .disentangled_attention import DisentangledPositionEmbedding  # noqa: F401  (registers the position kind)
 from .modeling_bilm import *  # noqa: F403
 from .modeling_bilm import __all__ as _bilm_models
 from .modeling_decoder import *  # noqa: F403

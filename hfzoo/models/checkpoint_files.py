@@ -1,31 +1,26 @@
 """Checks on a checkpoint folder before its weights load, so that a broken or unsafe folder fails naming the file.
 
-Without them a truncated `model.safetensors` fails with safetensors' bare `Error while deserializing header`, and a
-folder without it makes transformers look for `pytorch_model.bin`, which it unpickles (pickle can run code). hfzoo
-loads weights from safetensors only (`use_safetensors=True`); these checks say which file is missing or broken.
-Imported relatively by `modeling_common`, so a checkpoint's copy of the model code carries it along.
+Without them a truncated `model.safetensors` fails with safetensors' bare `Error while deserializing header`, a
+folder without it makes transformers look for `pytorch_model.bin`, which it unpickles (pickle can run code), and an
+invalid `config.json` fails without saying where. hfzoo loads weights from safetensors only (`use_safetensors=True`);
+these checks say which file is missing or broken. The weight checks are `checkpoint_guard`, which the model code
+carries into every saved checkpoint; this module adds the JSON checks and is not copied with them (no modeling file
+imports it), so the package may use it as a library.
 """
 
 import json
-import re
 from pathlib import Path
-from typing import NoReturn
 
-from safetensors import SafetensorError, safe_open
-
-CONFIG_NAME = "config.json"
-WEIGHTS_NAME = "model.safetensors"
-WEIGHTS_INDEX_NAME = "model.safetensors.index.json"
-# The shards of transformers' distributed (DCP) checkpoints: safetensors too.
-_DISTRIBUTED_SHARD = re.compile(r"^shard-[0-9]{5}-model-[0-9]{5}-of-[0-9]{5}\.safetensors$")
-_PICKLED_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json")
-
-
-class CheckpointFileError(OSError):
-    """A file of a checkpoint folder is missing, unreadable or not safetensors; the message names it.
-
-    An `OSError`, as transformers raises for a checkpoint it cannot find, so callers catching that still do.
-    """
+from .checkpoint_guard import (  # noqa: F401  (the names hfzoo imports from here)
+    CONFIG_NAME,
+    WEIGHTS_INDEX_NAME,
+    WEIGHTS_NAME,
+    CheckpointFileError,
+    check_safetensors_file,
+    check_weight_files,
+    refuse_missing_safetensors,
+    weight_files,
+)
 
 
 def read_json_file(path: Path) -> dict:
@@ -44,64 +39,6 @@ def read_json_file(path: Path) -> dict:
     return values
 
 
-def weight_files(folder: Path, config: dict) -> list[Path]:
-    """The safetensors files transformers would load from `folder`, or `CheckpointFileError` saying what is missing."""
-    explicit = config.get("transformers_weights")
-    if explicit is not None:
-        # A config may name its weights file; transformers accepts `adapter_model.bin` there, a pickle.
-        if not str(explicit).endswith((".safetensors", ".safetensors.index.json")):
-            raise CheckpointFileError(
-                f"{folder / CONFIG_NAME} names its weights {explicit!r} (transformers_weights), which is not a "
-                "safetensors file; hfzoo loads weights from safetensors only."
-            )
-        named = folder / explicit
-        return _shards(named) if named.name.endswith(".index.json") else [named]
-    if (folder / WEIGHTS_NAME).is_file():
-        return [folder / WEIGHTS_NAME]
-    if (folder / WEIGHTS_INDEX_NAME).is_file():
-        return _shards(folder / WEIGHTS_INDEX_NAME)
-    distributed = sorted(p for p in folder.iterdir() if _DISTRIBUTED_SHARD.match(p.name))
-    if distributed:
-        return distributed
-    refuse_missing_safetensors(folder, f"{WEIGHTS_NAME} (nor {WEIGHTS_INDEX_NAME})", _PICKLED_WEIGHTS)
-
-
-def refuse_missing_safetensors(folder: Path, expected: str, pickled_names: tuple[str, ...]) -> NoReturn:
-    """Raise `CheckpointFileError`: `folder` lacks its safetensors weights `expected`. Pickled weights in their place
-    (`pickled_names`, e.g. `pytorch_model.bin`, `adapter_model.bin`) are named and never loaded: transformers and PEFT
-    would unpickle them, and unpickling can run code. For models and adapters alike."""
-    pickled = [name for name in pickled_names if (folder / name).exists()]
-    found = (
-        f" It has {', '.join(pickled)}, a pickle, which can run code when loaded and which hfzoo never loads; "
-        "convert it to safetensors where you trust its origin (load it and `save_pretrained` it again)."
-        if pickled
-        else " Was the save interrupted, or is this the wrong folder?"
-    )
-    raise CheckpointFileError(f"{folder} has no {expected}.{found}")
-
-
-def _shards(index_path: Path) -> list[Path]:
-    weight_map = read_json_file(index_path).get("weight_map")
-    if not isinstance(weight_map, dict) or not weight_map:
-        raise CheckpointFileError(f"{index_path} has no `weight_map` from parameter names to shard files.")
-    return [index_path.parent / name for name in sorted(set(weight_map.values()))]
-
-
-def check_safetensors_file(path: Path) -> None:
-    """Open the header of `path` (safetensors checks it against the file's size): `CheckpointFileError` naming the
-    file when it is missing, truncated or not safetensors."""
-    if not path.is_file():
-        raise CheckpointFileError(f"{path} is missing; the checkpoint is incomplete. Save or copy it again.")
-    try:
-        with safe_open(str(path), framework="pt") as weights:
-            weights.keys()
-    except (SafetensorError, OSError) as error:
-        raise CheckpointFileError(
-            f"{path} is not a readable safetensors file ({path.stat().st_size} bytes: {error}): it is truncated or "
-            "corrupted, e.g. by an interrupted save or copy. Save or copy it again."
-        ) from error
-
-
 def check_checkpoint_folder(folder: str | Path, weights: bool = True) -> None:
     """Check a local checkpoint folder before loading it: `config.json` (when present) is valid JSON and, with
     `weights`, the weights are safetensors files that are all present and readable. Raises `CheckpointFileError`
@@ -109,5 +46,5 @@ def check_checkpoint_folder(folder: str | Path, weights: bool = True) -> None:
     folder = Path(folder)
     config_path = folder / CONFIG_NAME
     config = read_json_file(config_path) if config_path.is_file() else {}
-    for path in weight_files(folder, config) if weights else ():
-        check_safetensors_file(path)
+    if weights:
+        check_weight_files(folder, config)

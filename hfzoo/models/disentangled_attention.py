@@ -6,8 +6,8 @@ position embeddings are shared by all layers of a stack and normalised once; eac
 query/key projection (DeBERTa-v2's `share_att_key`). Both position terms reach the attention kernel as one additive
 bias (`position_bias`), so eager and sdpa still come from transformers' attention registry, as T5's bias does.
 
-Kept apart from `layers.py` (which imports it relatively, so `save_pretrained` copies it along) to keep each file
-about one idea.
+A file of its own, registered with `layers.POSITION_KINDS` when imported: only checkpoints whose config uses it
+carry it, through the family's module for the kind (`modeling_encoder_disentangled`) that their `auto_map` names.
 """
 
 from typing import NamedTuple
@@ -15,6 +15,8 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from .layers import POSITION_KINDS, PositionKind
 
 
 class DisentangledPositions(NamedTuple):
@@ -25,10 +27,9 @@ class DisentangledPositions(NamedTuple):
     index: torch.Tensor
 
 
-def score_terms(config, is_cross_attention: bool) -> int:
-    """How many terms a score sums: DeBERTa scales by 1/sqrt(head_dim * terms) to keep the variance of one term."""
-    if config.position_embedding != "disentangled" or is_cross_attention:
-        return 1
+def score_terms(config) -> int:
+    """How many terms a self-attention score sums: DeBERTa scales by 1/sqrt(head_dim * terms) to keep the variance
+    of one term."""
     return 1 + len(config.position_attention_terms.split("|"))
 
 
@@ -101,3 +102,6 @@ def disentangled_position_bias(
         position_to_content = torch.einsum("bhkd,rhd->bhrk", key.repeat_interleave(groups, dim=1), position_query)
         bias = bias + position_to_content.gather(-2, index)
     return bias * attention.scaling
+
+
+POSITION_KINDS["disentangled"] = PositionKind(DisentangledPositionEmbedding, disentangled_position_bias, score_terms)

@@ -20,12 +20,6 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from .component_options import GATED_ACTIVATIONS
-from .disentangled_attention import (
-    DisentangledPositionEmbedding,
-    DisentangledPositions,
-    disentangled_position_bias,
-    score_terms,
-)
 
 
 # ----------------------------------------------------------------------------------------------- norms
@@ -62,12 +56,28 @@ def build_norm(config, width: int | None = None) -> nn.Module:
 # ----------------------------------------------------------------------------------------------- positions
 class PositionSignals(NamedTuple):
     """What a position scheme contributes: an embedding added to the input, rotary angles, an attention bias, or
-    the relative embeddings from which each layer computes its own bias (DeBERTa)."""
+    what each layer computes its own bias from (DeBERTa's relative embeddings, `PositionKind.layer_bias`)."""
 
     added: torch.Tensor | None = None
     rotary: tuple[torch.Tensor, torch.Tensor] | None = None
     attention_bias: torch.Tensor | None = None
-    disentangled: DisentangledPositions | None = None
+    layer_positions: tuple | None = None
+
+
+class PositionKind(NamedTuple):
+    """A position kind whose code is a file of its own: the stack's module that computes the signals
+    (`PositionEncoding` holds it under the kind's name), the bias each self-attention layer adds to its scores from
+    its own query and keys, and how many terms a score sums (scores are scaled by 1/sqrt(head_dim * terms))."""
+
+    embedding: type[nn.Module]
+    layer_bias: Callable[..., torch.Tensor]
+    score_terms: Callable[..., int]
+
+
+# Filled by those files when imported (`disentangled_attention`, DeBERTa's). A checkpoint names the family's module
+# for such a kind in its `auto_map` (`modeling_encoder_disentangled`), which imports the file, so only checkpoints
+# of that kind carry its code (`ZooTransformerPreTrainedModel.code_module`).
+POSITION_KINDS: dict[str, PositionKind] = {}
 
 
 def sinusoidal_embedding(position_ids: torch.Tensor, dim: int, dtype: torch.dtype) -> torch.Tensor:
@@ -144,9 +154,14 @@ class PositionEncoding(nn.Module):
         elif self.kind == "relative":
             # Shared by all layers of a stack, as in T5.
             self.relative_attention_bias = nn.Embedding(config.relative_attention_num_buckets, config.num_attention_heads)
-        elif self.kind == "disentangled":
+        elif self.kind in POSITION_KINDS:
             # Shared by all layers of a stack, as in DeBERTa, with their own norm.
-            self.disentangled = DisentangledPositionEmbedding(config, build_norm(config))
+            self.add_module(self.kind, POSITION_KINDS[self.kind].embedding(config, build_norm(config)))
+        elif self.kind not in ("sinusoidal", "rotary", "alibi", "none"):
+            raise ValueError(
+                f"position_embedding={self.kind!r} is implemented in a file of its own that this code did not import; "
+                "load the model through the module its checkpoint's auto_map names."
+            )
 
     def forward(
         self, position_ids: torch.Tensor, query_start: int | torch.Tensor, key_length: int, dtype: torch.dtype
@@ -169,7 +184,7 @@ class PositionEncoding(nn.Module):
             return PositionSignals(added=sinusoidal_embedding(position_ids, self.width, dtype))
         if self.kind == "rotary":
             return PositionSignals(rotary=rotary_angles(position_ids, config.head_dim, config.rope_theta, dtype))
-        if self.kind in ("alibi", "relative", "disentangled"):
+        if self.kind in ("alibi", "relative") or self.kind in POSITION_KINDS:
             if config._attn_implementation not in ("eager", "sdpa"):
                 # Flash kernels would silently drop the bias; only eager and sdpa add it to the scores.
                 raise ValueError(
@@ -178,8 +193,8 @@ class PositionEncoding(nn.Module):
                 )
             device = position_ids.device
             query_pos = torch.arange(position_ids.shape[-1], device=device)[:, None] + query_start
-            if self.kind == "disentangled":
-                return PositionSignals(disentangled=self.disentangled(query_pos, key_length))
+            if self.kind in POSITION_KINDS:
+                return PositionSignals(layer_positions=getattr(self, self.kind)(query_pos, key_length))
             relative = torch.arange(key_length, device=device)[None, :] - query_pos  # key minus query
             if self.kind == "alibi":
                 distance = relative.abs().neg() if self.bidirectional else relative.clamp(max=0)
@@ -314,7 +329,9 @@ class Attention(nn.Module):
         self.num_heads = config.num_attention_heads
         self.num_key_value_heads = config.num_key_value_heads
         self.num_key_value_groups = self.num_heads // self.num_key_value_heads
-        self.scaling = (self.head_dim * score_terms(config, is_cross_attention)) ** -0.5
+        kind = None if is_cross_attention else POSITION_KINDS.get(config.position_embedding)
+        self.layer_bias = kind.layer_bias if kind else None
+        self.scaling = (self.head_dim * (kind.score_terms(config) if kind else 1)) ** -0.5
         self.attention_dropout = config.attention_dropout
         q_width = self.num_heads * self.head_dim
         kv_width = self.num_key_value_heads * self.head_dim
@@ -366,8 +383,8 @@ class Attention(nn.Module):
                 if isinstance(past_key_values, EncoderDecoderCache):
                     past_key_values = past_key_values.self_attention_cache
                 key, value = past_key_values.update(key, value, self.layer_idx)
-            if position_signals is not None and position_signals.disentangled is not None:
-                position_bias = disentangled_position_bias(self, query, key, position_signals.disentangled)
+            if position_signals is not None and position_signals.layer_positions is not None:
+                position_bias = self.layer_bias(self, query, key, position_signals.layer_positions)
 
         attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
             self.config._attn_implementation, eager_attention_forward

@@ -98,18 +98,11 @@ class BiLSTMLayer(GradientCheckpointingLayer):
 
 
 class ZooBiLMPreTrainedModel(ZooPreTrainedModel):
-    """hfzoo's safetensors-only loading; no attention, so no attention backends."""
+    """hfzoo's safetensors-only loading; no attention, so no attention backends (transformers' defaults)."""
 
     config: ZooBiLMConfig
     _no_split_modules = ["BiLSTMLayer"]
-    _supports_sdpa = False
-    _supports_flash_attn = False
-    _supports_flex_attn = False
-    _supports_attention_backend = False
     _can_record_outputs = {}
-
-    def base_model_outputs(self, *args, **kwargs) -> ModelOutput:
-        return self.model(*args, **kwargs)
 
 
 class ZooBiLMModel(ZooBiLMPreTrainedModel):

@@ -1,9 +1,10 @@
 """Decoder-only family: GPT- and Llama-style causal transformers as native transformers models.
 
-The classification heads are hfzoo's own rather than transformers' `GenericForSequenceClassification` /
-`GenericForTokenClassification`: those build the base with `AutoModel.from_config`, which fails where a checkpoint
-runs as remote code without hfzoo (the remote config class is registered with no Auto class there), and they would
-drop a mixture of experts' load-balancing loss.
+The task heads do what transformers' `GenericForSequenceClassification`, `GenericForTokenClassification` and
+`GenericForQuestionAnswering` do (the same layers, weight names and losses) without being built on them: those build
+their base with `AutoModel.from_config`, which raises in a checkpoint loaded as remote code where hfzoo is absent (the
+remote config has no `AutoModel` there, so transformers asks again for `trust_remote_code`), and their `forward` reads
+only the base's hidden states, so a mixture of experts' load-balancing loss could not join the task loss.
 """
 
 import torch
@@ -26,10 +27,10 @@ from transformers.utils.output_capturing import capture_outputs
 from .compat import CACHE_FIELD, output_cache
 from .configuration_decoder import ZooDecoderConfig
 from .losses import add_router_loss
-from .modeling_common import TransformerStack, ZooPreTrainedModel
+from .transformer_stack import TransformerStack, ZooTransformerPreTrainedModel
 
 
-class ZooDecoderPreTrainedModel(ZooPreTrainedModel):
+class ZooDecoderPreTrainedModel(ZooTransformerPreTrainedModel):
     config: ZooDecoderConfig
     _skip_keys_device_placement = ["past_key_values"]
 
@@ -66,8 +67,8 @@ class ZooDecoderModel(TransformerStack, ZooDecoderPreTrainedModel):
 
 
 class ZooDecoderTaskModel(ZooDecoderPreTrainedModel):
-    """What the decoder's heads share: the decoder, and how an output is assembled (`task_output`). The
-    classification heads also share `forward` (run the decoder, then `head` gives logits and loss); the language
+    """What the decoder's heads share: the decoder, and how an output is assembled (`task_output`). The task heads
+    also share `forward` (run the decoder, then `head` gives the loss and the output's logits fields); the language
     model keeps its own, whose extra parameters (`logits_to_keep`) generate looks for in its signature."""
 
     output_cls: type[ModelOutput]  # the head's output class
@@ -95,13 +96,13 @@ class ZooDecoderTaskModel(ZooDecoderPreTrainedModel):
         outputs = self.base_model_outputs(
             input_ids, attention_mask, position_ids, past_key_values, inputs_embeds, use_cache, **kwargs
         )
-        logits, loss = self.head(outputs.last_hidden_state, labels, input_ids)
-        return self.task_output(outputs, loss, logits=logits)
+        loss, logits = self.head(outputs.last_hidden_state, labels, input_ids)
+        return self.task_output(outputs, loss, **logits)
 
     def head(
-        self, hidden_states: torch.Tensor, labels: torch.Tensor | None, input_ids: torch.Tensor | None
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """A classification head's logits and, with `labels`, its loss."""
+        self, hidden_states: torch.Tensor, targets, input_ids: torch.Tensor | None
+    ) -> tuple[torch.Tensor | None, dict[str, torch.Tensor]]:
+        """A task head's loss (given `targets`, else None) and its output's logits fields by name."""
         raise NotImplementedError
 
     def returns_cache(self) -> bool:
@@ -118,9 +119,11 @@ class ZooDecoderTaskModel(ZooDecoderPreTrainedModel):
             return self.output_cls(**fields)
         return self.moe_output_cls(**fields, aux_loss=aux_loss, router_logits=outputs.router_logits)
 
-    def last_token(self, input_ids: torch.Tensor | None, batch_size: int, device: torch.device) -> torch.Tensor:
-        """Each row's last non-padding position, where the sequence-level heads read the decoder (it has seen the
-        whole row there); -1 without input ids or without padding. Needs `pad_token_id` to batch."""
+    def at_last_token(self, states: torch.Tensor, input_ids: torch.Tensor | None) -> torch.Tensor:
+        """`states` (`[batch, seq, ...]`) at each row's last non-padding position, where the sequence-level heads read
+        the decoder (it has seen the whole row there); the last position without input ids or without padding.
+        Needs `pad_token_id` to batch."""
+        batch_size, device = states.shape[0], states.device
         pad_token_id = self.config.pad_token_id
         if pad_token_id is None and batch_size != 1:
             raise ValueError(
@@ -128,10 +131,12 @@ class ZooDecoderTaskModel(ZooDecoderPreTrainedModel):
                 "a batch; set pad_token_id (e.g. to the tokenizer's pad token id)."
             )
         if pad_token_id is None or input_ids is None:
-            return torch.full((batch_size,), -1, device=device, dtype=torch.long)
-        # Rightmost non-pad token: works for left and right padding alike.
-        positions = torch.arange(input_ids.shape[-1], device=device)
-        return (positions * (input_ids != pad_token_id).to(device)).argmax(-1)
+            last_token = torch.full((batch_size,), -1, device=device, dtype=torch.long)
+        else:
+            # Rightmost non-pad token: works for left and right padding alike.
+            positions = torch.arange(input_ids.shape[-1], device=device)
+            last_token = (positions * (input_ids != pad_token_id).to(device)).argmax(-1)
+        return states[torch.arange(batch_size, device=device), last_token]
 
 
 class ZooDecoderForCausalLM(ZooDecoderTaskModel, GenerationMixin):
@@ -185,14 +190,11 @@ class ZooDecoderForSequenceClassification(ZooDecoderTaskModel):
 
     def head(self, hidden_states, labels, input_ids):
         logits = self.score(hidden_states)
-        batch_size = logits.shape[0]
-        last_token = self.last_token(input_ids, batch_size, logits.device)
-        pooled_logits = logits[torch.arange(batch_size, device=logits.device), last_token]
-        if labels is None:
-            return pooled_logits, None
-        return pooled_logits, self.loss_function(
-            logits=logits, labels=labels, pooled_logits=pooled_logits, config=self.config
-        )
+        pooled_logits = self.at_last_token(logits, input_ids)
+        loss = None
+        if labels is not None:
+            loss = self.loss_function(logits=logits, labels=labels, pooled_logits=pooled_logits, config=self.config)
+        return loss, dict(logits=pooled_logits)
 
 
 class ZooDecoderForTokenClassification(ZooDecoderTaskModel):
@@ -209,7 +211,7 @@ class ZooDecoderForTokenClassification(ZooDecoderTaskModel):
 
     def head(self, hidden_states, labels, input_ids):
         logits = self.score(self.dropout(hidden_states))
-        return logits, None if labels is None else self.loss_function(logits, labels, self.config)
+        return None if labels is None else self.loss_function(logits, labels, self.config), dict(logits=logits)
 
 
 class ZooDecoderForQuestionAnswering(ZooDecoderTaskModel):
@@ -226,7 +228,6 @@ class ZooDecoderForQuestionAnswering(ZooDecoderTaskModel):
         self.qa_outputs = nn.Linear(config.hidden_size, 2)
         self.post_init()
 
-    @can_return_tuple
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -237,9 +238,13 @@ class ZooDecoderForQuestionAnswering(ZooDecoderTaskModel):
         end_positions: torch.LongTensor | None = None,
         **kwargs,
     ) -> QuestionAnsweringModelOutput:
-        outputs = self.base_model_outputs(input_ids, attention_mask, position_ids, None, inputs_embeds, False, **kwargs)
-        start_logits, end_logits, loss = self.answer_span(outputs.last_hidden_state, start_positions, end_positions)
-        return self.task_output(outputs, loss, start_logits=start_logits, end_logits=end_logits)
+        # Named here so that Trainer and the QA pipeline see them; both travel on as the head's targets.
+        targets = (start_positions, end_positions)
+        return super().forward(input_ids, attention_mask, position_ids, None, inputs_embeds, targets, **kwargs)
+
+    def head(self, hidden_states, targets, input_ids):
+        start_logits, end_logits, loss = self.answer_span(hidden_states, *targets)
+        return loss, dict(start_logits=start_logits, end_logits=end_logits)
 
 
 class ZooDecoderForMultipleChoice(ZooDecoderTaskModel):
@@ -268,14 +273,10 @@ class ZooDecoderForMultipleChoice(ZooDecoderTaskModel):
         labels: torch.LongTensor | None = None,
         **kwargs,
     ) -> MultipleChoiceModelOutput:
-        choices = input_ids if input_ids is not None else inputs_embeds
-        num_choices = choices.shape[1]
-        flat = [None if tensor is None else tensor.flatten(0, 1) for tensor in (input_ids, attention_mask, position_ids)]
-        flat_embeds = None if inputs_embeds is None else inputs_embeds.flatten(0, 1)
-        outputs = self.base_model_outputs(flat[0], flat[1], flat[2], None, flat_embeds, False, **kwargs)
-        hidden_states = outputs.last_hidden_state
-        last_token = self.last_token(flat[0], hidden_states.shape[0], hidden_states.device)
-        pooled = hidden_states[torch.arange(hidden_states.shape[0], device=hidden_states.device), last_token]
+        num_choices = (input_ids if input_ids is not None else inputs_embeds).shape[1]
+        flat = [None if x is None else x.flatten(0, 1) for x in (input_ids, attention_mask, position_ids, inputs_embeds)]
+        outputs = self.base_model_outputs(flat[0], flat[1], flat[2], None, flat[3], False, **kwargs)
+        pooled = self.at_last_token(outputs.last_hidden_state, flat[0])
         logits = self.score(self.dropout(pooled)).view(-1, num_choices)
         # transformers has no shared multiple-choice loss; its heads use plain cross-entropy over the choices.
         loss = None if labels is None else nn.functional.cross_entropy(logits, labels.to(logits.device))

@@ -7,13 +7,9 @@ import torch.nn.functional as F
 from torch import nn
 from transformers.activations import ACT2FN
 from transformers.modeling_outputs import (
-    BaseModelOutputWithPooling,
-    MaskedLMOutput,
-    MultipleChoiceModelOutput,
-    QuestionAnsweringModelOutput,
-    SequenceClassifierOutput,
-    TokenClassifierOutput,
-)
+    BaseModelOutputWithPooling, MaskedLMOutput, MultipleChoiceModelOutput, QuestionAnsweringModelOutput,
+    SequenceClassifierOutput, TokenClassifierOutput,
+)  # fmt: skip
 from transformers.utils import ModelOutput, can_return_tuple
 from transformers.utils.output_capturing import capture_outputs
 
@@ -23,7 +19,7 @@ from .deberta_convolution import ConvolutionStack
 from .layers import build_norm
 from .local_attention import ModernBertStack
 from .losses import add_router_loss
-from .modeling_common import TransformerStack, ZooPreTrainedModel
+from .transformer_stack import TransformerStack, ZooTransformerPreTrainedModel
 
 
 @dataclass
@@ -82,7 +78,7 @@ class ZooReplacedTokenDetectionOutput(ModelOutput):
     router_logits: tuple[torch.FloatTensor, ...] | None = None
 
 
-class ZooEncoderPreTrainedModel(ZooPreTrainedModel):
+class ZooEncoderPreTrainedModel(ZooTransformerPreTrainedModel):
     config: ZooEncoderConfig
 
 
@@ -155,13 +151,9 @@ class ZooEncoderModel(ModernBertStack, ConvolutionStack, TransformerStack, ZooEn
                 f"{self.config.max_position_embeddings}; truncate it (tokenizer truncation=True, max_length=...)."
             )
         hidden_states = self.run_stack(
-            input_ids,
-            inputs_embeds,
-            attention_mask,
-            position_ids,
-            extra_embeds=self._token_type_embeds(token_type_ids),
+            input_ids, inputs_embeds, attention_mask, position_ids, extra_embeds=self._token_type_embeds(token_type_ids),
             **kwargs,
-        )
+        )  # fmt: skip
         pooled = self.pooler(hidden_states) if self.pooler is not None else None
         return ZooEncoderModelOutput(last_hidden_state=hidden_states, pooler_output=pooled)
 
@@ -210,21 +202,15 @@ class ZooEncoderLMHead(ZooEncoderTransform):
 class ZooEncoderTaskModel(ZooEncoderPreTrainedModel):
     """What every encoder head does: encode the inputs, then map the encoding and the targets to the task's output.
 
-    A head defines `head` (and, if its inputs need reshaping, `encode`). transformers' generic heads
-    (`GenericForSequenceClassification`, ...) do not fit: they build the encoder with `AutoModel.from_config`, which
-    fails where a checkpoint runs as remote code without hfzoo, they know neither token types nor BERT's pooler,
-    and they would drop a mixture of experts' load-balancing loss.
+    A head defines `head` (and, if its inputs need reshaping, `encode`). transformers' generic heads do not fit: they
+    pool the last token, pass the encoder a cache, build it with `AutoModel.from_config` (which raises in remote code
+    where hfzoo is absent) and drop a mixture of experts' load-balancing loss.
     """
 
     def __init__(self, config: ZooEncoderConfig, add_pooling_layer: bool | None = None):
         super().__init__(config)
         self.num_labels = config.num_labels
         self.model = ZooEncoderModel(config, add_pooling_layer=add_pooling_layer)
-
-    def pooled(self, outputs: ZooEncoderModelOutput, inputs: dict) -> torch.Tensor:
-        """What a sequence classifier classifies: the sentence representation, through the head's `transform`."""
-        pooling = self.config.classifier_pooling
-        return self.transform(sentence_representation(outputs, inputs["attention_mask"], pooling))
 
     @can_return_tuple
     def forward(
@@ -392,6 +378,11 @@ class ZooEncoderClassifier(ZooEncoderTaskModel):
         self.dropout = nn.Dropout(dropout)
         self.classifier = nn.Linear(config.hidden_size, num_outputs)
         self.post_init()
+
+    def pooled(self, outputs: ZooEncoderModelOutput, inputs: dict) -> torch.Tensor:
+        """What a sequence classifier classifies: the sentence representation, through the head's `transform`."""
+        pooling = self.config.classifier_pooling
+        return self.transform(sentence_representation(outputs, inputs["attention_mask"], pooling))
 
 
 class ZooEncoderForSequenceClassification(ZooEncoderClassifier):

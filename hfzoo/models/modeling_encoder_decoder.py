@@ -11,18 +11,10 @@ from torch import nn
 from transformers import GenerationMixin
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 from transformers.modeling_outputs import (
-    BaseModelOutput,
-    BaseModelOutputWithPastAndCrossAttentions,
-    MoEModelOutput,
-    MoEModelOutputWithPastAndCrossAttentions,
-    Seq2SeqLMOutput,
-    Seq2SeqModelOutput,
-    Seq2SeqMoEModelOutput,
-    Seq2SeqMoEOutput,
-    Seq2SeqQuestionAnsweringModelOutput,
-    Seq2SeqSequenceClassifierOutput,
-    TokenClassifierOutput,
-)
+    BaseModelOutput, BaseModelOutputWithPastAndCrossAttentions, MoEModelOutput,
+    MoEModelOutputWithPastAndCrossAttentions, Seq2SeqLMOutput, Seq2SeqModelOutput, Seq2SeqMoEModelOutput,
+    Seq2SeqMoEOutput, Seq2SeqQuestionAnsweringModelOutput, Seq2SeqSequenceClassifierOutput, TokenClassifierOutput,
+)  # fmt: skip
 from transformers.utils import ModelOutput, can_return_tuple
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
@@ -30,7 +22,7 @@ from .compat import CACHE_FIELD, cache_argument, output_cache
 from .configuration_encoder_decoder import ZooEncoderDecoderConfig
 from .layers import Attention, MixtureOfExperts, TransformerBlock
 from .losses import add_router_loss
-from .modeling_common import TransformerStack, ZooPreTrainedModel
+from .transformer_stack import TransformerStack, ZooTransformerPreTrainedModel
 
 
 def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
@@ -44,25 +36,7 @@ def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_to
     return shifted.masked_fill(shifted == -100, pad_token_id)
 
 
-def add_seq2seq_router_loss(
-    config: ZooEncoderDecoderConfig, loss: torch.Tensor | None, outputs: Seq2SeqMoEModelOutput
-) -> tuple[torch.Tensor | None, dict]:
-    """One load-balancing loss per stack, as the Switch Transformer; both are added to `loss`.
-
-    Returns the loss and the `Seq2SeqMoEOutput` fields: each stack's aux loss and router logits. A stack contributes
-    no aux loss when its router logits were not recorded (encoder outputs that generate computed).
-    """
-    fields = {}
-    for stack in ("encoder", "decoder"):
-        router_logits = fields[f"{stack}_router_logits"] = getattr(outputs, f"{stack}_router_logits")
-        fields[f"{stack}_aux_loss"] = None
-        if router_logits:
-            stack_outputs = MoEModelOutput(router_logits=router_logits)
-            loss, fields[f"{stack}_aux_loss"] = add_router_loss(config, loss, stack_outputs)
-    return loss, fields
-
-
-class ZooEncoderDecoderPreTrainedModel(ZooPreTrainedModel):
+class ZooEncoderDecoderPreTrainedModel(ZooTransformerPreTrainedModel):
     config: ZooEncoderDecoderConfig
     _skip_keys_device_placement = ["past_key_values"]
     # T5's relative bias reaches the kernel as `position_bias`: flash attention ignores it and flex attention fails
@@ -81,22 +55,6 @@ class ZooEncoderDecoderPreTrainedModel(ZooPreTrainedModel):
                 encoder.embed_tokens, embeddings.num_embeddings, mean_resizing=mean_resizing
             )
         return embeddings
-
-    def decode_shifted_source(
-        self,
-        input_ids: torch.LongTensor | None,
-        attention_mask: torch.Tensor | None,
-        encoder_outputs: ModelOutput | tuple | None,
-        **kwargs,
-    ) -> Seq2SeqModelOutput:
-        """BART's reading for its classification and QA heads: the source feeds the encoder and, shifted right
-        behind `decoder_start_token_id`, the decoder, so each decoder state has read the whole source."""
-        if input_ids is None:
-            raise ValueError(f"{type(self).__name__} feeds input_ids, shifted, to the decoder; pass them.")
-        decoder_input_ids = shift_tokens_right(input_ids, self.config.pad_token_id, self.config.decoder_start_token_id)
-        return self.model(
-            input_ids, attention_mask, decoder_input_ids, encoder_outputs=encoder_outputs, use_cache=False, **kwargs
-        )
 
 
 class Seq2SeqStack(TransformerStack, ZooEncoderDecoderPreTrainedModel):
@@ -118,7 +76,7 @@ class Seq2SeqStack(TransformerStack, ZooEncoderDecoderPreTrainedModel):
 class ZooSeq2SeqEncoder(Seq2SeqStack):
     """The encoder stack: bidirectional blocks over the source. `get_encoder()` returns it to generate.
 
-    It records hidden states, attentions and router logits as every hfzoo stack does (`ZooPreTrainedModel`).
+    It records hidden states, attentions and router logits as every hfzoo stack does (`ZooTransformerPreTrainedModel`).
     """
 
     is_decoder = False
@@ -177,14 +135,9 @@ class ZooSeq2SeqDecoder(Seq2SeqStack):
                 f"{type(past_key_values).__name__} (or leave past_key_values unset and let the model create one)."
             )
         hidden_states = self.run_stack(
-            input_ids,
-            inputs_embeds,
-            attention_mask,
-            past_key_values=past_key_values,
-            encoder_hidden_states=encoder_hidden_states,
-            encoder_attention_mask=encoder_attention_mask,
-            **kwargs,
-        )
+            input_ids, inputs_embeds, attention_mask, past_key_values=past_key_values,
+            encoder_hidden_states=encoder_hidden_states, encoder_attention_mask=encoder_attention_mask, **kwargs,
+        )  # fmt: skip
         output_cls = BaseModelOutputWithPastAndCrossAttentions
         if self.config.num_experts:
             output_cls = MoEModelOutputWithPastAndCrossAttentions
@@ -256,15 +209,10 @@ class ZooEncoderDecoderModel(SharedEmbeddingTies, ZooEncoderDecoderPreTrainedMod
         elif not isinstance(encoder_outputs, ModelOutput):
             encoder_outputs = BaseModelOutput(last_hidden_state=encoder_outputs[0])
         decoder_outputs = self.decoder(
-            input_ids=decoder_input_ids,
-            attention_mask=decoder_attention_mask,
-            encoder_hidden_states=encoder_outputs.last_hidden_state,
-            encoder_attention_mask=attention_mask,
-            past_key_values=past_key_values,
-            inputs_embeds=decoder_inputs_embeds,
-            use_cache=use_cache,
-            **kwargs,
-        )
+            input_ids=decoder_input_ids, attention_mask=decoder_attention_mask,
+            encoder_hidden_states=encoder_outputs.last_hidden_state, encoder_attention_mask=attention_mask,
+            past_key_values=past_key_values, inputs_embeds=decoder_inputs_embeds, use_cache=use_cache, **kwargs,
+        )  # fmt: skip
         fields = dict(
             last_hidden_state=decoder_outputs.last_hidden_state,
             **{CACHE_FIELD: output_cache(decoder_outputs)},
@@ -322,31 +270,67 @@ class ZooEncoderDecoderEncoderModel(SharedEmbeddingTies, ZooEncoderDecoderPreTra
         return self.encoder(input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, **kwargs)
 
 
-def recorded_states(outputs: Seq2SeqModelOutput) -> dict:
-    """The encoder's and decoder's recorded states and cache, which every head returns as the bare model gave them."""
-    names = (
-        CACHE_FIELD,
-        "decoder_hidden_states",
-        "decoder_attentions",
-        "cross_attentions",
-        "encoder_last_hidden_state",
-        "encoder_hidden_states",
-        "encoder_attentions",
-    )
-    return {name: outputs.get(name) for name in names}
+class ZooEncoderDecoderTaskModel(ZooEncoderDecoderPreTrainedModel):
+    """What the heads on the whole model share: the bare model, BART's reading of the source for classification and
+    QA (`decode_shifted_source`), and how an output is assembled (`task_output`)."""
+
+    output_cls: type[ModelOutput]  # the head's output class
+    moe_output_cls: type[ModelOutput] | None = None  # for a mixture of experts, if the head reports its aux losses
+    # What every such head returns as the bare model gave it: the cache and both stacks' recorded states.
+    passed_on = (
+        CACHE_FIELD, "decoder_hidden_states", "decoder_attentions", "cross_attentions",
+        "encoder_last_hidden_state", "encoder_hidden_states", "encoder_attentions",
+    )  # fmt: skip
+
+    def __init__(self, config: ZooEncoderDecoderConfig):
+        super().__init__(config)
+        self.model = ZooEncoderDecoderModel(config)
+
+    def decode_shifted_source(
+        self,
+        input_ids: torch.LongTensor | None,
+        attention_mask: torch.Tensor | None,
+        encoder_outputs: ModelOutput | tuple | None,
+        **kwargs,
+    ) -> Seq2SeqModelOutput:
+        """BART's reading for its classification and QA heads: the source feeds the encoder and, shifted right
+        behind `decoder_start_token_id`, the decoder, so each decoder state has read the whole source."""
+        if input_ids is None:
+            raise ValueError(f"{type(self).__name__} feeds input_ids, shifted, to the decoder; pass them.")
+        decoder_input_ids = shift_tokens_right(input_ids, self.config.pad_token_id, self.config.decoder_start_token_id)
+        return self.model(
+            input_ids, attention_mask, decoder_input_ids, encoder_outputs=encoder_outputs, use_cache=False, **kwargs
+        )
+
+    def task_output(self, outputs: ModelOutput, loss: torch.Tensor | None, **logits: torch.Tensor) -> ModelOutput:
+        """The head's output, with its `logits` fields: the cache and the stacks' recorded states pass on
+        (`passed_on`); with a mixture of experts each stack's load-balancing loss joins `loss`, as in the Switch
+        Transformer, and is reported beside its router logits where the head has a `moe_output_cls`. A stack whose
+        router logits were not recorded (encoder outputs that generate computed) adds none."""
+        fields, router_fields = {name: outputs.get(name) for name in self.passed_on}, {}
+        for stack in ("encoder", "decoder") if self.config.num_experts else ():
+            router_logits = router_fields[f"{stack}_router_logits"] = outputs.get(f"{stack}_router_logits")
+            router_fields[f"{stack}_aux_loss"] = None
+            if router_logits:
+                stack_outputs = MoEModelOutput(router_logits=router_logits)
+                loss, router_fields[f"{stack}_aux_loss"] = add_router_loss(self.config, loss, stack_outputs)
+        if router_fields and self.moe_output_cls is not None:
+            return self.moe_output_cls(loss=loss, **logits, **fields, **router_fields)
+        return self.output_cls(loss=loss, **logits, **fields)
 
 
-class ZooEncoderDecoderForConditionalGeneration(ZooEncoderDecoderPreTrainedModel, GenerationMixin):
+class ZooEncoderDecoderForConditionalGeneration(ZooEncoderDecoderTaskModel, GenerationMixin):
     """Seq2seq language model: `labels` in, token-level cross-entropy out; `generate()` decodes with a cache."""
 
     _tied_weights_keys = {"lm_head.weight": "model.decoder.embed_tokens.weight"}
+    output_cls = Seq2SeqLMOutput
+    moe_output_cls = Seq2SeqMoEOutput
     pretrained_head = True
 
     def __init__(self, config: ZooEncoderDecoderConfig):
         super().__init__(config)
         # Labels are already aligned with the decoder positions (the shift happens on the input side): no loss shift.
         self.loss_type = "ForMaskedLM"
-        self.model = ZooEncoderDecoderModel(config)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.post_init()
 
@@ -382,13 +366,10 @@ class ZooEncoderDecoderForConditionalGeneration(ZooEncoderDecoderPreTrainedModel
         loss = None
         if labels is not None:
             loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs)
-        if not self.config.num_experts:
-            return Seq2SeqLMOutput(loss=loss, logits=logits, **recorded_states(outputs))
-        loss, router_fields = add_seq2seq_router_loss(self.config, loss, outputs)
-        return Seq2SeqMoEOutput(loss=loss, logits=logits, **router_fields, **recorded_states(outputs))
+        return self.task_output(outputs, loss, logits=logits)
 
 
-class ZooEncoderDecoderForSequenceClassification(ZooEncoderDecoderPreTrainedModel):
+class ZooEncoderDecoderForSequenceClassification(ZooEncoderDecoderTaskModel):
     """BART's classifier: the source feeds the encoder and, shifted right, the decoder; the decoder state at each
     row's last `eos_token_id` is classified.
 
@@ -397,9 +378,10 @@ class ZooEncoderDecoderForSequenceClassification(ZooEncoderDecoderPreTrainedMode
     right-padded (the seq2seq tokenizer default); both are checked.
     """
 
+    output_cls = Seq2SeqSequenceClassifierOutput
+
     def __init__(self, config: ZooEncoderDecoderConfig):
         super().__init__(config)
-        self.model = ZooEncoderDecoderModel(config)
         # BART's classification head: dropout, a tanh projection of the pooled state, dropout, the label projection.
         self.dropout = nn.Dropout(config.hidden_dropout)
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
@@ -433,12 +415,10 @@ class ZooEncoderDecoderForSequenceClassification(ZooEncoderDecoderPreTrainedMode
         loss = None
         if labels is not None:
             loss = self.loss_function(logits=logits, labels=labels, pooled_logits=logits, config=self.config)
-        if self.config.num_experts:
-            loss, _ = add_seq2seq_router_loss(self.config, loss, outputs)
-        return Seq2SeqSequenceClassifierOutput(loss=loss, logits=logits, **recorded_states(outputs))
+        return self.task_output(outputs, loss, logits=logits)
 
 
-class ZooEncoderDecoderForQuestionAnswering(ZooEncoderDecoderPreTrainedModel):
+class ZooEncoderDecoderForQuestionAnswering(ZooEncoderDecoderTaskModel):
     """Extractive QA as BART and T5 do it: the source feeds the encoder and, shifted right, the decoder; start and end
     logits are read from each decoder state, which has read the whole source through cross-attention.
 
@@ -446,9 +426,10 @@ class ZooEncoderDecoderForQuestionAnswering(ZooEncoderDecoderPreTrainedModel):
     are ignored, and the loss averages the two cross-entropies.
     """
 
+    output_cls = Seq2SeqQuestionAnsweringModelOutput
+
     def __init__(self, config: ZooEncoderDecoderConfig):
         super().__init__(config)
-        self.model = ZooEncoderDecoderModel(config)
         self.qa_outputs = nn.Linear(config.hidden_size, 2)
         self.post_init()
 
@@ -464,11 +445,7 @@ class ZooEncoderDecoderForQuestionAnswering(ZooEncoderDecoderPreTrainedModel):
     ) -> Seq2SeqQuestionAnsweringModelOutput:
         outputs = self.decode_shifted_source(input_ids, attention_mask, encoder_outputs, **kwargs)
         start_logits, end_logits, loss = self.answer_span(outputs.last_hidden_state, start_positions, end_positions)
-        if self.config.num_experts:
-            loss, _ = add_seq2seq_router_loss(self.config, loss, outputs)
-        return Seq2SeqQuestionAnsweringModelOutput(
-            loss=loss, start_logits=start_logits, end_logits=end_logits, **recorded_states(outputs)
-        )
+        return self.task_output(outputs, loss, start_logits=start_logits, end_logits=end_logits)
 
 
 class ZooEncoderDecoderForTokenClassification(ZooEncoderDecoderPreTrainedModel):

@@ -1,6 +1,6 @@
 """Compose trained task adapters for a new task: the base model and the adapters (PEFT folders, LoRA or bottleneck)
 stay frozen; a learned router or AdapterFusion (`hfzoo.adapters.compose`) and a fresh task head train on the target
-task with the fine-tuning recipe's data formatting, loop pieces and metrics (`hfzoo.training.task_runs`). Read
+task with the fine-tuning recipe's data formatting, loop pieces and metrics (`hfzoo.training.task_run`). Read
 `compose_adapters`, then `run_composition` (one run: examples, tokenizer, model, composition, AdamW and the
 schedule, the Accelerator's wrapping, checkpoints and resume, the loop, the saves) top to bottom; the config has the
 fine-tuning recipe's sections (`config.data`, `config.training`, `config.checkpoints`, `config.run`) and the
@@ -33,35 +33,36 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import torch
 from accelerate import Accelerator
-from accelerate.utils import set_seed
 from transformers import PreTrainedModel
 
 from ..adapters import STRATEGIES, ComposedModel, compose, load_composition, read_adapter
 from ..adapters.composition.task_adapter import base_differences, describe_base
 from ..cards import FINETUNE_METRICS, composition_sections
 from ..data.recorded_paths import recorded_path
+from ..files import check_output_outside_inputs
 from ..integrations.accelerate import forget_checkpointed_objects
 from ..recipe_config import config_dict, key, parse_config, section
-from ..tasks import TASK_CLASSES, Task, TaskOptions, load_examples
+from ..tasks import Task, TaskOptions
 from ..tasks.baselines import majority_class_accuracy
-from ..training.best_model import BestModel, ranking_metric, save_published
-from ..training.checkpointing import exit_on_checkpoint_error, resume_is_exact, resume_state, save_checkpoint
+from ..training.checkpointing import exit_on_checkpoint_error
 from ..training.evaluation import predict_all
 from ..training.logging import start_recipe
-from ..training.loop import Intervals, build_optimizer, build_scheduler, train
+from ..training.losses import smoothed_loss_function
+from ..training.loop import build_optimizer, build_scheduler, run_length, train_loader
 from ..training.methods import count_trainable_parameters, head_modules
-from ..training.sharding import is_sharded, prepare, ready_for_training, whole_for_saving, whole_state_dict
-from ..training.options import CheckpointOptions, RunOptions, TaskTrainingOptions
-from ..training.task_runs import (
-    TaskEvaluation, TrainedRun, check_max_length, check_model_paths, check_resumable, check_task_run, evaluate_only,
-    load_model, load_tokenizer, log_trainable, nothing_to_do, run_length, run_output, run_summary,
-    smoothed_loss_function, start_task_log, task_run_inputs, train_loader, write_results, write_run_config,
-)  # fmt: skip
+from ..training.options import CheckpointOptions, RunOptions, TaskTrainingOptions, check_task_run
+from ..training.run_folder import run_output
+from ..training.sharding import prepare, ready_for_training, whole_for_saving, whole_state_dict
+from ..training.task_model import load_model, load_task_model, load_tokenizer, log_trainable
+from ..training.task_results import run_summary, write_results
+from ..training.task_run import TaskTraining, evaluate_only, read_task_examples
+from ..training.run_lock import holding_run_folder
 
 # Routers, fusion layers and the head all start fresh (routers at zero, fusion's value at the identity), as adapters
 # do, so they take adapter-sized steps rather than full fine-tuning's (AdapterFusion used 5e-5 on a trained head).
@@ -177,6 +178,10 @@ def compose_adapters(config: ComposeConfig) -> Path:
     """Train the `config.strategy` composition of `config.adapters` on `config.data.task`, after the uniform-average
     baseline for the learned strategies (or, `do_train: false`, evaluate `config.composition`); returns the output
     folder."""
+    # A training run never writes over its model or adapters (an evaluation writes beside them, into eval/).
+    inputs = [config.data.model, config.data.tokenizer, *config.adapters.values()] if config.do_train else []
+    check_output_outside_inputs(config.output_dir, inputs)
+
     # --- Accelerator: one for both runs (ending it ends the process group). A seedable sampler reshuffles each epoch
     # from (seed, epoch), so a resumed run sees the same order. The output folder is checked on every process before
     # any writes (the baseline's may hold its checkpoints); evaluation only writes into output_dir/eval/.
@@ -207,24 +212,14 @@ def run_composition(config: ComposeConfig, accelerator: Accelerator, baseline: d
     """One composition run, read top to bottom (`do_train: false`: `config.composition` rebuilt on `config.data.model`
     by `load_composition`, which refuses another base, and evaluated); returns its metrics.json content (None:
     resumed from a checkpoint at the last step, nothing done)."""
-    data, training, checkpoints, run = config.data, config.training, config.checkpoints, config.run
+    data, training, run = config.data, config.training, config.run
     output_dir = Path(config.output_dir)
 
     # --- Examples, tokenizer, and the model with a fresh head, exactly as fine-tuning prepares them (seeded: the
-    # baseline's head starts where the learned composition's does). Before anything is written: a fresh run over
-    # checkpoints, or a resumed one whose config or inputs changed, is refused.
-    task = TASK_CLASSES[data.task](data)
-    check_model_paths(data)
-    if config.do_train:
-        check_resumable(config.output_dir, checkpoints, config.to_dict(), data)
-    train_examples, eval_examples = load_examples(task, data)
-    task.fit_labels(train_examples, eval_examples)
-    set_seed(run.seed)  # the new head's initialisation: the same on every process
-    write_run_config(config.output_dir, config.to_dict(), accelerator)
+    # baseline's head starts where the learned composition's does); a changed resumed run refused.
+    task, train_examples, eval_examples = read_task_examples(config, accelerator)
     tokenizer = load_tokenizer(data)
-    model, family, missing = load_model(data, task, tokenizer)
-    check_max_length(data, model.config)
-    task.bind(tokenizer, family)
+    model, family, missing = load_task_model(data, task, tokenizer)
     base_model = model.name_or_path
 
     # --- The composition: base and adapters frozen; the routers or fusion and the head (trainable_modules) train.
@@ -238,21 +233,18 @@ def run_composition(config: ComposeConfig, accelerator: Accelerator, baseline: d
     log_trainable(f"{strategy} composition of {', '.join(a.name for a in composed.adapters)} on {data.model}",
                   parameters)  # fmt: skip
 
-    # --- Features: token ids and targets laid out for the family (see hfzoo/tasks/task.py).
+    # --- Features: token ids and targets laid out for the family (see hfzoo/tasks/task.py). Evaluation only: metrics
+    # and predictions, no card (this folder holds no composition).
     eval_features = task.encode(eval_examples, training=False)
-    if not config.do_train:  # metrics and predictions; no card: this folder holds no composition
-        evaluated = evaluate_only(
-            config.output_dir, config.to_dict(), training, task, composed, eval_examples, eval_features, accelerator,
-            family=family, strategy=strategy, composition=config.composition, train_examples=len(train_examples),
-            **parameters,
-        )  # fmt: skip
-        summary = run_summary(task, base_model, method, parameters, evaluated, len(train_examples),
-                              len(eval_examples), output_dir, data.import_native)  # fmt: skip
-        summary["composition"] = describe(composed, strategy, output_dir)
-        if accelerator.is_main_process:
-            write_results(output_dir, tokenizer, config.to_dict(), summary, evaluated.records, None)
-        accelerator.wait_for_everyone()
-        return summary
+    summary = partial(run_summary, task, base_model, method, parameters, train_examples=len(train_examples),
+                      eval_examples=len(eval_examples), output_dir=output_dir, imported=data.import_native)
+    if not config.do_train:
+        evaluated = evaluate_only(config, task, composed, eval_examples, eval_features, accelerator, family=family,
+                                  strategy=strategy, composition=config.composition,
+                                  train_examples=len(train_examples), **parameters)  # fmt: skip
+        results = summary(evaluated) | {"composition": describe(composed, strategy, output_dir)}
+        write_results(accelerator, output_dir, tokenizer, config.to_dict(), results, evaluated.records, None)
+        return results
     train_features = task.encode(train_examples, training=True)
 
     # --- AdamW on what is trainable; the Accelerator wraps model, optimizer and batches (its objects from the
@@ -270,75 +262,51 @@ def run_composition(config: ComposeConfig, accelerator: Accelerator, baseline: d
     scheduler = build_scheduler(optimizer, warmup_steps, max_steps, 0.0)
     accelerator.register_for_checkpointing(scheduler)
 
-    def save_model(folder: Path) -> None:
-        save_composition(accelerator, composed, folder / COMPOSITION_DIR)
-
-    best = None
-    if checkpoints.save_best:  # the best evaluation's composition in best/composition/
-        best = BestModel(ranking_metric(task.name, checkpoints.best_metric), output_dir, save_model, accelerator)
-        accelerator.register_for_checkpointing(best)
-    set_seed(run.seed, device_specific=True)  # dropout: a different stream on each process
-
-    # --- Checkpoints: the state of every prepared and registered object; a resumed run continues exactly.
-    saves = checkpoints.save_every is not None
-    resume_from, progress = resume_state(accelerator, output_dir, checkpoints.resume, saves)
-    inputs = task_run_inputs(tokenizer, data)  # what each checkpoint records, to check on resume
-    if nothing_to_do(resume_from, progress, max_steps):
+    # --- Checkpoints and the best composition (save_best, into best/composition/); a resumed run continues exactly.
+    save_model = partial(save_composition, accelerator, composed)
+    trainer = TaskTraining(config, accelerator, task, save_model, max_steps)
+    if trainer.nothing_to_do():
         return None
 
-    # --- The loop (hfzoo.training.loop): evaluations every eval_every steps and at the end, checkpoints every
-    # save_every; the composition is saved when training is done, before the final evaluation.
+    # --- The loop: micro-batches accumulate into optimizer steps (clipped, scheduled, counted and logged by
+    # `steps`); after each step, the trainer saves the composition after the last one, evaluates every eval_every
+    # steps and at the end, and checkpoints every save_every (hfzoo.training.task_run).
     fields = {"family": family, "strategy": strategy, "adapters": config.adapters,
               "train_examples": len(train_examples), **parameters}  # fmt: skip
-    log = start_task_log(config.output_dir, config.to_dict(), training.tensorboard, task, accelerator, max_steps,
-                         progress, **fields, sharded=is_sharded(composed),
-                         resumed_from=str(resume_from) if resume_from else None,
-                         resumed_exactly=resume_is_exact(resume_from, accelerator.num_processes) if resume_from else None,
-                         train_features=len(train_features), eval_examples=len(eval_examples))  # fmt: skip
-    batch_size = training.eval_batch_size or training.per_device_batch_size
-    evaluate = TaskEvaluation(task, composed, eval_examples, eval_features, accelerator, batch_size, progress, best)
-    metrics = train(
-        composed, optimizer, scheduler, batches, task.collate, accelerator,
-        Intervals(max_steps, run.log_every, training.eval_every, checkpoints.save_every), log, progress,
-        max_grad_norm=run.max_grad_norm, evaluate=evaluate,
-        checkpoint=lambda progress: save_checkpoint(
-            accelerator, output_dir, progress, None, checkpoints.keep_checkpoints, config.to_dict(), inputs,
-            sharded=run.sharding == "fsdp",
-        ),
-        on_trained=lambda: save_published(accelerator, save_model, output_dir),
-        loss_function=smoothed_loss_function(task, accelerator, training.label_smoothing),
-    )  # fmt: skip
-    best_record = None if best is None else best.record()
-    log.write("end", step=progress.step, elapsed=round(log.elapsed, 3), **metrics,
-              **({"best": best_record} if best_record else {}))  # fmt: skip
-    log.close()
-    trained_run = TrainedRun(composed, metrics, evaluate.records, progress.step,
-                             round(progress.step / steps_per_epoch, 2), best_record)  # fmt: skip
+    steps = trainer.start(composed, scheduler, batches, len(train_features), eval_examples, eval_features, **fields)
+    smoothed = smoothed_loss_function(task, accelerator, training.label_smoothing)
+    for batch in steps:
+        with accelerator.accumulate(composed):
+            loss = composed(**batch).loss if smoothed is None else smoothed(composed, batch)
+            steps.backward(loss)
+            optimizer.step()
+            optimizer.zero_grad()
+        if steps.stepped(loss, batch):
+            trainer.between_steps()
+    trained_run = trainer.finish(steps_per_epoch)
     trained: ComposedModel = accelerator.unwrap_model(composed)
 
     # --- Rebuild the saved composition on a fresh base, then metrics, predictions and the card.
     reload = check_reload(config, task, trained, eval_examples, eval_features, trained_run.records, accelerator)
-    summary = run_summary(task, base_model, method, parameters, trained_run, len(train_examples), len(eval_examples),
-                          output_dir, data.import_native)  # fmt: skip
-    summary["composition"] = describe(trained, strategy, output_dir)
-    summary["baselines"] = baselines(baseline, majority_class_accuracy(train_examples, eval_examples))
-    summary["reload_check"] = reload
-    if accelerator.is_main_process:
-        write_results(output_dir, tokenizer, config.to_dict(), summary, trained_run.records,
-                      composition_sections(COMPOSITION_DIR))  # fmt: skip
-    accelerator.wait_for_everyone()
+    results = summary(trained_run) | {
+        "composition": describe(trained, strategy, output_dir),
+        "baselines": baselines(baseline, majority_class_accuracy(train_examples, eval_examples)),
+        "reload_check": reload,
+    }
+    write_results(accelerator, output_dir, tokenizer, config.to_dict(), results, trained_run.records,
+                  composition_sections(COMPOSITION_DIR))  # fmt: skip
     if not all(reload.values()):
         raise RuntimeError(f"{output_dir / COMPOSITION_DIR} does not reload to the trained composition: {reload}")
-    return summary
+    return results
 
 
 def save_composition(accelerator: Accelerator, prepared, folder: Path) -> None:
-    """Save the trained composition (called by every process when training is done, before the final evaluation,
-    and at each best evaluation with `save_best`)."""
+    """Save the trained composition into `folder`/composition (called by every process when training is done,
+    before the final evaluation, and at each best evaluation with `save_best`)."""
     accelerator.wait_for_everyone()
     with whole_for_saving(prepared) as whole:  # `--sharding fsdp`: the weights gathered on the main process
         if accelerator.is_main_process:
-            accelerator.unwrap_model(prepared).save_pretrained(folder, state_dict=whole)
+            accelerator.unwrap_model(prepared).save_pretrained(folder / COMPOSITION_DIR, state_dict=whole)
     accelerator.wait_for_everyone()
 
 
@@ -412,5 +380,5 @@ def main(argv: Sequence[str] | None = None) -> Path:
     """Entry point of `recipes/compose.py` and `hfzoo compose`: parse `argv`, then `compose_adapters`. A checkpoint
     that cannot resume the run (a file missing or altered, a changed config) exits with what is wrong."""
     config = start_recipe(ComposeConfig, argv, "compose")
-    with exit_on_checkpoint_error("compose"):
+    with exit_on_checkpoint_error("compose"), holding_run_folder(config.output_dir, "compose"):
         return compose_adapters(config)

@@ -4,7 +4,7 @@ features -> AdamW -> loop -> model or adapter -> validation metrics -> metrics.j
 Read `finetune` top to bottom; it is the recipe: its config's sections (`config.data`, `config.tuning`,
 `config.training`, `config.ulmfit`, `config.checkpoints`, `config.run`), then examples, tokenizer, model, method,
 AdamW and the schedule, the Accelerator's wrapping, checkpoints and resume, the loop with its evaluations, and the
-saves. The parts it shares with the composition recipe are in `hfzoo.training.task_runs`. The task (`hfzoo.tasks`:
+saves. The parts it shares with the composition recipe are in `hfzoo.training.task_run`. The task (`hfzoo.tasks`:
 sequence-classification, token-classification, question-answering, seq2seq) decides how examples become token ids
 for the model's family and how outputs become predictions and metrics. It runs as one process or under
 `accelerate launch` / `torchrun`:
@@ -30,11 +30,11 @@ import copy
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import torch
 from accelerate import Accelerator
-from accelerate.utils import set_seed
 from peft import PeftModel
 from torch import nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -45,23 +45,23 @@ from ..adapters.composition.task_adapter import (
 )  # fmt: skip
 from ..adapters.peft_warnings import building_peft_model
 from ..cards import FINETUNE_SECTIONS
+from ..files import check_output_outside_inputs
 from ..models.checkpoint_files import read_json_file
 from ..presets import list_presets
 from ..recipe_config import config_dict, key, parse_config, section
-from ..tasks import TASK_CLASSES, TaskOptions, load_examples
-from ..training.best_model import BestModel, ranking_metric, save_published
-from ..training.checkpointing import exit_on_checkpoint_error, resume_is_exact, resume_state, save_checkpoint
+from ..tasks import TaskOptions
+from ..training.checkpointing import exit_on_checkpoint_error
 from ..training.logging import start_recipe
-from ..training.loop import Intervals, build_optimizer, train
+from ..training.losses import smoothed_loss_function
+from ..training.loop import build_optimizer, build_task_scheduler, run_length, train_loader
 from ..training.methods import MethodOptions, apply_method, count_trainable_parameters, head_modules, peft_config_for
-from ..training.options import CheckpointOptions, RunOptions, TaskTrainingOptions, ULMFiTOptions
-from ..training.sharding import is_sharded, prepare, ready_for_training, whole_for_saving
-from ..training.task_runs import (
-    TaskEvaluation, TrainedRun, build_task_scheduler, check_max_length, check_model_paths, check_resumable,
-    check_task_run, evaluate_only, load_model, load_tokenizer, log_trainable, nothing_to_do, run_length, run_output,
-    run_summary, smoothed_loss_function, start_task_log, task_run_inputs, train_loader, train_task_tokenizer,
-    write_results, write_run_config,
-)  # fmt: skip
+from ..training.options import CheckpointOptions, RunOptions, TaskTrainingOptions, ULMFiTOptions, check_task_run
+from ..training.run_folder import run_output
+from ..training.sharding import prepare, ready_for_training, whole_for_saving
+from ..training.task_model import load_task_model, load_tokenizer, log_trainable, train_task_tokenizer
+from ..training.task_results import run_summary, write_results
+from ..training.task_run import TaskTraining, evaluate_only, read_task_examples
+from ..training.run_lock import holding_run_folder
 from ..training.ulmfit import GradualUnfreezing, discriminative_learning_rates, layer_groups
 
 
@@ -123,6 +123,9 @@ def finetune(config: FinetuneConfig) -> Path:
         config.data, config.tuning, config.training, config.ulmfit, config.checkpoints, config.run
     )  # fmt: skip
 
+    # A training run never writes over the model it starts from (an evaluation writes beside it, into eval/).
+    check_output_outside_inputs(config.output_dir, [data.model, data.tokenizer] if config.do_train else [])
+
     # --- Accelerator: one process, DDP, FSDP or DeepSpeed, decided by how the script was launched. A seedable
     # sampler reshuffles each epoch from (seed, epoch), so a resumed run sees the same order. The output folder is
     # checked on every process before any writes; evaluation only writes into output_dir/eval/.
@@ -130,16 +133,8 @@ def finetune(config: FinetuneConfig) -> Path:
     output_dir = run_output(config.output_dir, config.do_train, run.overwrite_output_dir, "finetune", accelerator)
     config = dataclasses.replace(config, output_dir=str(output_dir))
 
-    # --- Examples, read and checked (a malformed row fails naming its file and line), labels from train. Before
-    # anything is written: a fresh run over checkpoints, or a resumed one whose config or inputs changed, is refused.
-    task = TASK_CLASSES[data.task](data)
-    check_model_paths(data)
-    if config.do_train:
-        check_resumable(config.output_dir, checkpoints, config.to_dict(), data, tuning.train_tokenizer)
-    train_examples, eval_examples = load_examples(task, data)
-    task.fit_labels(train_examples, eval_examples)
-    set_seed(run.seed)  # the new head's initialisation: the same on every process
-    write_run_config(config.output_dir, config.to_dict(), accelerator)
+    # --- Examples, read and checked, labels from train; a changed resumed run refused (hfzoo.training.task_run).
+    task, train_examples, eval_examples = read_task_examples(config, accelerator, tuning.train_tokenizer)
 
     # --- Tokenizer: the model's, or one trained on the training examples (deterministic: a resumed run trains the
     # same one again). Model: the pretrained body (or its architecture, from scratch) with the task's head.
@@ -151,9 +146,7 @@ def finetune(config: FinetuneConfig) -> Path:
         tokenizer = load_tokenizer(data)
         if tuning.from_scratch and data.model in list_presets():  # a preset's vocab_size is a placeholder: fit it
             vocab_size = len(tokenizer)
-    model, family, missing = load_model(data, task, tokenizer, tuning.from_scratch, vocab_size)
-    check_max_length(data, model.config)
-    task.bind(tokenizer, family)
+    model, family, missing = load_task_model(data, task, tokenizer, tuning.from_scratch, vocab_size)
     base_model = model.name_or_path  # a local folder's absolute path: what an adapter reloads onto
 
     # --- The method: an adapter freezes the body (and trains the head with it). Evaluation only: the trained model.
@@ -166,17 +159,16 @@ def finetune(config: FinetuneConfig) -> Path:
     parameters = count_trainable_parameters(model)
     log_trainable(f"{task.name} on {data.model} ({family}), method {method}", parameters)
 
-    # --- Features: token ids and targets laid out for the family (see hfzoo/tasks/task.py).
+    # --- Features: token ids and targets laid out for the family (see hfzoo/tasks/task.py). Evaluation only: metrics
+    # and predictions, no card (this folder holds no model).
     eval_features = task.encode(eval_examples, training=False)
     fields = {"family": family, "method": method, "train_examples": len(train_examples), **parameters}
-    if not config.do_train:  # metrics and predictions; no card: this folder holds no model
-        evaluated = evaluate_only(config.output_dir, config.to_dict(), training, task, model, eval_examples,
-                                  eval_features, accelerator, **fields)  # fmt: skip
-        summary = run_summary(task, base_model, method, parameters, evaluated, len(train_examples),
-                              len(eval_examples), output_dir, data.import_native)  # fmt: skip
-        if accelerator.is_main_process:
-            write_results(output_dir, tokenizer, config.to_dict(), summary, evaluated.records, None)
-        accelerator.wait_for_everyone()
+    summary = partial(run_summary, task, base_model, method, parameters, train_examples=len(train_examples),
+                                eval_examples=len(eval_examples), output_dir=output_dir, imported=data.import_native)
+    if not config.do_train:
+        evaluated = evaluate_only(config, task, model, eval_examples, eval_features, accelerator, **fields)
+        write_results(accelerator, output_dir, tokenizer, config.to_dict(), summary(evaluated), evaluated.records,
+                      None)  # fmt: skip
         accelerator.end_training()
         return output_dir
     train_features = task.encode(train_examples, training=True)
@@ -198,73 +190,51 @@ def finetune(config: FinetuneConfig) -> Path:
     steps_per_epoch, max_steps, warmup_steps = run_length(len(batches), training, run.gradient_accumulation_steps)
     scheduler = build_task_scheduler(optimizer, ulmfit, max_steps, warmup_steps)
     accelerator.register_for_checkpointing(scheduler)
-
-    def save_model(folder: Path) -> None:
-        save_trained(accelerator, tokenizer, model, folder)
-
-    best = None
-    if checkpoints.save_best:  # the best evaluation's model in best/, its record in each checkpoint
-        best = BestModel(ranking_metric(task.name, checkpoints.best_metric), output_dir, save_model, accelerator)
-        accelerator.register_for_checkpointing(best)
-    reallocate = getattr(accelerator.unwrap_model(model).base_model, "update_and_allocate", None)  # AdaLoRA's ranks
-    set_seed(run.seed, device_specific=True)  # dropout: a different stream on each process
-
-    # --- Checkpoints: the state of every prepared and registered object; a resumed run continues exactly.
+    # AdaLoRA reallocates its ranks from the gradients after each optimizer step; it keeps its rank allocator's
+    # importance scores outside the model and optimizer, so a checkpoint could not resume it exactly.
+    reallocate = getattr(accelerator.unwrap_model(model).base_model, "update_and_allocate", None)
     if reallocate is not None and (checkpoints.save_every is not None or checkpoints.resume):
-        raise ValueError(
-            "config key 'save_every'/'resume': AdaLoRA keeps its rank allocator's importance scores outside the model "
-            "and optimizer, so a checkpoint could not resume it exactly; train AdaLoRA without checkpoints"
-        )
-    saves = checkpoints.save_every is not None
-    resume_from, progress = resume_state(accelerator, output_dir, checkpoints.resume, saves)
-    inputs = task_run_inputs(tokenizer, data)  # what each checkpoint records, to check on resume
-    after_step = reallocate
+        raise ValueError("config key 'save_every'/'resume': AdaLoRA keeps its rank allocator's importance scores "
+                         "outside the model and optimizer, so a checkpoint could not resume it exactly; train AdaLoRA "
+                         "without checkpoints")  # fmt: skip
+
+    # --- Checkpoints and the best model (save_best, into best/); a resumed run continues exactly from its checkpoint,
+    # gradual unfreezing at its checkpoint's stage.
+    trainer = TaskTraining(config, accelerator, task, partial(save_trained, accelerator, tokenizer, model), max_steps)
+    progress = trainer.progress
+    unfreezing = None
     if ulmfit.gradual_unfreezing:
         # Frozen parameters would break DDP's gradient all-reduce, which expects every registered parameter.
         if accelerator.num_processes > 1:
             raise ValueError("config key 'gradual_unfreezing' works in one process only: launch without DDP/FSDP.")
         unfreezing = GradualUnfreezing(groups, ulmfit.unfreeze_every or steps_per_epoch)
-        unfreezing.apply(progress.step)  # a resumed run is back at its checkpoint's stage
-        after_step = unfreezing.apply if reallocate is None else lambda step: (reallocate(step), unfreezing.apply(step))
-    if nothing_to_do(resume_from, progress, max_steps):
+        unfreezing.apply(progress.step)
+    if trainer.nothing_to_do():
         accelerator.end_training()
         return output_dir
 
-    # --- The loop (hfzoo.training.loop): evaluations every eval_every steps and at the end, checkpoints every
-    # save_every; the model is saved into output_dir when training is done, before the final evaluation (a failure
-    # there loses no training).
-    log = start_task_log(config.output_dir, config.to_dict(), training.tensorboard, task, accelerator, max_steps,
-                         progress, **fields, sharded=is_sharded(model),
-                         resumed_from=str(resume_from) if resume_from else None,
-                         resumed_exactly=resume_is_exact(resume_from, accelerator.num_processes) if resume_from else None,
-                         train_features=len(train_features), eval_examples=len(eval_examples))  # fmt: skip
-    batch_size = training.eval_batch_size or training.per_device_batch_size
-    evaluate = TaskEvaluation(task, model, eval_examples, eval_features, accelerator, batch_size, progress, best)
-    metrics = train(
-        model, optimizer, scheduler, batches, task.collate, accelerator,
-        Intervals(max_steps, run.log_every, training.eval_every, checkpoints.save_every), log, progress,
-        max_grad_norm=run.max_grad_norm, evaluate=evaluate,
-        checkpoint=lambda progress: save_checkpoint(
-            accelerator, output_dir, progress, None, checkpoints.keep_checkpoints, config.to_dict(), inputs,
-            sharded=run.sharding == "fsdp",
-        ),
-        after_optimizer_step=after_step,
-        on_trained=lambda: save_published(accelerator, save_model, output_dir),
-        loss_function=smoothed_loss_function(task, accelerator, training.label_smoothing),
-    )  # fmt: skip
-    best_record = None if best is None else best.record()
-    log.write("end", step=progress.step, elapsed=round(log.elapsed, 3), **metrics,
-              **({"best": best_record} if best_record else {}))  # fmt: skip
-    log.close()
+    # --- The loop: micro-batches accumulate into optimizer steps (clipped, scheduled, counted and logged by
+    # `steps`); after each step, the trainer saves the model after the last one, evaluates every eval_every steps and
+    # at the end, and checkpoints every save_every (hfzoo.training.task_run).
+    smoothed = smoothed_loss_function(task, accelerator, training.label_smoothing)
+    steps = trainer.start(model, scheduler, batches, len(train_features), eval_examples, eval_features, **fields)
+    for batch in steps:
+        with accelerator.accumulate(model):
+            loss = model(**batch).loss if smoothed is None else smoothed(model, batch)
+            steps.backward(loss)
+            optimizer.step()
+            if accelerator.sync_gradients and reallocate is not None:
+                reallocate(progress.step + 1)
+            if accelerator.sync_gradients and unfreezing is not None:
+                unfreezing.apply(progress.step + 1)
+            optimizer.zero_grad()
+        if steps.stepped(loss, batch):
+            trainer.between_steps()
 
     # --- Save: metrics, predictions, tokenizer, card (the model or adapter is in output_dir already).
-    trained = TrainedRun(model, metrics, evaluate.records, progress.step, round(progress.step / steps_per_epoch, 2),
-                         best_record)  # fmt: skip
-    summary = run_summary(task, base_model, method, parameters, trained, len(train_examples), len(eval_examples),
-                          output_dir, data.import_native)  # fmt: skip
-    if accelerator.is_main_process:
-        write_results(output_dir, tokenizer, config.to_dict(), summary, trained.records, FINETUNE_SECTIONS)
-    accelerator.wait_for_everyone()
+    trained = trainer.finish(steps_per_epoch)
+    write_results(accelerator, output_dir, tokenizer, config.to_dict(), summary(trained), trained.records,
+                  FINETUNE_SECTIONS)  # fmt: skip
     accelerator.end_training()
     return output_dir
 
@@ -337,5 +307,5 @@ def main(argv: Sequence[str] | None = None) -> Path:
     """Entry point of `recipes/finetune.py` and `hfzoo finetune`: parse `argv`, then `finetune`. A checkpoint that
     cannot resume the run (a file missing or altered, a changed config) exits with what is wrong, not a traceback."""
     config = start_recipe(FinetuneConfig, argv, "finetune")
-    with exit_on_checkpoint_error("finetune"):
+    with exit_on_checkpoint_error("finetune"), holding_run_folder(config.output_dir, "finetune"):
         return finetune(config)

@@ -1,24 +1,24 @@
-"""What the recipes share: config parts, objectives, the training loop, evaluation, exact-resume checkpoints, logging.
+"""What the recipes share: config parts, objectives, the training loop's pieces, evaluation, exact-resume checkpoints,
+logging, and the skeleton of the two recipes that train on a labelled task (`task_run`).
 
 The recipes themselves are in `hfzoo.recipes` (also `recipes/*.py` and `hfzoo pretrain | finetune | compose`).
 """
 
 from .checkpointing import Progress, latest_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
-from .loop import Intervals, train
+from .loop import TrainingSteps
 from .objectives import OBJECTIVES, Objective, get_objective
 from .options import RunOptions, TaskTrainingOptions
 
 __all__ = [
     "OBJECTIVES",
-    "Intervals",
     "Objective",
     "Progress",
     "RunOptions",
     "TaskTrainingOptions",
+    "TrainingSteps",
     "get_objective",
     "latest_checkpoint",
     "list_checkpoints",
     "load_checkpoint",
     "save_checkpoint",
-    "train",
 ]

@@ -108,6 +108,7 @@ def save_published(accelerator: Accelerator, save: Callable[[Path], None], final
         shutil.rmtree(staging)  # left by a crash
     accelerator.wait_for_everyone()
     save(staging)
+    accelerator.wait_for_everyone()  # every process is done with the staging folder (it creates it) before it moves
     if accelerator.is_main_process:
         (replace_folder if whole else publish_folder)(staging, final)
     accelerator.wait_for_everyone()

@@ -53,7 +53,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, load_model, save_file, save_model
 
 from ..convert.api import TOKENIZER_FILES
-from ..files import holds_other_files, replace_folder, write_atomic
+from ..files import folder_entries, replace_folder, write_atomic
 from ..integrations.accelerate import checkpointed_objects, prepared_models, prepared_optimizers
 from ..recipe_config import CONFIG_FILE
 from ..refusals import refusing
@@ -448,9 +448,8 @@ def exit_on_checkpoint_error(command: str) -> AbstractContextManager[None]:
 def stopped_before_training(output_dir: str | os.PathLike) -> bool:
     """Whether `output_dir` holds only what a run writes before its first step (its resolved config, the tokenizer
     it trained): a run stopped by an error in its setup, which a new run may replace without overwrite_output_dir."""
-    output_dir = Path(output_dir)
-    setup = {CONFIG_FILE, *TOKENIZER_FILES}
-    return holds_other_files(output_dir) and {entry.name for entry in output_dir.iterdir()} <= setup
+    entries = folder_entries(output_dir)
+    return bool(entries) and {entry.name for entry in entries} <= {CONFIG_FILE, *TOKENIZER_FILES}
 
 
 def checkpoint_to_resume(output_dir: str | os.PathLike, resume: bool | str) -> Path | None:

@@ -1,4 +1,4 @@
-"""Evaluation on every process: the validation loss of a language model, and a task's predictions.
+"""Evaluation on every process: the validation loss of a language model, and a task's predictions and metrics.
 
 Each process evaluates its share of the examples (`EvalShard`); the main process ends with the complete result,
 in example order, and every process runs the same number of forward passes, which FSDP needs.
@@ -9,6 +9,8 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 from accelerate import Accelerator
@@ -136,3 +138,22 @@ def predict_all(task: Task, model: nn.Module, features: list[dict], accelerator:
     model.train(was_training)
     gathered = gather_object(mine) if accelerator.num_processes > 1 else mine
     return [output for _, output in sorted(gathered, key=lambda pair: pair[0])]
+
+
+@dataclass
+class TrainedRun:
+    """What a recipe's training run (or `evaluate_only`) leaves: the model as `accelerator.prepare` wrapped it, the
+    final validation metrics and prediction records, how far it trained, and the best evaluation (`save_best`)."""
+
+    model: nn.Module
+    metrics: dict[str, float]
+    records: list[dict]
+    steps: int
+    epochs: float
+    best: dict[str, Any] | None = None
+
+
+def evaluate_task(task: Task, model: nn.Module, eval_examples: list, eval_features: list[dict],
+                  accelerator: Accelerator, batch_size: int) -> tuple[dict[str, float], list[dict]]:  # fmt: skip
+    """(validation metrics, one prediction record per validation example)."""
+    return task.finish(eval_examples, eval_features, predict_all(task, model, eval_features, accelerator, batch_size))

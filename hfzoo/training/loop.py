@@ -1,7 +1,9 @@
-"""The training loop every recipe runs, and its pieces: optimizer, schedule, throughput meter.
+"""The pieces of the training loop each recipe writes out: the optimizer, the learning-rate schedules and the run's
+length, the training batches, and `TrainingSteps`, the loop's bookkeeping (micro-batches from where a `Progress`
+stands, gradient clipping, the schedule's steps, the step count, tokens/s and the train log).
 
-One loop for all recipes: micro-batches accumulate into optimizer steps (clipped, scheduled), and between steps
-it logs, evaluates and checkpoints at the configured intervals, resuming mid-epoch from a `Progress`.
+Each recipe's loop reads the same way: micro-batches accumulate into optimizer steps (clipped, scheduled), and
+between steps the recipe evaluates and checkpoints at its intervals, resuming mid-epoch from a `Progress`.
 
 Collation happens in the loop, not in the DataLoader's workers or `collate_fn`: accelerate's loaders fetch
 one batch ahead, so a collator drawing random masks inside the loader would have advanced its generator
@@ -14,10 +16,8 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass
+from contextlib import AbstractContextManager, contextmanager
 from functools import partial
-from pathlib import Path
 
 import torch
 from accelerate import Accelerator
@@ -29,7 +29,9 @@ from transformers import get_cosine_with_min_lr_schedule_with_warmup
 
 from ..data.streaming import StreamedBatches
 from .checkpointing import Progress
+from .length_grouping import train_sampling
 from .logging import RunLogger
+from .options import RunOptions, TaskTrainingOptions, ULMFiTOptions
 
 
 def build_optimizer(
@@ -94,16 +96,23 @@ def build_inverse_sqrt_scheduler(optimizer: torch.optim.Optimizer, warmup_steps:
     return LambdaLR(optimizer, partial(inverse_sqrt, warmup_steps=warmup_steps))
 
 
-def label_smoothed_loss(logits: torch.Tensor, labels: torch.Tensor, smoothing: float, shift: bool) -> torch.Tensor:
-    """Cross-entropy against targets mixed with `smoothing` x the uniform distribution (Szegedy et al., 2016; the
-    Transformer uses 0.1), as `torch.nn.CrossEntropyLoss(label_smoothing=)`: the mean over the positions whose
-    label is not -100, which with `smoothing` 0 is the loss transformers' heads compute. `shift`: a causal
-    language model's logits at position t predict the label at t + 1."""
-    if shift:
-        logits, labels = logits[..., :-1, :], labels[..., 1:]
-    return nn.functional.cross_entropy(
-        logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1), ignore_index=-100, label_smoothing=smoothing
-    )
+def build_task_scheduler(optimizer: torch.optim.Optimizer, ulmfit: ULMFiTOptions, max_steps: int,
+                         warmup_steps: int) -> LambdaLR:  # fmt: skip
+    """The learning-rate schedule `ulmfit.lr_schedule` names: linear warmup then cosine decay to zero, ULMFiT's
+    slanted triangular one, or the Transformer's inverse square root."""
+    if ulmfit.lr_schedule == "slanted_triangular":
+        return build_slanted_triangular_scheduler(optimizer, max_steps, ulmfit.stlr_cut_frac, ulmfit.stlr_ratio)
+    if ulmfit.lr_schedule == "inverse_sqrt":
+        return build_inverse_sqrt_scheduler(optimizer, max(warmup_steps, 1))
+    return build_scheduler(optimizer, warmup_steps, max_steps, 0.0)
+
+
+def run_length(batches: int, training: TaskTrainingOptions, accumulation: int) -> tuple[int, int, int]:
+    """(optimizer steps per epoch, steps of the run, warmup steps) for `batches` micro-batches per epoch:
+    `max_steps`, else `num_epochs` passes; `warmup_steps`, else `warmup_ratio` of the steps."""
+    steps_per_epoch = math.ceil(batches / accumulation)
+    max_steps = training.max_steps or math.ceil(training.num_epochs * steps_per_epoch)
+    return steps_per_epoch, max_steps, training.warmup_steps or round(training.warmup_ratio * max_steps)
 
 
 def to_device(batch: dict, device: torch.device) -> dict[str, torch.Tensor]:
@@ -163,21 +172,11 @@ class TrainMeter:
         return loss_sum / max(micro_batches, 1), int(tokens), tokens / seconds
 
 
-@dataclass
-class Intervals:
-    """When the loop does what, in optimizer steps. Logging and evaluation also happen at the last step;
-    checkpoints never do (the run saves its final model instead)."""
-
-    max_steps: int
-    log_every: int
-    eval_every: int | None  # none: evaluate at the end only
-    save_every: int | None = None  # none: no checkpoints
-
-    def due(self, every: int | None, step: int) -> bool:
-        return step == self.max_steps or (every is not None and step % every == 0)
-
-    def checkpoint_due(self, step: int) -> bool:
-        return self.save_every is not None and step % self.save_every == 0 and step < self.max_steps
+def train_loader(features: list[dict], batch_size: int, seed: int, group_by_length: bool) -> DataLoader:
+    """The training features in shuffled batches of `batch_size` (of similar lengths with `group_by_length`), as lists
+    (the loop collates: see `TrainingSteps`); drawn from the seed alone, never from the global RNG."""
+    return DataLoader(features, batch_size=batch_size, collate_fn=list,
+                      **train_sampling(features, batch_size, seed, group_by_length))  # fmt: skip
 
 
 def _remaining_batches(
@@ -194,79 +193,93 @@ def _remaining_batches(
     return train_loader
 
 
-def train(
-    model: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    scheduler: torch.optim.lr_scheduler.LRScheduler,
-    train_loader: DataLoader | StreamedBatches,
-    collate: Callable[[list], dict],
-    accelerator: Accelerator,
-    intervals: Intervals,
-    log: RunLogger,
-    progress: Progress,
-    *,
-    max_grad_norm: float | None,
-    evaluate: Callable[[], dict[str, float]],
-    checkpoint: Callable[[Progress], Path] | None = None,
-    after_optimizer_step: Callable[[int], None] | None = None,
-    on_trained: Callable[[], None] | None = None,
-    loss_function: Callable[[nn.Module, dict[str, torch.Tensor]], torch.Tensor] | None = None,
-) -> dict[str, float]:
-    """Train until `intervals.max_steps`, continuing from `progress` (updated in place); returns the last metrics.
+class TrainingSteps:
+    """The bookkeeping of a recipe's training loop; the loop itself (forward, backward, optimizer step, and what is
+    due between steps) is written in the recipe.
 
-    `train_loader` (prepared by accelerate, or a stream) yields lists of examples, which `collate` turns into a batch.
-    `evaluate` returns validation metrics (logged when not empty); `checkpoint` saves the run's state and returns
-    where; `after_optimizer_step(step)` runs after each optimizer update, before gradients are zeroed (AdaLoRA
-    reallocates its ranks from them); `on_trained()` runs once the last step is done, before the final evaluation,
-    so that what it saves survives a failure there. `loss_function(model, batch)` replaces the model's own loss
-    (`label_smoothed_loss`). Evaluation and checkpoints are left out of tokens/s.
+    Iterating yields the micro-batches from where `progress` stands (updated in place: epoch, position in it) until
+    `max_steps` optimizer steps are done, collated and on the device, with the model in training mode. Per
+    micro-batch the recipe calls `backward(loss)` (gradients, clipped to `max_grad_norm` on a step's last
+    micro-batch), its optimizer's `step()` and `zero_grad()` inside `accelerator.accumulate(model)`, then
+    `stepped(loss, batch)`, which says whether an optimizer step ended there: the schedule has stepped, the step is
+    counted and, every `log_every` steps and at the last, logged with its loss, learning rate, gradient norm and
+    tokens/s. What the recipe does between steps (`due`, `checkpoint_due`) is left out of tokens/s in `paused()`.
     """
-    meter, metrics = TrainMeter(accelerator), {}
-    meter.load_state(progress.meter)
-    model.train()
-    while progress.step < intervals.max_steps:
-        for features in _remaining_batches(train_loader, progress, accelerator):
-            progress.batches_in_epoch += 1
-            batch = to_device(collate(features), accelerator.device)
-            with accelerator.accumulate(model):
-                loss = model(**batch).loss if loss_function is None else loss_function(model, batch)
-                accelerator.backward(loss)
-                grad_norm = None
-                if accelerator.sync_gradients and max_grad_norm is not None:
-                    grad_norm = accelerator.clip_grad_norm_(model.parameters(), max_grad_norm)
-                optimizer.step()
-                if accelerator.sync_gradients and after_optimizer_step is not None:
-                    after_optimizer_step(progress.step + 1)
-                optimizer.zero_grad()
-            meter.add(loss, count_tokens(batch))
-            if not accelerator.sync_gradients:
-                continue
-            if not accelerator.optimizer_step_was_skipped:  # fp16 overflow: the schedule waits too
-                scheduler.step()
-            progress.step += 1
-            log.advance()
-            if intervals.due(intervals.log_every, progress.step):
-                mean_loss, tokens, tokens_per_s = meter.report()
-                progress.tokens_seen += tokens
-                if isinstance(grad_norm, DTensor):  # a sharded model's norm, over all shards (`sharding: fsdp`)
-                    grad_norm = grad_norm.full_tensor()
-                grad = None if grad_norm is None else float(grad_norm)
-                lr = scheduler.get_last_lr()[0]
-                log.train(progress.step, mean_loss, lr, grad, tokens_per_s, progress.tokens_seen)
-            if on_trained is not None and progress.step == intervals.max_steps:
-                with meter.paused():
-                    on_trained()
-            if intervals.due(intervals.eval_every, progress.step):
-                with meter.paused():
-                    metrics = evaluate()
-                    if metrics:
-                        log.write("eval", step=progress.step, **metrics)
-            if checkpoint is not None and intervals.checkpoint_due(progress.step):
-                with meter.paused():
-                    progress.elapsed, progress.meter = log.elapsed, meter.state()
-                    log.write("checkpoint", step=progress.step, path=str(checkpoint(progress)))
-            if progress.step >= intervals.max_steps:
-                break
-        else:
+
+    def __init__(
+        self, accelerator: Accelerator, model: nn.Module, scheduler: torch.optim.lr_scheduler.LRScheduler,
+        loader: DataLoader | StreamedBatches, collate: Callable[[list], dict], progress: Progress, log: RunLogger,
+        max_steps: int, run: RunOptions,
+    ) -> None:  # fmt: skip
+        self.accelerator, self.model, self.scheduler, self.loader, self.collate = (
+            accelerator, model, scheduler, loader, collate
+        )  # fmt: skip
+        self.progress, self.log, self.max_steps = progress, log, max_steps
+        self.log_every, self.max_grad_norm = run.log_every, run.max_grad_norm
+        self.meter = TrainMeter(accelerator)
+        self.meter.load_state(progress.meter)
+        self.grad_norm: torch.Tensor | None = None
+
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        progress = self.progress
+        self.model.train()
+        while progress.step < self.max_steps:
+            for features in _remaining_batches(self.loader, progress, self.accelerator):
+                progress.batches_in_epoch += 1
+                yield to_device(self.collate(features), self.accelerator.device)
+                if progress.step >= self.max_steps:
+                    return
             progress.epoch, progress.batches_in_epoch = progress.epoch + 1, 0
-    return metrics
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """The gradients of `loss`; on the last micro-batch of an optimizer step, clipped to `max_grad_norm`."""
+        self.accelerator.backward(loss)
+        self.grad_norm = None
+        if self.accelerator.sync_gradients and self.max_grad_norm is not None:
+            self.grad_norm = self.accelerator.clip_grad_norm_(self.model.parameters(), self.max_grad_norm)
+
+    def stepped(self, loss: torch.Tensor, batch: dict[str, torch.Tensor]) -> bool:
+        """Count `batch`'s loss and tokens; when an optimizer step ended with it, step the schedule (unless fp16
+        overflow skipped the update: the schedule waits too), count the step, log when due, and return True."""
+        self.meter.add(loss, count_tokens(batch))
+        if not self.accelerator.sync_gradients:
+            return False
+        if not self.accelerator.optimizer_step_was_skipped:
+            self.scheduler.step()
+        progress = self.progress
+        progress.step += 1
+        self.log.advance()
+        if self.due(self.log_every):
+            mean_loss, tokens, tokens_per_s = self.meter.report()
+            progress.tokens_seen += tokens
+            grad_norm = self.grad_norm
+            if isinstance(grad_norm, DTensor):  # a sharded model's norm, over all shards (`sharding: fsdp`)
+                grad_norm = grad_norm.full_tensor()
+            grad = None if grad_norm is None else float(grad_norm)
+            lr = self.scheduler.get_last_lr()[0]
+            self.log.train(progress.step, mean_loss, lr, grad, tokens_per_s, progress.tokens_seen)
+        return True
+
+    @property
+    def last(self) -> bool:
+        """Whether the step just done is the run's last."""
+        return self.progress.step == self.max_steps
+
+    def due(self, every: int | None) -> bool:
+        """Whether something done every `every` steps (and at the last; none: only at the last) is due now."""
+        return self.last or (every is not None and self.progress.step % every == 0)
+
+    def checkpoint_due(self, every: int | None) -> bool:
+        """Whether a checkpoint every `every` steps (none: never) is due now; never at the last step, where the run
+        saves its model instead."""
+        return every is not None and self.progress.step % every == 0 and not self.last
+
+    def paused(self) -> AbstractContextManager[None]:
+        """Leave the block's wall time (evaluation, checkpointing, saving) out of tokens/s."""
+        return self.meter.paused()
+
+    def checkpoint_progress(self) -> Progress:
+        """`progress` with the log's elapsed time and the meter's unreported sums, for a checkpoint (every process
+        calls it: the sums are reduced over the processes)."""
+        self.progress.elapsed, self.progress.meter = self.log.elapsed, self.meter.state()
+        return self.progress

@@ -18,6 +18,8 @@ from accelerate import Accelerator
 from accelerate.utils import DataLoaderConfiguration
 
 from ..recipe_config import MIXED_PRECISION, key
+from ..tasks import TaskOptions
+from .best_model import ranking_metric
 from .compilation import CompilingAccelerator
 from .sharding import SHARDING, check_launch
 
@@ -155,3 +157,25 @@ class ULMFiTOptions:
     @property
     def uses_layer_groups(self) -> bool:
         return self.discriminative_lr_decay is not None or self.gradual_unfreezing
+
+
+def check_task_run(data: TaskOptions, training: TaskTrainingOptions, checkpoints: CheckpointOptions,
+                   do_train: bool) -> None:  # fmt: skip
+    """The checks across the sections of a run on a labelled task (each section checks its own keys)."""
+    if checkpoints.save_best and training.eval_every is None:
+        raise ValueError(
+            "config key 'save_best' needs eval_every: the best model is chosen among the evaluations made every "
+            "eval_every steps (and at the end)."
+        )
+    if checkpoints.save_best:
+        ranking_metric(data.task, checkpoints.best_metric)
+    elif checkpoints.best_metric is not None:
+        raise ValueError("config key 'best_metric' ranks the evaluations for save_best: add --save_best true.")
+    if training.label_smoothing and data.task == "question-answering":
+        raise ValueError("config key 'label_smoothing' smooths token or class labels; question answering predicts "
+                         "span positions: drop it.")  # fmt: skip
+    if not do_train and (checkpoints.resume or checkpoints.save_best or checkpoints.save_every is not None):
+        raise ValueError(
+            "config key 'do_train' is false: an evaluation-only run has nothing to checkpoint, resume or keep the "
+            "best of; drop resume, save_every and save_best."
+        )

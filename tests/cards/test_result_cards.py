@@ -11,6 +11,7 @@ from tests.helpers.paths import REPO
 from tests.helpers.result_grid import TINY
 
 sys.path.insert(0, str(REPO / "model_cards"))
+import finetune_targets as targets  # noqa: E402
 import generate_finetune_results as results  # noqa: E402
 
 
@@ -123,10 +124,10 @@ def test_the_targets_are_verdicts_of_the_recorded_numbers():
     text = results.targets_section(tasks).body
     for name, entry in tasks.items():
         full, scratch, key = entry["methods"]["full"], entry["methods"]["scratch"], entry["primary"]
-        points = results._points(full, key), results._points(scratch, key)  # SQuAD's F1 is in percent already
+        points = targets.points(full, key), targets.points(scratch, key)  # SQuAD's F1 is in percent already
         gain = points[0] - points[1]
         assert f"{name}: full {points[0]:.2f} vs scratch {points[1]:.2f} ({gain:+.2f} points)" in text
-    every_task = all(results._points(e["methods"]["full"], e["primary"]) - results._points(e["methods"]["scratch"],
+    every_task = all(targets.points(e["methods"]["full"], e["primary"]) - targets.points(e["methods"]["scratch"],
                      e["primary"]) >= 5 for e in tasks.values())  # fmt: skip
     assert ("on every task: **met**" if every_task else "on every task: **not met**") in text.splitlines()[0]
     without_compositions = {name: {**entry, "methods": {m: run for m, run in entry["methods"].items()

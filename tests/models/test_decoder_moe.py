@@ -3,6 +3,11 @@
 import pytest
 import torch
 import torch.nn.functional as F
+from transformers import (
+    AutoModelForQuestionAnswering,
+    AutoModelForSequenceClassification,
+    AutoModelForTokenClassification,
+)
 
 from hfzoo.models.layers import MixtureOfExperts
 from hfzoo.models.losses import load_balancing_loss
@@ -26,6 +31,28 @@ def test_outputs_carry_router_logits_and_the_auxiliary_loss_inside_loss(moe_mode
     vocab = outputs.logits.shape[-1]
     cross_entropy = F.cross_entropy(outputs.logits[:, :-1].reshape(-1, vocab), INPUT_IDS[:, 1:].reshape(-1))
     torch.testing.assert_close(outputs.loss, cross_entropy + config.router_aux_loss_coef * outputs.aux_loss)
+
+
+# The task heads transformers' generic ones would give (their forward drops the load-balancing loss) and their targets.
+TASK_TARGETS = {
+    AutoModelForSequenceClassification: dict(labels=torch.tensor([0, 1])),
+    AutoModelForTokenClassification: dict(labels=INPUT_IDS % 2),
+    AutoModelForQuestionAnswering: dict(start_positions=torch.tensor([1, 2]), end_positions=torch.tensor([3, 5])),
+}
+
+
+@pytest.mark.parametrize("auto_class", TASK_TARGETS, ids=lambda auto_class: auto_class.__name__)
+def test_task_heads_add_the_load_balancing_loss_to_the_task_loss(auto_class, tiny_model):
+    model = tiny_model(PRESET, auto_class, pad_token_id=0).eval()
+    config, targets = model.config, TASK_TARGETS[auto_class]
+    with torch.no_grad():
+        router_logits = model.model(INPUT_IDS, output_router_logits=True).router_logits
+        loss = model(INPUT_IDS, **targets).loss
+        coef, config.router_aux_loss_coef = config.router_aux_loss_coef, 0.0
+        task_loss = model(INPUT_IDS, **targets).loss
+    aux_loss = load_balancing_loss(router_logits, config.num_experts, config.num_experts_per_tok)
+    assert coef > 0 and aux_loss >= 1.0 - 1e-6
+    torch.testing.assert_close(loss, task_loss + coef * aux_loss)
 
 
 def test_load_balancing_loss_is_one_for_a_uniform_router_and_larger_when_collapsed(moe_model):

@@ -14,10 +14,11 @@ import torch.nn.functional as F
 from peft import LoraConfig, get_peft_model
 from safetensors.torch import load_file, save_file
 from tests.helpers.seq2seq_generation import EOS, NEW_TOKENS, PAD, greedy, seq2seq
-from transformers import AutoModelForSeq2SeqLM, AutoModelForSequenceClassification
+from transformers import AutoModelForQuestionAnswering, AutoModelForSeq2SeqLM, AutoModelForSequenceClassification
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
 import hfzoo
+from hfzoo.models.losses import load_balancing_loss
 from hfzoo.models.modeling_encoder_decoder import shift_tokens_right
 from hfzoo.presets import count_preset_parameters
 
@@ -243,6 +244,29 @@ def test_mixture_of_experts_trains_with_aux_loss_and_generates_with_cache(tiny_m
     model.eval()
     source = torch.tensor([SOURCES[0]])
     assert torch.equal(greedy(model, source), greedy(model, source, use_cache=False))
+
+
+@pytest.mark.parametrize("auto_class", [AutoModelForSequenceClassification, AutoModelForQuestionAnswering])
+def test_mixture_of_experts_task_heads_add_both_stacks_load_balancing_losses(auto_class, tiny_model):
+    model = tiny_model("bart-tiny", auto_class, num_experts=4, num_experts_per_tok=2).eval()
+    config = model.config
+    input_ids, attention_mask = pad([source + [EOS] for source in SOURCES])
+    inputs = dict(input_ids=input_ids, attention_mask=attention_mask)
+    if auto_class is AutoModelForSequenceClassification:
+        targets = dict(labels=torch.tensor([0, 1, 1]))
+    else:
+        targets = dict(start_positions=torch.tensor([1, 0, 2]), end_positions=torch.tensor([3, 2, 4]))
+    with torch.no_grad():
+        decoder_input_ids = shift_tokens_right(input_ids, PAD, config.decoder_start_token_id)
+        bare = model.model(**inputs, decoder_input_ids=decoder_input_ids)
+        loss = model(**inputs, **targets).loss
+        coef, config.router_aux_loss_coef = config.router_aux_loss_coef, 0.0
+        task_loss = model(**inputs, **targets).loss
+    aux_losses = [
+        load_balancing_loss(router_logits, config.num_experts, config.num_experts_per_tok)
+        for router_logits in (bare.encoder_router_logits, bare.decoder_router_logits)
+    ]
+    torch.testing.assert_close(loss, task_loss + coef * sum(aux_losses))
 
 
 # ----------------------------------------------------------------------------------------------- embeddings

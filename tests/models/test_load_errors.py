@@ -2,7 +2,7 @@
 
 Real files on disk: a gpt-tiny checkpoint saved by `save_pretrained`, then truncated, emptied, deleted or replaced by a
 `pytorch_model.bin` written with `torch.save` (a pickle). Loaded through the Auto classes (hfzoo's
-`ZooPreTrainedModel.from_pretrained`) and through the fine-tuning recipe (`task_runs.load_model`), as users load them.
+`ZooPreTrainedModel.from_pretrained`) and through the fine-tuning recipe (`task_model.load_model`), as users load them.
 """
 
 import json
@@ -17,7 +17,7 @@ from transformers import AutoModelForCausalLM, AutoModelForSequenceClassificatio
 from hfzoo.models.checkpoint_files import CheckpointFileError
 from hfzoo.recipes.finetune import parse_args
 from hfzoo.tasks import SequenceClassification, load_examples
-from hfzoo.training.task_runs import load_model
+from hfzoo.training.task_model import load_model
 
 
 @pytest.fixture

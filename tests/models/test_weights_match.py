@@ -27,7 +27,7 @@ from hfzoo.models.checkpoint_files import CheckpointFileError
 from hfzoo.recipes.finetune import main as finetune
 from hfzoo.recipes.finetune import parse_args
 from hfzoo.tasks import SequenceClassification, load_examples
-from hfzoo.training.task_runs import load_model
+from hfzoo.training.task_model import load_model
 
 
 @pytest.fixture(scope="module")

@@ -33,7 +33,7 @@ from transformers import (
 
 from hfzoo.data.recorded_paths import resolve_recorded
 from hfzoo.recipes.finetune import main
-from hfzoo.training.task_runs import METRICS_FILE, PREDICTIONS_FILE
+from hfzoo.training.task_results import METRICS_FILE, PREDICTIONS_FILE
 from hfzoo.training.logging import read_log
 
 QUICK = ["--max_train_samples", "64", "--max_eval_samples", "32", "--max_steps", "8", "--per_device_batch_size", "8",
@@ -320,12 +320,12 @@ def test_max_length_beyond_the_models_positions_is_refused_before_training(check
 
 def test_a_failure_in_the_final_evaluation_still_leaves_the_weights(checkpoints, tmp_path, monkeypatch):
     """The weights are saved when training is done, before the evaluation that may fail."""
-    from hfzoo.training import task_runs
+    from hfzoo.training import task_run
 
     def broken_evaluation(*args, **kwargs):
         raise RuntimeError("evaluation failed")
 
-    monkeypatch.setattr(task_runs, "predict_all", broken_evaluation)
+    monkeypatch.setattr(task_run, "predict_all", broken_evaluation)
     out = tmp_path / "eval-fails"
     with pytest.raises(RuntimeError, match="evaluation failed"):
         finetune(out, "--model", str(checkpoints["bert-tiny"]), *SST2, "--max_steps", "2")

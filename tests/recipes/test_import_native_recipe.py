@@ -22,7 +22,7 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer
 from hfzoo.convert import adapter_to_native, from_native, to_native
 from hfzoo.data.recorded_paths import resolve_recorded
 from hfzoo.recipes import compose, finetune
-from hfzoo.training.task_runs import METRICS_FILE
+from hfzoo.training.task_results import METRICS_FILE
 
 SST2 = ["--task", "sequence-classification", "--dataset", str(DATA / "sst2"), "--text_column", "sentence",
         "--max_train_samples", "24", "--max_eval_samples", "16", "--max_steps", "3", "--per_device_batch_size", "8",

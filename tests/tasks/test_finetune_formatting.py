@@ -23,7 +23,7 @@ from transformers import AutoTokenizer
 from hfzoo.recipes.finetune import main, parse_args
 from hfzoo.tasks import QuestionAnswering, Seq2Seq, SequenceClassification, TokenClassification, load_examples
 from hfzoo.tasks.data import DataError
-from hfzoo.training.task_runs import load_model, load_tokenizer
+from hfzoo.training.task_model import load_model, load_tokenizer
 
 
 def task_for(checkpoint: Path, *args: str):

@@ -22,8 +22,9 @@ from hfzoo.tasks import TASK_CLASSES, load_examples
 from hfzoo.tasks import seq2seq as seq2seq_module
 from hfzoo.tasks.seq2seq import TextPair
 from hfzoo.training.logging import read_log
-from hfzoo.training.loop import build_inverse_sqrt_scheduler, label_smoothed_loss
-from hfzoo.training.task_runs import smoothed_loss_function, train_task_tokenizer
+from hfzoo.training.losses import label_smoothed_loss, smoothed_loss_function
+from hfzoo.training.loop import build_inverse_sqrt_scheduler
+from hfzoo.training.task_model import train_task_tokenizer
 
 
 def multi30k_args(data: Path, *extra: str, model: str = "transformer-tiny", from_scratch: bool = True) -> list[str]:

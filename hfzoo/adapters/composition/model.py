@@ -21,7 +21,6 @@ import json
 import os
 import re
 import shutil
-import tempfile
 from collections.abc import Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -29,22 +28,20 @@ from typing import Any, Iterator
 
 import torch
 from peft import PeftModel
-from peft.tuners.lora import LoraLayer
 from safetensors.torch import save_file
 from torch import nn
 from transformers import PreTrainedModel
 
 from .hub import prepare_upload
-from ..peft_warnings import building_peft_model
+from .merging import merge_with_peft
 from .routing import MASK_KEYS, ComposedLayer, RoutingContext, Wrapper
 from .stacked import StackedAdapters
 from .stacking import linear_shape, output_width
-from .stacking.lora import LoraFactors, StackedLoRA
 from .strategies import STRATEGIES
 from ...files import staged
 from ...models.checkpoint_files import read_json_file
 from .task_adapter import (
-    ADAPTER_CONFIG, ADAPTER_WEIGHTS, BASE_RECORD, KEY_PREFIX, TaskAdapter, check_base, check_fits, load_safetensors,
+    ADAPTER_CONFIG, ADAPTER_WEIGHTS, BASE_RECORD, TaskAdapter, check_base, check_fits, load_safetensors,
     read_adapter,
 )
 
@@ -55,7 +52,6 @@ FORMAT = "hfzoo-composition"
 # 2: learned strategies weigh the base output where an adapter is absent or only one is composed (version 1 applied
 # a lone adapter as is)
 FORMAT_VERSION = 2
-_MERGED = "__merged__"
 # Config fields recorded with a composition and compared on load (those a model's config has).
 _FINGERPRINT_FIELDS = (
     "model_type", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
@@ -141,7 +137,7 @@ def _compose(
     requires_grad = {name: p.requires_grad for name, p in base_model.named_parameters()}
     stacked, weights = adapters, options.get("weights")
     if options.get("merge"):
-        merged = _merge_with_peft(base_model, adapters, options)
+        merged = merge_with_peft(base_model, adapters, options)
         # the originals keep their heads (averaged as outputs), their LoRA deltas come from the merged adapter
         stacked = [dataclasses.replace(a, modules={}) for a in adapters] + [merged]
         weights = weights + [1.0]
@@ -198,57 +194,6 @@ def _trainable_paths(model: nn.Module, names: list[str]) -> list[str]:
             raise ValueError(f"trainable_modules: {type(model).__name__} has no module named {name!r}")
         paths += [path for path in found if path not in paths]
     return paths
-
-
-def _merge_with_peft(base_model: PreTrainedModel, adapters: list[TaskAdapter], options: dict) -> TaskAdapter:
-    """Merge the LoRA adapters into one with PEFT's `add_weighted_adapter`, then give the base model back intact."""
-    for adapter in adapters:
-        if adapter.peft_type != StackedLoRA.peft_type:
-            raise ValueError(
-                f"merge={options['merge']!r} merges LoRA adapters through PEFT; adapter {adapter.name!r} is a "
-                f"{adapter.kind} adapter (use merge=None: output averaging)"
-            )
-    requires_grad = {name: p.requires_grad for name, p in base_model.named_parameters()}
-    merged = TaskAdapter(_MERGED, None, StackedLoRA.peft_type, {"merge": options["merge"]})
-    scratch = tempfile.TemporaryDirectory(prefix="hfzoo-merge-")
-    folders = [_lora_only_copy(adapter, Path(scratch.name) / adapter.name) for adapter in adapters]
-    with building_peft_model():
-        peft_model = PeftModel.from_pretrained(base_model, folders[0], adapter_name=adapters[0].name)
-    try:
-        for adapter, folder in zip(adapters[1:], folders[1:]):
-            peft_model.load_adapter(folder, adapter_name=adapter.name)
-        density = {} if options["density"] is None else {"density": options["density"]}
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(options["seed"])
-            peft_model.add_weighted_adapter(
-                [a.name for a in adapters], options["weights"], _MERGED, combination_type=options["merge"], **density
-            )
-        for path, module in peft_model.base_model.model.named_modules():
-            if isinstance(module, LoraLayer) and _MERGED in module.lora_A:
-                A, B = module.lora_A[_MERGED].weight.detach().clone(), module.lora_B[_MERGED].weight.detach().clone()
-                merged.modules[path] = LoraFactors(A, B, module.scaling[_MERGED])
-    finally:
-        peft_model.unload()
-        scratch.cleanup()
-        for name, parameter in base_model.named_parameters():
-            parameter.requires_grad_(requires_grad[name])
-    return merged
-
-
-def _lora_only_copy(adapter: TaskAdapter, folder: Path) -> Path:
-    """`adapter`'s LoRA factors alone as a PEFT folder, for `add_weighted_adapter`: PEFT refuses to merge adapters
-    that save their own copy of a module (modules_to_save, e.g. a classification head), and a task type would add
-    one (PEFT's sequence classification saves `score`/`classifier` by default). The heads are averaged as outputs
-    by the composition itself."""
-    folder.mkdir(parents=True)
-    config = {**adapter.config, "modules_to_save": None, "task_type": None}
-    (folder / ADAPTER_CONFIG).write_text(json.dumps(config), encoding="utf-8")
-    tensors = {}
-    for path, factors in adapter.modules.items():
-        tensors[f"{KEY_PREFIX}{path}.lora_A.weight"] = factors.A.contiguous()
-        tensors[f"{KEY_PREFIX}{path}.lora_B.weight"] = factors.B.contiguous()
-    save_file(tensors, folder / ADAPTER_WEIGHTS, metadata={"format": "pt"})
-    return folder
 
 
 # ----------------------------------------------------------------------------------------------- fingerprint

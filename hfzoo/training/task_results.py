@@ -1,0 +1,75 @@
+"""What a run on a labelled task leaves in its output folder: `metrics.json` (the summary the card is made from),
+`predictions.jsonl`, the tokenizer and the model card.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from accelerate import Accelerator
+from transformers import PreTrainedTokenizerBase
+
+from ..cards import RunRecord, Section, finetune_metadata, write_card
+from ..data.recorded_paths import recorded_path
+from ..files import write_atomic
+from ..tasks import Task
+from .evaluation import TrainedRun
+from .logging import read_log
+
+METRICS_FILE = "metrics.json"
+PREDICTIONS_FILE = "predictions.jsonl"
+
+
+def run_summary(
+    task: Task, base_model: str, method: str, parameters: dict, run: TrainedRun, train_examples: int,
+    eval_examples: int, output_dir: str | Path, imported: bool = False,
+) -> dict[str, Any]:  # fmt: skip
+    """The content of `metrics.json` in `output_dir` (and what the card is made from): task, base model (`imported`:
+    a native checkpoint imported into hfzoo; a local one relative to `output_dir`, see `recorded_path`), method, final
+    validation metrics, parameter counts, data sizes, steps, and the head's `from_pretrained` arguments for
+    reloading."""
+    base_model = recorded_path(base_model, output_dir)
+    return {
+        "task": task.name,
+        "pipeline_tag": task.pipeline_tag,
+        "model": base_model,
+        **({"imported_from": base_model} if imported else {}),
+        "family": task.family,
+        "method": method,
+        "auto_class": task.auto_class(task.family).__name__,
+        **run.metrics,
+        **parameters,
+        "train_examples": train_examples,
+        "eval_examples": eval_examples,
+        "steps": run.steps,
+        "epochs": run.epochs,
+        **({"best": run.best} if run.best is not None else {}),
+        "model_kwargs": task.model_kwargs(task.family) | {"pad_token_id": task.tokenizer.pad_token_id},
+    }
+
+
+def write_results(
+    accelerator: Accelerator,
+    output_dir: Path,
+    tokenizer: PreTrainedTokenizerBase,
+    config_values: dict[str, Any],
+    summary: dict[str, Any],
+    predictions: list[dict],
+    card_sections: Sequence[Section] | None,
+) -> None:
+    """The tokenizer, `metrics.json`, `predictions.jsonl` (one record per validation example) and the model card
+    (`card_sections` rendered from `config_values`, the run's log and `summary`) into `output_dir`, by the main
+    process, while the others wait. No card for an evaluation-only run (`card_sections` None): the folder holds no
+    model for a card to describe."""
+    if accelerator.is_main_process:
+        tokenizer.save_pretrained(output_dir)
+        write_atomic(output_dir / METRICS_FILE, json.dumps(summary, indent=2) + "\n")
+        lines = "".join(json.dumps(prediction, ensure_ascii=False) + "\n" for prediction in predictions)
+        write_atomic(output_dir / PREDICTIONS_FILE, lines)
+        if card_sections is not None:
+            record = RunRecord(output_dir.name, config_values, read_log(output_dir), summary)
+            write_card(output_dir, record, card_sections, finetune_metadata(record))
+    accelerator.wait_for_everyone()
