@@ -44,7 +44,7 @@ from transformers import AutoModelForCausalLM, PreTrainedModel
 
 import hfzoo
 from hfzoo.adapters import STRATEGIES, BottleneckConfig, compose
-from hfzoo.cpu_layout import tune_for_cpu
+from hfzoo.core.cpu_layout import tune_for_cpu
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (  # noqa: E402  (the benchmarks folder is not a package)
@@ -85,7 +85,7 @@ def build_base(size: str, seed: int) -> PreTrainedModel:
     config = hfzoo.preset_config(f"llama-{size}", hidden_dropout=0.0, attention_dropout=0.0)
     torch.manual_seed(seed)
     # from_config shares and mutates its config: the model gets its own copy. The CPU layouts are applied as the
-    # recipes and `hfzoo generate` apply them (`hfzoo.cpu_layout`).
+    # recipes and `hfzoo generate` apply them (`hfzoo.core.cpu_layout`).
     return tune_for_cpu(AutoModelForCausalLM.from_config(copy.deepcopy(config)).eval())
 
 

@@ -22,12 +22,13 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader
 
+from hfzoo.commands.finetune import parse_args
 from hfzoo.convert import minilm_model_path
-from hfzoo.files import write_atomic
-from hfzoo.recipes.finetune import parse_args
+from hfzoo.core.files import write_atomic
 from hfzoo.training.length_grouping import feature_length, padding_fraction, train_sampling
 from hfzoo.training.loop import build_optimizer
-from hfzoo.training.task_runs import prepare_run
+from hfzoo.training.task_model import load_task_model, load_tokenizer
+from hfzoo.training.task_run import read_task_examples
 
 ORDERS = {"random": False, "length-grouped": True}
 
@@ -45,13 +46,13 @@ def main(argv: list[str] | None = None) -> dict:
         config = parse_args(["--config", "recipes/configs/finetune/sst2.yaml", "--model", str(minilm_model_path()),
                              "--import_native", "true", "--output_dir", output_dir, "--cpu", "true",
                              "--max_train_samples", str(args.train_samples)])  # fmt: skip
-        accelerator = config.accelerator()
-        task, train_examples, _, model, _ = prepare_run(config, accelerator)
+        task, train_examples, _ = read_task_examples(config, config.run.accelerator())
+        model, _, _ = load_task_model(config.data, task, load_tokenizer(config.data))
     features = task.encode(train_examples, training=True)
     optimizer = build_optimizer(model, 5e-5, 0.01, (0.9, 0.999), 1e-8)
     model.train()
     epoch = {name: list(DataLoader(features, batch_size=args.batch_size, collate_fn=list,
-                                   **train_sampling(features, args.batch_size, config.seed, grouped)))
+                                   **train_sampling(features, args.batch_size, config.run.seed, grouped)))
              for name, grouped in ORDERS.items()}  # fmt: skip
     seconds: dict[str, list[float]] = {name: [] for name in ORDERS}
     for round_index in range(args.rounds):

@@ -30,7 +30,7 @@ from transformers import AutoModelForMaskedLM, PreTrainedModel
 
 import hfzoo
 from hfzoo.convert import native_model
-from hfzoo.cpu_layout import tune_for_cpu
+from hfzoo.core.cpu_layout import tune_for_cpu
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (  # noqa: E402  (the benchmarks folder is not a package)
@@ -64,7 +64,7 @@ def build_model(model_name: str, variant: str, seed: int) -> PreTrainedModel:
     torch.manual_seed(seed)
     if variant == "hfzoo":
         # from_config shares and mutates its config: each model gets its own copy. The CPU layouts are applied as
-        # the recipes and `hfzoo generate` apply them (`hfzoo.cpu_layout`).
+        # the recipes and `hfzoo generate` apply them (`hfzoo.core.cpu_layout`).
         return tune_for_cpu(AutoModelForMaskedLM.from_config(copy.deepcopy(config)))
     return native_model(config, "BertForMaskedLM")
 

@@ -31,8 +31,8 @@ from accelerate import Accelerator
 from transformers import AutoModelForCausalLM
 
 import hfzoo
-from hfzoo.recipe_config import config_fields
-from hfzoo.recipes.pretrain import PretrainConfig
+from hfzoo.commands.pretrain import PretrainConfig
+from hfzoo.core.recipe_config import config_fields
 from hfzoo.training.checkpointing import Progress, load_checkpoint, save_checkpoint
 from hfzoo.training.logging import read_log
 

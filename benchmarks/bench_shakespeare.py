@@ -36,7 +36,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from hfzoo.cards.render import Curve, plot_losses
+from hfzoo.card_writing.render import Curve, plot_losses
 
 from common import MALLOC_SETTINGS, REPO_ROOT, RESULTS_DIR, ensure_malloc_setting, environment, write_json
 

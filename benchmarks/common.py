@@ -27,8 +27,8 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from hfzoo.core.files import write_atomic
 from hfzoo.integrations.transformers import attn_implementation
-from hfzoo.files import write_atomic
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
@@ -298,7 +298,7 @@ def measure_speed(
 
     Each group times its own pair, `build(model_name, variant)` (seeded: the same weights in every group). Sharing
     one model across figures would put a mode switch inside the timed calls of whichever figure follows one of the
-    other mode, and the CPU layouts hfzoo applies (`hfzoo.cpu_layout`) make `train()`/`eval()` move weights:
+    other mode, and the CPU layouts hfzoo applies (`hfzoo.core.cpu_layout`) make `train()`/`eval()` move weights:
     `measure_mode_switch` times that apart.
     """
     groups = []
@@ -326,7 +326,7 @@ def measure_mode_switch(models: dict[str, dict[str, torch.nn.Module]], repeats: 
     """Milliseconds of `model.eval()` followed by `model.train()`, median (min-max) of `repeats`, per variant.
 
     What a training loop pays per evaluation on top of the evaluation itself: hfzoo moves its weights between the
-    training and the inference layout (`hfzoo.cpu_layout.ModeFollowingLinear`), a native model only sets flags.
+    training and the inference layout (`hfzoo.core.cpu_layout.ModeFollowingLinear`), a native model only sets flags.
     """
     switch = {}
     for model_name, pair in models.items():

@@ -9,7 +9,7 @@ import json
 import sys
 from pathlib import Path
 
-from hfzoo.files import write_atomic
+from hfzoo.core.files import write_atomic
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"

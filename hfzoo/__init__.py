@@ -5,9 +5,9 @@ Importing hfzoo registers every family with transformers' Auto classes and PEFT'
 
 from . import adapters  # registers the bottleneck adapters as PEFT method "BOTTLENECK"
 from . import models
+from .core.presets import list_presets, preset_config
+from .core.registration import register as _register
 from .models import *  # noqa: F403  (every family's configuration and models: hfzoo.models.__all__)
-from .presets import list_presets, preset_config
-from .registration import register as _register
 
 _register()
 

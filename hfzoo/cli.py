@@ -9,8 +9,8 @@ import argparse
 import importlib
 import sys
 
-from .presets import PRESETS, count_preset_parameters, list_presets, preset_config, preset_family
-from .refusals import DEBUG_SWITCH, run_command
+from .core.presets import PRESETS, count_preset_parameters, list_presets, preset_config, preset_family
+from .core.refusals import DEBUG_SWITCH, run_command
 
 
 def presets_table() -> list[dict[str, str]]:
@@ -108,7 +108,7 @@ def _convert(args: argparse.Namespace) -> None:
     from .convert.adapters import adapter_from_native, adapter_to_native
     from .convert.api import FROM_NATIVE, from_native, save_converted, to_native
     from .data.corpus import missing_local_path
-    from .files import check_output_folder
+    from .core.files import check_output_folder
 
     for folder in (args.source, getattr(args, "base", None)):  # transformers would take a mistyped path for a Hub name
         if folder and missing_local_path(folder):
@@ -230,9 +230,9 @@ def _add_generate(commands) -> None:
 
 # Subcommands that run a recipe with all remaining arguments (`hfzoo pretrain --help` lists its keys).
 RECIPES = {
-    "pretrain": ("hfzoo.recipes.pretrain", "pretrain a preset from scratch (recipes/pretrain.py)"),
-    "finetune": ("hfzoo.recipes.finetune", "fine-tune any checkpoint, fully or with an adapter (recipes/finetune.py)"),
-    "compose": ("hfzoo.recipes.compose", "train a router or AdapterFusion over task adapters (recipes/compose.py)"),
+    "pretrain": ("hfzoo.commands.pretrain", "pretrain a preset from scratch (recipes/pretrain.py)"),
+    "finetune": ("hfzoo.commands.finetune", "fine-tune any checkpoint, fully or with an adapter (recipes/finetune.py)"),
+    "compose": ("hfzoo.commands.compose", "train a router or AdapterFusion over task adapters (recipes/compose.py)"),
 }
 
 

@@ -25,9 +25,9 @@ from transformers.generation.configuration_utils import CompileConfig
 from transformers.generation.streamers import BaseStreamer, TextStreamer
 
 from .adapters import compose, load_composition
-from .integrations.transformers import compile_on_every_device
 from .adapters.composition import BASE, ComposedModel
-from .cpu_layout import tune_for_cpu
+from .core.cpu_layout import tune_for_cpu
+from .integrations.transformers import compile_on_every_device
 from .models.checkpoint_files import check_checkpoint_folder
 from .tasks.task import gpt_input_ids, model_family
 

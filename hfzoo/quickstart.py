@@ -24,10 +24,10 @@ from peft import AutoPeftModelForSequenceClassification
 from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSeq2SeqLM, AutoTokenizer
 
 from .adapters.peft_warnings import building_peft_model
+from .commands import compose, finetune, pretrain
+from .core.files import check_output_folder, write_atomic
 from .data.default_corpus import load_default_corpus
 from .data.stdlib_tasks import write_task_files
-from .files import check_output_folder, write_atomic
-from .recipes import compose, finetune, pretrain
 from .tasks.baselines import unigram_perplexity
 from .training.task_results import METRICS_FILE
 

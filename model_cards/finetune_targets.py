@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hfzoo.cards import Section
+from hfzoo.card_writing import Section
 
 ADAPTERS = ["lora", "bottleneck", "bottleneck-houlsby", "bottleneck-pfeiffer"]
 

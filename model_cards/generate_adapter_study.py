@@ -2,7 +2,7 @@
 fine-tuning, come within a point of it at a few percent of the parameters. Each variant is one recorded run of
 `recipes/finetune.py` from the same pretrained base, data, seed and steps; the card lists what was varied, on which
 task, what each gave, and the published settings each variant starts from. The recipe's per-method defaults
-(`hfzoo.training.methods`) are the study's winners; the result grid (`generate_finetune_results.py`) then checks them
+(`hfzoo.adapters.methods`) are the study's winners; the result grid (`generate_finetune_results.py`) then checks them
 on every task at longer runs.
 
     minilm=$(python -c 'from hfzoo.convert import minilm_model_path; print(minilm_model_path())')
@@ -26,8 +26,8 @@ from generate_finetune_results import IMPORT_NATIVE, PRIMARY, RECIPE, baselines
 from grid_runs import run_once
 from recording import REPO_ROOT, RUN_RECORD, run_complete, run_metrics, shown
 
-from hfzoo.cards import CARD, RunRecord, Section, markdown_table, model_card_data, render_card
-from hfzoo.files import write_atomic
+from hfzoo.card_writing import CARD, RunRecord, Section, markdown_table, model_card_data, render_card
+from hfzoo.core.files import write_atomic
 
 # Task -> (config file, run length): the first grid's short lengths, where the adapters fell behind full fine-tuning;
 # RTE at the longer grid's length (6 epochs), where the default LoRA stayed at chance, for its learning rate only.
@@ -191,7 +191,7 @@ def conclusion_of(tasks: dict[str, Any]) -> str:
     fine-tuning at its default learning rate and against the best full fine-tuning run of the study."""
     from peft import TaskType
 
-    from hfzoo.training.methods import DEFAULT_LEARNING_RATES, MethodOptions, peft_config_for
+    from hfzoo.adapters.methods import DEFAULT_LEARNING_RATES, MethodOptions, peft_config_for
 
     lines = [f"- `--method full`: learning rate {DEFAULT_LEARNING_RATES['full']:g}"]
     for method, fields in STUDIED_FIELDS.items():

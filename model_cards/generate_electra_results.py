@@ -39,8 +39,8 @@ from generate_finetune_results import RECIPE, TASKS, baselines, run_once
 from generate_results import record, summarize
 from recording import REPO_ROOT, RUN_RECORD, run_complete, run_metrics, shown
 
-from hfzoo.cards import CARD, RunRecord, Section, markdown_table, model_card_data, render_card
-from hfzoo.files import write_atomic
+from hfzoo.card_writing import CARD, RunRecord, Section, markdown_table, model_card_data, render_card
+from hfzoo.core.files import write_atomic
 
 OBJECTIVES = ("mlm", "electra")
 BASES = (*OBJECTIVES, "scratch")  # scratch: the masked LM's config and tokenizer, random weights

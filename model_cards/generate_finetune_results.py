@@ -57,10 +57,10 @@ from finetune_targets import ADAPTERS, FLOORS, length_targets_section, targets_s
 from grid_runs import Execution, add_execution_flags, execution_of, exit_code, native_checkpoint, run_once
 from recording import REPO_ROOT, RUN_RECORD, run_complete, run_metrics, shown
 
-from hfzoo.cards import (
+from hfzoo.card_writing import (
     CARD, FINETUNE_METRICS, LOSS_CURVE, RunRecord, Section, markdown_table, model_card_data, render_card,
 )  # fmt: skip
-from hfzoo.files import write_atomic
+from hfzoo.core.files import write_atomic
 
 RECIPE = "recipes/finetune.py"
 COMPOSE_RECIPE = "recipes/compose.py"
@@ -153,8 +153,8 @@ def baselines(run_dir: Path) -> dict[str, float | None]:
     the training data (token classification), the context sentence that shares the most words with the question
     (extractive QA), and for translation the BLEU of copying the source sentence unchanged."""
     from hfzoo.metrics import load_metric
-    from hfzoo.recipe_config import CONFIG_FILE, from_dict, load_yaml
-    from hfzoo.recipes.finetune import FinetuneConfig
+    from hfzoo.core.recipe_config import CONFIG_FILE, from_dict, load_yaml
+    from hfzoo.commands.finetune import FinetuneConfig
     from hfzoo.tasks import TASK_CLASSES, load_examples
     from hfzoo.tasks.baselines import best_overlap_sentence, majority_class_accuracy, memorized_entities
 

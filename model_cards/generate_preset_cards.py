@@ -11,9 +11,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from hfzoo.cards import RunRecord, Section, markdown_table, model_card_data, render_card
-from hfzoo.files import write_atomic
-from hfzoo.presets import FAMILY_LM_AUTO_CLASS, PRESETS, count_preset_parameters, list_presets, preset_config
+from hfzoo.card_writing import RunRecord, Section, markdown_table, model_card_data, render_card
+from hfzoo.core.files import write_atomic
+from hfzoo.core.presets import FAMILY_LM_AUTO_CLASS, PRESETS, count_preset_parameters, list_presets, preset_config
 
 OUT = Path(__file__).resolve().parent / "presets"
 

@@ -42,11 +42,11 @@ import torch
 import yaml
 from recording import LOAD_SAMPLE_SECONDS, RECORDER_ARGS, REPO_ROOT, RUN_RECORD, run_recorded, shown
 
-from hfzoo.cards import (
+from hfzoo.card_writing import (
     CARD, DEFAULT_CORPUS, Curve, RunRecord, Section, architecture_rows, markdown_table, model_card_data, plot_losses,
     render_card, training_data,
 )  # fmt: skip
-from hfzoo.files import write_atomic
+from hfzoo.core.files import write_atomic
 
 BASELINE = "baseline.json"
 SPLIT_INFO = "split.yaml"  # beside the split files; not a corpus format, so load_corpus ignores it
@@ -96,7 +96,7 @@ def split_text(source: Path, out_dir: Path, train_fraction: float) -> dict[str, 
 
 def record(run_dir: Path, recipe_args: list[str]) -> int:
     """Run recipes/pretrain.py with `recipe_args` into `run_dir`, recording command, machine and load; its exit code."""
-    from hfzoo.recipes.pretrain import parse_args
+    from hfzoo.commands.pretrain import parse_args
 
     recipe_args = [*recipe_args, "--output_dir", shown(str(run_dir))]
     config = parse_args(recipe_args)  # the recipe's own parser: a bad key fails here, before anything runs
@@ -135,10 +135,10 @@ def unigram_baseline(run_dir: Path) -> dict[str, Any]:
     from hfzoo.data.corpus import load_corpus
     from hfzoo.data.packing import pack
     from hfzoo.tasks.baselines import unigram_perplexity
-    from hfzoo.recipe_config import from_dict, load_yaml
-    from hfzoo.recipes.pretrain import PretrainConfig
+    from hfzoo.core.recipe_config import from_dict, load_yaml
+    from hfzoo.commands.pretrain import PretrainConfig
     from hfzoo.training.logging import read_log
-    from hfzoo.training.objectives import get_objective
+    from hfzoo.objectives.objective import get_objective
 
     config = from_dict(PretrainConfig, load_yaml(run_dir / "training_config.yaml"))
     objective = get_objective(config.objective, config.preset)
@@ -188,7 +188,7 @@ def summarize(run_dir: Path, card_command: str) -> dict[str, Any]:
     """Everything the card shows, from the run folder's files (log, configs, run record, baseline)."""
     from hfzoo.data.default_corpus import VALIDATION_PERCENT
     from hfzoo.training.logging import read_log
-    from hfzoo.training.objectives import get_objective
+    from hfzoo.objectives.objective import get_objective
 
     records = read_log(run_dir)
     start = next(r for r in records if r["event"] == "start")
@@ -299,7 +299,7 @@ def _intro(record: RunRecord) -> str:
 
 
 def _result(record: RunRecord) -> str:
-    from hfzoo.training.objectives import OBJECTIVES
+    from hfzoo.objectives.objective import OBJECTIVES
 
     s, t, b, final = record.summary, record.summary["training"], record.summary["baseline"], record.summary["final"]
     return markdown_table(["", "value"], [

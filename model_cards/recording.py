@@ -24,8 +24,8 @@ from typing import Any
 
 import torch
 
-from hfzoo.data.recorded_paths import recorded_path, resolve_recorded
-from hfzoo.files import write_atomic
+from hfzoo.core.files import write_atomic
+from hfzoo.core.recorded_paths import recorded_path, resolve_recorded
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RUN_RECORD = "run_record.json"

@@ -1,6 +1,6 @@
 """Train a router or AdapterFusion over task adapters: `python recipes/compose.py --config <a compose YAML>`.
 
-The recipe, step by step, is `hfzoo.recipes.compose.run_composition` (hfzoo/recipes/compose.py): config (the
+The recipe, step by step, is `hfzoo.commands.compose.run_composition` (hfzoo/commands/compose.py): config (the
 fine-tuning recipe's sections `data`, `training`, `checkpoints`, `run`, plus `adapters`, `strategy`,
 `strategy_options`, `baseline`) -> examples -> tokenizer -> base model with a fresh head -> `hfzoo.adapters.compose`
 (base and adapters frozen; routers or AdapterFusion and the head trainable) -> AdamW + warmup/cosine -> Accelerator
@@ -17,8 +17,8 @@ Any config key can be overridden on the command line (`--key value`, `--strategy
 lists them all with their defaults.
 """
 
-from hfzoo.recipes.compose import main
-from hfzoo.refusals import run_command
+from hfzoo.commands.compose import main
+from hfzoo.core.refusals import run_command
 
 if __name__ == "__main__":
     run_command("compose", None, main)  # as `hfzoo compose`: a refusal is one line and exit status 2

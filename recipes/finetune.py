@@ -1,6 +1,6 @@
 """Fine-tune a pretrained model on a labelled task: `python recipes/finetune.py --config recipes/configs/finetune/sst2.yaml`.
 
-The recipe, step by step, is `hfzoo.recipes.finetune.finetune` (hfzoo/recipes/finetune.py): config -> examples
+The recipe, step by step, is `hfzoo.commands.finetune.finetune` (hfzoo/commands/finetune.py): config -> examples
 (checked row by row) -> tokenizer -> model with the task's head, full or with a PEFT adapter -> features laid out
 for the model's family -> AdamW + warmup/cosine -> Accelerator -> loop -> validation metrics -> `metrics.json`,
 `predictions.jsonl`, the model or adapter and a model card in `output_dir`. It lives in the package so that
@@ -15,8 +15,8 @@ Any config key can be overridden on the command line (`--key value`, `--method_o
 all with their defaults.
 """
 
-from hfzoo.recipes.finetune import main
-from hfzoo.refusals import run_command
+from hfzoo.commands.finetune import main
+from hfzoo.core.refusals import run_command
 
 if __name__ == "__main__":
     run_command("finetune", None, main)  # as `hfzoo finetune`: a refusal is one line and exit status 2

@@ -1,6 +1,6 @@
 """Pretrain an hfzoo preset from scratch: `python recipes/pretrain.py --config recipes/configs/gpt-small-clm.yaml`.
 
-The recipe, step by step, is `hfzoo.recipes.pretrain.pretrain` (hfzoo/recipes/pretrain.py): config ->
+The recipe, step by step, is `hfzoo.commands.pretrain.pretrain` (hfzoo/commands/pretrain.py): config ->
 corpus -> tokenizer -> collator -> model -> AdamW + warmup/cosine -> Accelerator -> loop (eval and
 atomic checkpoints every N steps) -> model + tokenizer + model card in `output_dir`. It lives in the
 package so that `hfzoo pretrain` runs the very same code; this file is the script you launch:
@@ -17,8 +17,8 @@ Any config key can be overridden on the command line (`--key value`, `--model.hi
 `--help` lists them all with their defaults.
 """
 
-from hfzoo.recipes.pretrain import main
-from hfzoo.refusals import run_command
+from hfzoo.commands.pretrain import main
+from hfzoo.core.refusals import run_command
 
 if __name__ == "__main__":
     run_command("pretrain", None, main)  # as `hfzoo pretrain`: a refusal is one line and exit status 2

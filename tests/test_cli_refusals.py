@@ -18,8 +18,8 @@ from transformers import AutoModelForCausalLM
 
 import hfzoo
 from hfzoo.cli import main as hfzoo_main
-from hfzoo.recipes import pretrain
-from hfzoo.refusals import is_refusal
+from hfzoo.commands import pretrain
+from hfzoo.core.refusals import is_refusal
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, vocab_size=64)

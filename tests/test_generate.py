@@ -12,7 +12,7 @@ from peft import LoraConfig, PeftModel, get_peft_model
 from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSeq2SeqLM, GPT2Config, GPT2LMHeadModel
 
 from hfzoo.cli import main
-from hfzoo.refusals import Refusal
+from hfzoo.core.refusals import Refusal
 
 PROMPT = "Return a new list"
 

@@ -22,11 +22,11 @@ PACKAGE = Path(__file__).resolve().parents[1] / "hfzoo"
 LAYERS = (
     {"models"},
     {"integrations"},
-    {"presets", "registration", "metrics", "recipe_config", "refusals", "files", "cpu_layout"},
-    {"data", "adapters", "features", "cards", "convert"},
-    {"tasks", "generation"},
+    {"core", "metrics"},
+    {"data", "adapters", "card_writing", "convert"},
+    {"tasks", "generation", "objectives"},
     {"training"},
-    {"recipes", "quickstart", "cli", "__init__"},
+    {"commands", "quickstart", "cli", "__init__"},
 )
 LAYER_OF = {name: depth for depth, names in enumerate(LAYERS) for name in names}
 SOURCES = sorted(PACKAGE.rglob("*.py"))

@@ -1,7 +1,7 @@
 """No committed generated file holds a path of the machine that made it (issue 27 item 9): the result cards and their
 records, the benchmark results and report, the preset cards. Such a path says nothing to a reader elsewhere, leaks
 the maker's layout, and breaks a recorded command in any other checkout. The writers record local paths relative to
-the run or the repository (`hfzoo.data.recorded_paths`), installed data by its package and Hub names as they are.
+the run or the repository (`hfzoo.core.recorded_paths`), installed data by its package and Hub names as they are.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 
 from hfzoo.adapters import read_adapter
 from hfzoo.convert import minilm_model_path
-from hfzoo.data.recorded_paths import MINILM_PACKAGE, recorded_path, resolve_recorded
+from hfzoo.core.recorded_paths import MINILM_PACKAGE, recorded_path, resolve_recorded
 from hfzoo.tasks import TaskOptions
 from hfzoo.training.task_model import load_tokenizer, model_source
 

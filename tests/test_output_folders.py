@@ -1,4 +1,4 @@
-"""Writes never destroy what hfzoo did not write (issue 27 item 1), and every write is atomic (`hfzoo.files`).
+"""Writes never destroy what hfzoo did not write (issue 27 item 1), and every write is atomic (`hfzoo.core.files`).
 
 `hfzoo convert` replaced its output folder wholesale: converting into a folder holding other files left only the
 model files, `to-native X X` on a run folder replaced its 22 entries with 5, `from-native` into its own input lost a
@@ -19,9 +19,9 @@ from peft import LoraConfig, get_peft_model
 from tests.helpers.native_models import native_model
 
 from hfzoo.cli import main as cli
-from hfzoo.refusals import Refusal
 from hfzoo.convert import adapter_to_native, from_native, to_native
-from hfzoo.files import atomic_path, publish_folder, write_atomic
+from hfzoo.core.files import atomic_path, publish_folder, write_atomic
+from hfzoo.core.refusals import Refusal
 
 NOTES = b"my notes: not written by hfzoo\n"
 
@@ -163,7 +163,7 @@ def test_saving_a_composition_into_an_existing_folder_keeps_other_files(adapter_
     assert sorted(p.name for p in (out / "adapters").iterdir()) == ["one"] and (out / "notes.txt").is_file()
 
 
-# ----------------------------------------------------------------------------------------------- hfzoo.files
+# ----------------------------------------------------------------------------------------------- hfzoo.core.files
 def test_a_write_that_fails_leaves_the_old_file_and_no_temporary(tmp_path):
     path = tmp_path / "metrics.json"
     write_atomic(path, '{"accuracy": 1.0}\n')

@@ -34,8 +34,8 @@ from tests.helpers.pickles import CreatesMarker
 from transformers import AutoModelForCausalLM
 
 from hfzoo.cli import main as cli
-from hfzoo.files import RUN_LOCK
-from hfzoo.refusals import Refusal
+from hfzoo.core.files import RUN_LOCK
+from hfzoo.core.refusals import Refusal
 from hfzoo.training import list_checkpoints
 from hfzoo.training.logging import read_log
 from hfzoo.training.run_lock import holding_run_folder

@@ -44,7 +44,7 @@ def test_the_check_sees_absolute_relative_and_whole_module_imports(tmp_path):
         "from tests.training.test_fsdp import launch\n"
         "from .test_pretrain_recipe import run\n"
         "from . import test_streaming\n"
-        "from tests.recipes import test_compose_recipe\n"
+        "from tests.commands import test_compose_recipe\n"
         "import tests.conftest\n"
         "from tests.helpers.recipe_runs import run_recipe\n"
         "import pytest\n"
@@ -52,8 +52,8 @@ def test_the_check_sees_absolute_relative_and_whole_module_imports(tmp_path):
     modules = {module for _, module in imported_modules(folder / "test_sample.py", tmp_path / "tests")}
     assert {module for module in modules if is_test_module(module)} == {
         "tests.training.test_fsdp",
-        "tests.recipes.test_pretrain_recipe",
-        "tests.recipes.test_streaming",
-        "tests.recipes.test_compose_recipe",
+        "tests.commands.test_pretrain_recipe",
+        "tests.commands.test_streaming",
+        "tests.commands.test_compose_recipe",
         "tests.conftest",
     }

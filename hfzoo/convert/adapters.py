@@ -36,7 +36,7 @@ from .. import models
 from ..adapters.composition.task_adapter import (
     ADAPTER_CONFIG, ADAPTER_WEIGHTS, KEY_PREFIX, adapter_weights_file, check_adapter_fits, load_safetensors,
 )  # fmt: skip
-from ..files import check_output_folder, staged
+from ..core.files import check_output_folder, staged
 from ..integrations.transformers import model_from_config
 from ..models.checkpoint_files import read_json_file
 from .api import FAMILIES, TOKENIZER_FILES, native_family, zoo_source

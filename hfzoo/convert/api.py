@@ -11,11 +11,11 @@ import transformers
 from transformers import AutoConfig, PreTrainedConfig, PreTrainedModel
 
 from .. import models
-from ..files import check_output_folder, staged
+from ..core.files import check_output_folder, staged
+from ..core.presets import preset_config
 from ..integrations.transformers import model_from_config
 from ..models.checked_loading import load_checked
 from ..models.checkpoint_files import check_checkpoint_folder
-from ..presets import preset_config
 from . import bart, bert, deberta_v2, distilbert, electra, gemma, gpt2, llama, mistral, modernbert, mt5, qwen2, roberta, t5
 from .family import NativeFamily
 from .mapping import convert_state, load_converted
@@ -292,7 +292,7 @@ def save_converted(
     overwrite: bool = False,
 ) -> None:
     """`model.save_pretrained(out_dir)` plus the tokenizer files of `tokenizer_folder`, as the output of `command`
-    (`hfzoo.files.publish_output`): an interrupted conversion leaves no half-written file, and only the files of
+    (`hfzoo.core.files.publish_output`): an interrupted conversion leaves no half-written file, and only the files of
     this conversion (and of an earlier one of `command` there) change. A folder of other files is refused unless
     `overwrite`; so are `tokenizer_folder` itself and a folder inside it or holding it."""
     check_output_folder(out_dir, command, overwrite=overwrite, inputs=[tokenizer_folder])

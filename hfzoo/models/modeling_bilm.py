@@ -2,7 +2,7 @@
 
 Two LSTM stacks read the same token embeddings, one left to right, one right to left; neither ever sees the token
 it predicts. The bare model returns every layer's representation (both directions concatenated), which is what ELMo
-mixes for downstream tasks (`hfzoo.features.ScalarMix`).
+mixes for downstream tasks (`hfzoo.adapters.scalar_mix.ScalarMix`).
 
 Padding: an LSTM carries its state across every position it reads, so a pad must never be read before a real token.
 Each row's real tokens are gathered to the front (in order for the forward stack, reversed for the backward stack),

@@ -345,7 +345,7 @@ class ZooEncoderForReplacedTokenDetection(ZooEncoderTaskModel):
 
     The head is dense + activation, then one score per token. The loss is the binary cross-entropy of the scores
     against `labels` (1 replaced, 0 original, -100 ignored: padding), averaged over the labelled tokens. The generator
-    and the combined loss are a training-time module (`hfzoo.training.electra`); this model is what pretraining keeps,
+    and the combined loss are a training-time module (`hfzoo.objectives.electra`); this model is what pretraining keeps,
     and its encoder loads into every task head for fine-tuning.
     """
 

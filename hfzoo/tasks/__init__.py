@@ -1,6 +1,6 @@
 """Labelled tasks and their data: how examples are read, laid out per model family, predicted and scored.
 
-The recipes that train on them are `hfzoo.recipes.finetune` and `hfzoo.recipes.compose` (also `hfzoo finetune` and
+The recipes that train on them are `hfzoo.commands.finetune` and `hfzoo.commands.compose` (also `hfzoo finetune` and
 `hfzoo compose`). Importing this package registers every task in `TASK_CLASSES`.
 """
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..recipe_config import key
+from ..core.recipe_config import key
 from .task import TASK_CLASSES
 
 

@@ -23,7 +23,7 @@ from torch import nn
 from transformers import AutoModelForQuestionAnswering, PreTrainedTokenizerBase
 
 from ..metrics import load_metric
-from .data import DataError, Record, column, text
+from .records import DataError, Record, column, text
 from .task import Task
 
 

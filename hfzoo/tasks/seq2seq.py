@@ -18,7 +18,7 @@ from torch import nn
 from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, PreTrainedTokenizerBase
 
 from ..metrics import load_metric
-from .data import TABLE_SUFFIXES, Record, read_parallel, read_table, text
+from .records import TABLE_SUFFIXES, Record, read_parallel, read_table, text
 from .task import Task, gpt_input_ids, pad_features
 
 

@@ -19,7 +19,7 @@ from torch import nn
 from transformers import AutoModelForSeq2SeqLM, AutoModelForSequenceClassification
 
 from ..metrics import load_metric
-from .data import TABLE_SUFFIXES, DataError, Record, column, read_table, text
+from .records import TABLE_SUFFIXES, DataError, Record, column, read_table, text
 from .seq2seq import generate_texts
 from .task import Task, gpt_input_ids, natural_sort_key
 

@@ -22,8 +22,8 @@ from torch import nn
 from transformers import PretrainedConfig, PreTrainedTokenizerBase
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
-from ..presets import FAMILY_CONFIGS
-from .data import DataError, data_files, hold_out, hub_records
+from ..core.presets import FAMILY_CONFIGS
+from .records import DataError, data_files, hold_out, hub_records
 
 if TYPE_CHECKING:
     from .options import TaskOptions

@@ -22,7 +22,7 @@ from transformers import AutoModelForTokenClassification, PreTrainedTokenizerBas
 
 from ..data.corpus import decoded_lines
 from ..metrics import load_metric
-from .data import DataError, Record, column, read_table
+from .records import DataError, Record, column, read_table
 from .task import Task, natural_sort_key
 
 logger = logging.getLogger(__name__)

@@ -17,7 +17,7 @@ from typing import Any
 
 from accelerate import Accelerator
 
-from ..files import publish_folder, replace_folder, restore_replaced, sibling_staging_folder, staging_folder
+from ..core.files import publish_folder, replace_folder, restore_replaced, sibling_staging_folder, staging_folder
 from .checkpointing import RESUMABLE_KEYS
 
 logger = logging.getLogger(__name__)
@@ -100,8 +100,8 @@ class BestModel:
 
 def save_published(accelerator: Accelerator, save: Callable[[Path], None], final: Path, whole: bool = False) -> None:
     """`save(folder)` on every process into a staging folder, then published as `final` by the main process: into a
-    run's output folder each saved file appears whole and the other files there stay (`hfzoo.files.publish_folder`);
-    `whole=True` (a folder only hfzoo writes, `best/`) swaps the folder whole (`hfzoo.files.replace_folder`), so it is
+    run's output folder each saved file appears whole and the other files there stay (`hfzoo.core.files.publish_folder`);
+    `whole=True` (a folder only hfzoo writes, `best/`) swaps the folder whole (`hfzoo.core.files.replace_folder`), so it is
     always one complete save."""
     staging = sibling_staging_folder(final) if whole else staging_folder(final)
     if accelerator.is_main_process and staging.exists():

@@ -14,7 +14,7 @@ them all and refuses, naming the file, when one is missing, truncated or altered
 would otherwise resume silently inexact).
 
 Atomic: a checkpoint is written into `checkpoints/.tmp-step-N`, flushed to disk and published with one rename to
-`checkpoints/step-N` (`hfzoo.files.replace_folder`). A crash at any moment (even SIGKILL mid-write) leaves either
+`checkpoints/step-N` (`hfzoo.core.files.replace_folder`). A crash at any moment (even SIGKILL mid-write) leaves either
 a complete checkpoint or a `.tmp-*` folder, which `latest_checkpoint` never returns and the next save removes. A
 step saved again (resuming from an older checkpoint) is swapped whole: the older copy is moved aside before the new
 one is renamed in, so the published step-N is always complete.
@@ -53,10 +53,10 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, load_model, save_file, save_model
 
 from ..convert.api import TOKENIZER_FILES
-from ..files import folder_entries, replace_folder, write_atomic
+from ..core.files import folder_entries, replace_folder, write_atomic
+from ..core.recipe_config import CONFIG_FILE
+from ..core.refusals import refusing
 from ..integrations.accelerate import checkpointed_objects, prepared_models, prepared_optimizers
-from ..recipe_config import CONFIG_FILE
-from ..refusals import refusing
 from .sharded_state import load_sharded_state, save_sharded_state
 
 logger = logging.getLogger(__name__)
@@ -441,7 +441,7 @@ def resume_state(
 
 def exit_on_checkpoint_error(command: str) -> AbstractContextManager[None]:
     """A recipe's `main`: a checkpoint that cannot resume the run (a file missing or altered, a changed config)
-    ends it with one line saying what is wrong, prefixed by `command`, not a traceback (`hfzoo.refusals`)."""
+    ends it with one line saying what is wrong, prefixed by `command`, not a traceback (`hfzoo.core.refusals`)."""
     return refusing(command, CheckpointError)
 
 

@@ -26,9 +26,9 @@ from typing import Any, TypeVar
 
 from tqdm.auto import tqdm
 
-from ..files import write_atomic
-from ..recipe_config import parse_config
-from ..refusals import refusing, take_debug_switch
+from ..core.files import write_atomic
+from ..core.recipe_config import parse_config
+from ..core.refusals import refusing, take_debug_switch
 
 logger = logging.getLogger(__name__)
 Config = TypeVar("Config")
@@ -145,7 +145,7 @@ class RunLogger:
 def start_recipe(config_class: type[Config], argv: Sequence[str] | None, command: str) -> Config:
     """What every recipe's `main` does first: hfzoo's progress messages on, and the config parsed from `argv`. A bad
     config (or a missing file it names) exits with one line saying what is wrong, prefixed by `command`, not a
-    parser traceback (`hfzoo.refusals`)."""
+    parser traceback (`hfzoo.core.refusals`)."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("hfzoo").setLevel(logging.INFO)
     argv = take_debug_switch(argv)

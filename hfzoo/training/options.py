@@ -2,7 +2,7 @@
 and uses ULMFiT's techniques.
 
 Pretraining lists `RunOptions` as a base; fine-tuning and composition hold these parts as sections (`config.run`,
-`config.training`, `config.checkpoints`, `config.ulmfit`: `hfzoo.recipe_config.section`). Key names are the same
+`config.training`, `config.checkpoints`, `config.ulmfit`: `hfzoo.core.recipe_config.section`). Key names are the same
 either way, so YAML files and command lines name them directly (`--seed 3`; also `--run.seed 3` in a section).
 """
 
@@ -17,7 +17,7 @@ import torch
 from accelerate import Accelerator
 from accelerate.utils import DataLoaderConfiguration
 
-from ..recipe_config import MIXED_PRECISION, key
+from ..core.recipe_config import MIXED_PRECISION, key
 from ..tasks import TaskOptions
 from .best_model import ranking_metric
 from .compilation import CompilingAccelerator

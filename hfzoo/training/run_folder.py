@@ -15,8 +15,8 @@ from accelerate import Accelerator
 from transformers import PreTrainedTokenizerBase
 
 from ..convert import installed_model_path
-from ..files import check_output_folder, write_atomic
-from ..recipe_config import CONFIG_FILE
+from ..core.files import check_output_folder, write_atomic
+from ..core.recipe_config import CONFIG_FILE
 from ..tasks import TaskOptions
 from .best_model import resumable_keys
 from .checkpointing import (

@@ -5,7 +5,7 @@ them dies with a bare `SafetensorError`; a `--resume` while the first run still 
 workers running) does the same. So `pretrain`, `finetune` and `compose` (a resumed run too) take the folder's lock
 before they read or write anything there, and release it when they end, by error too:
 
-* The lock is a file, `<output_dir>/.hfzoo-run.lock` (`hfzoo.files.RUN_LOCK`), naming the holder: its command, host,
+* The lock is a file, `<output_dir>/.hfzoo-run.lock` (`hfzoo.core.files.RUN_LOCK`), naming the holder: its command, host,
   pid and the pid's start time. It appears whole (written under a temporary name, then hard-linked into place, which
   fails when a lock is there), so no run reads half a record.
 * A second run is refused in one line naming the holder (`RunFolderLocked`, exit status 2 from the command line).
@@ -30,12 +30,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..files import RUN_LOCK
+from ..core.files import RUN_LOCK
 
 
 class RunFolderLocked(FileExistsError):
     """Another run holds the output folder's lock; the message names it. A `FileExistsError`: a path the user named is
-    in the way, which the command line reports in one line (`hfzoo.refusals`)."""
+    in the way, which the command line reports in one line (`hfzoo.core.refusals`)."""
 
 
 def _stat(pid: int) -> list[str] | None:

@@ -31,7 +31,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule, fully_shard
 
-from ..cpu_layout import tune_for_cpu
+from ..core.cpu_layout import tune_for_cpu
 from ..integrations.accelerate import track_prepared_model
 from ..integrations.torch import classes_before_sharding
 from ..integrations.transformers import block_class_names
@@ -89,7 +89,7 @@ def shard_model(model: nn.Module, accelerator: Accelerator, sharding: str) -> nn
 
 def ready_for_training(model: nn.Module, accelerator: Accelerator, sharding: str) -> nn.Module:
     """`model` as the run trains it; call it before its optimizer exists. Sharded (`shard_model`), or, unsharded on a
-    CPU, with hfzoo's CPU layouts (`hfzoo.cpu_layout`: the run's choice, not the saved model code's), so that the
+    CPU, with hfzoo's CPU layouts (`hfzoo.core.cpu_layout`: the run's choice, not the saved model code's), so that the
     optimizer's state is created in the training layout."""
     model = shard_model(model, accelerator, sharding)
     if not is_sharded(model) and accelerator.device.type == "cpu":

@@ -14,12 +14,12 @@ from transformers import AutoConfig, AutoTokenizer, PretrainedConfig, PreTrained
 from transformers import PreTrainedTokenizerFast
 
 from ..convert import import_checkpoint, installed_model_path
+from ..core.presets import list_presets, preset_config
 from ..data.corpus import missing_local_path
 from ..data.tokenizer_training import train_tokenizer
 from ..integrations.transformers import auto_class_has
 from ..models.checked_loading import load_checked
 from ..models.checkpoint_files import check_checkpoint_folder
-from ..presets import list_presets, preset_config
 from ..tasks import Task, TaskOptions, model_family
 
 logger = logging.getLogger(__name__)

@@ -12,9 +12,9 @@ from typing import Any
 from accelerate import Accelerator
 from transformers import PreTrainedTokenizerBase
 
-from ..cards import RunRecord, Section, finetune_metadata, write_card
-from ..data.recorded_paths import recorded_path
-from ..files import write_atomic
+from ..card_writing import RunRecord, Section, finetune_metadata, write_card
+from ..core.files import write_atomic
+from ..core.recorded_paths import recorded_path
 from ..tasks import Task
 from .evaluation import TrainedRun
 from .logging import read_log

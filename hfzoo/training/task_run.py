@@ -1,5 +1,5 @@
-"""The skeleton both recipes that train on a labelled task share (fine-tuning, `hfzoo.recipes.finetune`, and
-composition, `hfzoo.recipes.compose`), in the order they call it: the task and its examples (`read_task_examples`),
+"""The skeleton both recipes that train on a labelled task share (fine-tuning, `hfzoo.commands.finetune`, and
+composition, `hfzoo.commands.compose`), in the order they call it: the task and its examples (`read_task_examples`),
 the model with the task's head (`load_task_model`), an evaluation-only run (`evaluate_only`), and `TaskTraining`,
 what a training run keeps and does between its optimizer steps (resume, the best model, the log, the evaluations,
 the checkpoints, the model saved after the last step). What the run leaves is written by `task_results`.

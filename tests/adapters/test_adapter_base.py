@@ -12,8 +12,8 @@ from peft import LoraConfig, get_peft_model
 
 from hfzoo.adapters import compose, load_composition
 from hfzoo.adapters.composition.task_adapter import BASE_RECORD, save_base_identity
-from hfzoo.data.recorded_paths import resolve_recorded
-from hfzoo.presets import build_preset_model
+from hfzoo.core.presets import build_preset_model
+from hfzoo.core.recorded_paths import resolve_recorded
 
 LORA = dict(r=4, target_modules=["qkv_proj"], init_lora_weights=False)
 

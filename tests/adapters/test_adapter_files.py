@@ -10,7 +10,7 @@ from peft import LoraConfig, get_peft_model
 from transformers import AutoModelForCausalLM
 
 from hfzoo.adapters import compose, load_composition, read_adapter
-from hfzoo.presets import build_preset_model
+from hfzoo.core.presets import build_preset_model
 
 
 @pytest.fixture

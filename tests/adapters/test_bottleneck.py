@@ -38,8 +38,8 @@ from transformers import (
 import hfzoo
 from hfzoo.adapters import BottleneckConfig, BottleneckLayer, BottleneckModel
 from hfzoo.adapters.bottleneck.registry import register_method
+from hfzoo.core.presets import FAMILY_LM_AUTO_CLASS, preset_family
 from hfzoo.integrations.peft import add_peft_type
-from hfzoo.presets import FAMILY_LM_AUTO_CLASS, preset_family
 
 VOCAB = 4096  # the tiny presets' vocabulary
 
@@ -112,7 +112,7 @@ NATIVE = {
     ),
 }
 # Transformer presets: the adapters sit after attention and feed-forward sub-layers, which the biLSTM family
-# (ELMo) does not have; its adapters name their targets (tests/features/test_bilm_features.py).
+# (ELMo) does not have; its adapters name their targets (tests/adapters/test_bilm_features.py).
 TINY_PRESETS = [name for name in hfzoo.list_presets() if name.endswith("-tiny") and preset_family(name) != "bilm"]
 
 

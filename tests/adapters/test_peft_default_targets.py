@@ -5,7 +5,7 @@ import pytest
 import torch
 from peft import LoHaConfig, LoKrConfig, OFTConfig, VeraConfig, get_peft_model
 
-from hfzoo.presets import build_preset_model
+from hfzoo.core.presets import build_preset_model
 
 # family preset -> the module names the methods adapt there by default
 FAMILIES = {

@@ -11,7 +11,7 @@ import yaml
 from peft import TaskType
 from tests.helpers.paths import REPO
 
-from hfzoo.training.methods import DEFAULT_LEARNING_RATES, MethodOptions, peft_config_for
+from hfzoo.adapters.methods import DEFAULT_LEARNING_RATES, MethodOptions, peft_config_for
 
 sys.path.insert(0, str(REPO / "model_cards"))
 import generate_adapter_study as study  # noqa: E402

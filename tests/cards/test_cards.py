@@ -12,7 +12,7 @@ import yaml
 from huggingface_hub import ModelCard
 from tests.helpers.recipe_runs import finetune_on
 
-from hfzoo.cards import (
+from hfzoo.card_writing import (
     CARD,
     FINETUNE_SECTIONS,
     LIBRARIES,
@@ -29,7 +29,7 @@ from hfzoo.cards import (
     render_card,
     write_card,
 )
-from hfzoo.presets import preset_config
+from hfzoo.core.presets import preset_config
 
 LOG = [
     {"event": "start", "step": 0, "num_processes": 2, "distributed_type": "MULTI_CPU", "device": "cpu",

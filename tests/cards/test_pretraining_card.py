@@ -8,7 +8,7 @@ import math
 import yaml
 
 import hfzoo
-from hfzoo.cards import (
+from hfzoo.card_writing import (
     LOSS_CURVE,
     PRETRAINING_SECTIONS,
     RunRecord,
@@ -17,8 +17,8 @@ from hfzoo.cards import (
     render_card,
     write_card,
 )
-from hfzoo.recipe_config import from_dict
-from hfzoo.recipes.pretrain import PretrainConfig
+from hfzoo.commands.pretrain import PretrainConfig
+from hfzoo.core.recipe_config import from_dict
 from hfzoo.training import get_objective
 from hfzoo.training.logging import RunLogger, read_log
 

@@ -1,4 +1,4 @@
-"""The command line of a short composition-recipe run on the two adapters of tests/recipes/conftest.py's `setup`."""
+"""The command line of a short composition-recipe run on the two adapters of tests/commands/conftest.py's `setup`."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ import torch
 import transformers
 
 import hfzoo
-from hfzoo.presets import FAMILY_CONFIGS, PRESETS
+from hfzoo.core.presets import FAMILY_CONFIGS, PRESETS
 
 VOCAB = 96
 

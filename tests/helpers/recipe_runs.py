@@ -17,7 +17,7 @@ import torch
 from accelerate.state import AcceleratorState, GradientState
 from tests.helpers.paths import PRETRAIN_TEST_CONFIG, REPO
 
-from hfzoo.recipes import finetune, pretrain
+from hfzoo.commands import finetune, pretrain
 
 
 def run_recipe(main: Callable[[list[str]], Path], *args) -> Path:

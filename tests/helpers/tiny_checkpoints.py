@@ -65,7 +65,7 @@ def checkpoints(tmp_path_factory) -> dict[str, Path]:
         return folders
     texts = _tokenizer_texts()
     for preset, (kind, auto_class) in CHECKPOINTS.items():
-        family = hfzoo.presets.preset_family(preset)
+        family = hfzoo.core.presets.preset_family(preset)
         tokenizer = train_tokenizer(texts, kind, 1000, family, num_sentinels=4)
         special = {"pad_token_id": tokenizer.pad_token_id, "eos_token_id": tokenizer.eos_token_id}
         if family == "decoder":

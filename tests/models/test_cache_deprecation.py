@@ -15,7 +15,7 @@ import torch
 import transformers
 from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoModelForSequenceClassification
 
-from hfzoo.presets import preset_config
+from hfzoo.core.presets import preset_config
 
 REPO = Path(__file__).resolve().parents[2]
 DEPRECATION = "are deprecated. Use `cache`"

@@ -20,7 +20,7 @@ from transformers import (
 )
 
 import hfzoo
-from hfzoo.presets import count_preset_parameters
+from hfzoo.core.presets import count_preset_parameters
 
 HEADS = (
     AutoModel,

@@ -18,9 +18,9 @@ from transformers import AutoModelForQuestionAnswering, AutoModelForSeq2SeqLM, A
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
 import hfzoo
+from hfzoo.core.presets import count_preset_parameters
 from hfzoo.models.losses import load_balancing_loss
 from hfzoo.models.modeling_encoder_decoder import shift_tokens_right
-from hfzoo.presets import count_preset_parameters
 
 PRESETS = ("t5-tiny", "bart-tiny", "transformer-tiny")
 SOURCES = ([11, 12, 13, 14, 15, 16, 17], [21, 22, 23], [31, 32, 33, 34, 35])

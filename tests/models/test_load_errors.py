@@ -14,8 +14,8 @@ import torch
 from tests.helpers.recipe_runs import finetune_on, one_step_finetune_args
 from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
+from hfzoo.commands.finetune import parse_args
 from hfzoo.models.checkpoint_files import CheckpointFileError
-from hfzoo.recipes.finetune import parse_args
 from hfzoo.tasks import SequenceClassification, load_examples
 from hfzoo.training.task_model import load_model
 

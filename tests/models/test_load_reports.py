@@ -10,13 +10,13 @@ import transformers
 from transformers import AutoModelForMaskedLM, AutoModelForPreTraining
 
 import hfzoo
+from hfzoo.core.registration import FAMILIES
 from hfzoo.models import (
     ZooEncoderForMaskedLM,
     ZooEncoderForPreTraining,
     ZooEncoderForReplacedTokenDetection,
     ZooEncoderForSequenceClassification,
 )
-from hfzoo.registration import FAMILIES
 
 # One preset per family (the decoder needs a pad token to classify batches).
 PRESETS = {"decoder": "gpt-tiny", "encoder": "bert-tiny", "encoder_decoder": "t5-tiny", "bilm": "elmo-tiny"}

@@ -244,7 +244,7 @@ def heads_without_hfzoo(tmp_path_factory) -> dict:
     child process that cannot import hfzoo, running outside the repository with its own module cache."""
     from accelerate.state import AcceleratorState, GradientState
 
-    from hfzoo.recipes.pretrain import main
+    from hfzoo.commands.pretrain import main
 
     root = tmp_path_factory.mktemp("heads")
     jobs = {}

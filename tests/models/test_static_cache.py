@@ -12,8 +12,8 @@ import torch._dynamo
 from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM
 from transformers.generation.configuration_utils import CompileConfig
 
-from hfzoo.cpu_layout import tune_for_cpu
-from hfzoo.presets import preset_config
+from hfzoo.core.cpu_layout import tune_for_cpu
+from hfzoo.core.presets import preset_config
 
 CASES = [
     ("gpt-tiny", {}),

@@ -22,10 +22,10 @@ from transformers import AutoModelForCausalLM, AutoModelForSequenceClassificatio
 
 import hfzoo
 from hfzoo.cli import main as cli
-from hfzoo.refusals import Refusal
+from hfzoo.commands.finetune import main as finetune
+from hfzoo.commands.finetune import parse_args
+from hfzoo.core.refusals import Refusal
 from hfzoo.models.checkpoint_files import CheckpointFileError
-from hfzoo.recipes.finetune import main as finetune
-from hfzoo.recipes.finetune import parse_args
 from hfzoo.tasks import SequenceClassification, load_examples
 from hfzoo.training.task_model import load_model
 

@@ -20,9 +20,9 @@ from tests.helpers.paths import REPO, SHARED_DATA as DATA
 from tests.helpers.tiny_checkpoints import first_lines
 from transformers import AutoTokenizer
 
-from hfzoo.recipes.finetune import main, parse_args
+from hfzoo.commands.finetune import main, parse_args
 from hfzoo.tasks import QuestionAnswering, Seq2Seq, SequenceClassification, TokenClassification, load_examples
-from hfzoo.tasks.data import DataError
+from hfzoo.tasks.records import DataError
 from hfzoo.training.task_model import load_model, load_tokenizer
 
 
@@ -220,7 +220,7 @@ def test_hub_rows_get_their_class_label_names_back(tmp_path):
     """Hub datasets store labels as ClassLabel ids; the tasks see the names (a parquet folder keeps the features)."""
     import datasets
 
-    from hfzoo.tasks.data import hub_records
+    from hfzoo.tasks.records import hub_records
 
     features = datasets.Features({
         "tokens": datasets.Sequence(datasets.Value("string")),

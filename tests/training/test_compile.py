@@ -17,7 +17,7 @@ from safetensors.torch import load_file
 from tests.helpers.recipe_runs import run_pretrain as run_in_process
 from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSeq2SeqLM
 
-from hfzoo.presets import PRESETS, preset_config
+from hfzoo.core.presets import PRESETS, preset_config
 from hfzoo.training import list_checkpoints
 from hfzoo.training.compilation import compile_in_place
 from hfzoo.training.logging import read_log

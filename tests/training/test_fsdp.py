@@ -28,8 +28,8 @@ from tests.helpers.run_outputs import train_losses, weights
 from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoModelForSequenceClassification, BertConfig
 
 import hfzoo
+from hfzoo.commands.pretrain import main
 from hfzoo.integrations.transformers import block_class_names
-from hfzoo.recipes.pretrain import main
 from hfzoo.training import list_checkpoints
 from hfzoo.training.logging import read_log
 

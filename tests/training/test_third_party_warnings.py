@@ -9,8 +9,8 @@ from peft import LoraConfig, PeftModel
 from transformers import AutoModelForSequenceClassification, GPT2Config, GPT2ForSequenceClassification
 
 import hfzoo
-from hfzoo.recipes import finetune
-from hfzoo.training.methods import apply_method
+from hfzoo.adapters.methods import apply_method
+from hfzoo.commands import finetune
 
 SMALL = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, vocab_size=64)
 

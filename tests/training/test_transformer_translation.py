@@ -17,13 +17,13 @@ from tests.helpers.schedules import PEAK, applied_learning_rates
 from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
 
 import hfzoo
-from hfzoo.recipes.finetune import parse_args
+from hfzoo.commands.finetune import parse_args
 from hfzoo.tasks import TASK_CLASSES, load_examples
 from hfzoo.tasks import seq2seq as seq2seq_module
 from hfzoo.tasks.seq2seq import TextPair
 from hfzoo.training.logging import read_log
-from hfzoo.training.losses import label_smoothed_loss, smoothed_loss_function
 from hfzoo.training.loop import build_inverse_sqrt_scheduler
+from hfzoo.training.losses import label_smoothed_loss, smoothed_loss_function
 from hfzoo.training.task_model import train_task_tokenizer
 
 

@@ -19,7 +19,7 @@ from tests.helpers.schedules import PEAK, applied_learning_rates
 from transformers import AutoModelForSequenceClassification, BertConfig, BertForSequenceClassification
 
 import hfzoo
-from hfzoo.recipes.finetune import parse_args
+from hfzoo.commands.finetune import parse_args
 from hfzoo.training import list_checkpoints
 from hfzoo.training.logging import read_log
 from hfzoo.training.loop import build_optimizer, build_slanted_triangular_scheduler

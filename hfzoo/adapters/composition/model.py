@@ -32,14 +32,14 @@ from safetensors.torch import save_file
 from torch import nn
 from transformers import PreTrainedModel
 
+from ...core.files import staged
+from ...models.checkpoint_files import read_json_file
 from .hub import prepare_upload
 from .merging import merge_with_peft
 from .routing import MASK_KEYS, ComposedLayer, RoutingContext, Wrapper
 from .stacked import StackedAdapters
 from .stacking import linear_shape, output_width
 from .strategies import STRATEGIES
-from ...files import staged
-from ...models.checkpoint_files import read_json_file
 from .task_adapter import (
     ADAPTER_CONFIG, ADAPTER_WEIGHTS, BASE_RECORD, TaskAdapter, check_base, check_fits, load_safetensors,
     read_adapter,
@@ -374,7 +374,7 @@ class ComposedModel(Wrapper):
         **hub_options: Any,
     ) -> None:
         """Write `composition.json`, `composition.safetensors` and `adapters/<name>/` (a copy of each adapter
-        folder) to `path`, atomically (`hfzoo.files.publish_folder`): built in a staging folder, then published with
+        folder) to `path`, atomically (`hfzoo.core.files.publish_folder`): built in a staging folder, then published with
         `composition.json` last. Other files in `path` stay; of an earlier composition saved there, only the files
         this one no longer has (an adapter it lacks) are removed. `state_dict`: the whole model's state dict to take the
         composition's weights from (a sharded model's, gathered whole); none = the model's own. `push_to_hub`: then

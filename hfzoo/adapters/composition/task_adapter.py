@@ -34,8 +34,8 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file
 from torch import nn
 
-from ...data.recorded_paths import recorded_path, resolve_recorded
-from ...files import published_folder, write_atomic
+from ...core.files import published_folder, write_atomic
+from ...core.recorded_paths import recorded_path, resolve_recorded
 from ...models.checked_loading import listed_keys
 from ...models.checkpoint_files import (
     CheckpointFileError, check_safetensors_file, read_json_file, refuse_missing_safetensors,
