@@ -1,35 +1,61 @@
 """hfzoo's packages import downwards only, so a change low in the stack never has to climb back up.
 
-Layers, lowest first. A module may import from its own layer or a lower one:
-1. `models/`: saved next to every checkpoint, so it imports only its flat siblings (`from .x import y`).
-2. `integrations/`: every use of a third-party library's internals (private attributes, global mutations), each
-   behind a version guard. Nothing else in hfzoo, the recipes, benchmarks or card generators touches them.
-3. presets, registration, metrics, the recipe config machinery, refusals (how the commands report bad input),
-   files (atomic writes, output folders), cpu_layout (the CPU weight layouts hfzoo applies to the models it runs).
-4. data, adapters and features (which reach models only through transformers/PEFT), cards, convert (hfzoo <->
-   native transformers weights).
-5. tasks (fine-tuning tasks and their data), generation (`hfzoo generate`, which formats prompts as the tasks do).
-6. training (what the recipes share: loop, checkpointing, logging, objectives).
-7. the recipes, quickstart, the CLI, and the package's `__init__`.
+The layers are the folders, as the README's map "How the code is laid out" lists them (one row per folder, lowest
+layer first; the row of `hfzoo/` itself names the modules at the top of the package): a module may import from its
+own layer or a lower one. Two layers have rules of their own, checked here too:
+- `hfzoo/models/` is saved next to every checkpoint, so it imports only its flat siblings (`from .x import y`);
+- `hfzoo/integrations/` holds every use of a third-party library's internals (private attributes, private names
+  reached through `getattr`/`hasattr`/`setattr`/`vars`, overridden private hooks, global mutations), each behind a
+  version guard (`written_for`). Nothing else in hfzoo, the recipes, benchmarks or card generators touches them,
+  except a method that overrides a library's private hook, which carries the guard itself.
 """
 
 import ast
+import importlib
+import re
 from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[1] / "hfzoo"
-LAYERS = (
-    {"models"},
-    {"integrations"},
-    {"core", "metrics"},
-    {"data", "adapters", "card_writing", "convert"},
-    {"tasks", "generation", "objectives"},
-    {"training"},
-    {"commands", "quickstart", "cli", "__init__"},
-)
-LAYER_OF = {name: depth for depth, names in enumerate(LAYERS) for name in names}
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "hfzoo"
+MAP_TITLE = "## How the code is laid out"
+# A row of the map: | layer | `folder/` | what it holds |
+MAP_ROW = re.compile(r"^\| *(\d+) *\| *`([^`]+)` *\|(.*)\|$", re.M)
+
+
+def _readme_map() -> list[tuple[int, str, str]]:
+    """(layer, folder, what it holds) for each row of the README's map, in its order."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert MAP_TITLE in readme, f"README.md lost its map ({MAP_TITLE!r}), which gives hfzoo's layers"
+    section = readme.split(MAP_TITLE, 1)[1].split("\n## ", 1)[0]
+    return [(int(layer), folder, what) for layer, folder, what in MAP_ROW.findall(section)]
+
+
+def _layers() -> dict[str, int]:
+    """Layer (0 = lowest) of each top-level name of hfzoo: a package by its folder's row, a module at the top of the
+    package by the `hfzoo/` row naming it (`cli.py`)."""
+    layer_of = {}
+    for layer, folder, what in _readme_map():
+        if folder == "hfzoo/":
+            layer_of.update({Path(name).stem: layer - 1 for name in re.findall(r"`(\w+\.py)`", what)})
+        elif folder.startswith("hfzoo/"):
+            layer_of[folder.removeprefix("hfzoo/").rstrip("/")] = layer - 1
+    return layer_of
+
+
+LAYER_OF = _layers()
 SOURCES = sorted(PACKAGE.rglob("*.py"))
+
+
+def test_the_map_goes_from_the_lowest_layer_up_and_names_what_exists():
+    rows = _readme_map()
+    layers = [layer for layer, _, _ in rows]
+    assert layers == sorted(layers), f"the README's map must go from the lowest layer up, got layers {layers}"
+    missing = [folder for _, folder, _ in rows if not (ROOT / folder).is_dir()]
+    missing += [f"hfzoo/{name}.py" for name in LAYER_OF if not (PACKAGE / name).is_dir()
+                and not (PACKAGE / f"{name}.py").is_file()]  # fmt: skip
+    assert not missing, f"the README's map names what is not there: {missing}"
 
 
 def _top(path: Path) -> str:
@@ -60,12 +86,13 @@ def _statements(path: Path):
 
 def test_every_package_has_a_layer():
     unknown = sorted({_top(path) for path in SOURCES} - set(LAYER_OF))
-    assert not unknown, f"give these a layer in tests/test_layering.py: {unknown}"
+    assert not unknown, f"give these a row (a module: a mention in the `hfzoo/` row) in the README's map: {unknown}"
 
 
 @pytest.mark.parametrize("path", SOURCES, ids=lambda path: str(path.relative_to(PACKAGE)))
 def test_imports_go_downwards(path):
     here = _top(path)
+    assert here in LAYER_OF, f"{here} has no layer: give it a row in the README's map"
     upward = [
         f"line {node.lineno}: {here} (layer {LAYER_OF[here] + 1}) imports {name} (layer {LAYER_OF[name] + 1})"
         for node in _statements(path)
@@ -94,7 +121,6 @@ def test_model_code_imports_only_flat_siblings(path):
 # Third-party internals: what a private name of these libraries means can change in any release, so every use
 # sits in hfzoo/integrations/, behind a guard naming the versions it was written for.
 THIRD_PARTY = {"torch", "transformers", "peft", "accelerate", "datasets"}
-ROOT = PACKAGE.parent
 CHECKED = sorted(
     path
     for folder in ("hfzoo", "recipes", "benchmarks", "model_cards")
