@@ -10,6 +10,7 @@ from transformers import AutoConfig
 
 from .. import models
 from ..integrations.peft import add_default_targets
+from ..integrations.transformers import own_auto_class
 
 # Each family's config class and its heads by Auto class name (`heads_by_auto_class`, declared beside the models so
 # that the copy of the code saved with a checkpoint names the same heads in its `auto_map`).
@@ -57,7 +58,7 @@ def register() -> None:
             getattr(transformers, auto_name).register(config_cls, heads if len(heads) > 1 else heads[0], exist_ok=True)
             for head in heads:
                 # The Auto class a head saves itself under is the first that names it (an own, not inherited, one).
-                if "_auto_class" not in vars(head):
+                if own_auto_class(head) is None:
                     head.register_for_auto_class(auto_name)
         if config_cls.model_type in WITHOUT_PEFT_DEFAULTS:
             continue

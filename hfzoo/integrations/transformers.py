@@ -1,5 +1,6 @@
-"""transformers internals: building a model class from a config, the Auto classes' mappings, the attention
-backend a config selected, compiling generation on every device."""
+"""transformers internals: building a model class from a config, the Auto classes' mappings and the Auto class a
+model class registered itself for, the attention backend a config selected, compiling generation on every device,
+the blocks a model must not be split inside."""
 
 from transformers import PretrainedConfig, PreTrainedModel
 from transformers.generation import CompileConfig
@@ -19,6 +20,14 @@ def auto_class_has(auto_class: type, config: PretrainedConfig) -> bool:
     """Whether `auto_class` (`AutoModelForSequenceClassification`, ...) has a model for `config`'s class, without
     building one."""
     return type(config) in auto_class._model_mapping
+
+
+@written_for("transformers")
+def own_auto_class(model_cls: type[PreTrainedModel]) -> str | None:
+    """The Auto class name `model_cls` itself registered for with `register_for_auto_class` (None if it did not; a
+    parent's registration does not count): transformers keeps it in the class attribute `_auto_class`, which every
+    class inherits from `PreTrainedModel`."""
+    return vars(model_cls).get("_auto_class")
 
 
 @written_for("transformers")

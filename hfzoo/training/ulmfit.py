@@ -15,11 +15,13 @@ from collections.abc import Sequence
 
 from torch import nn
 
+from ..integrations.transformers import block_class_names
+
 
 def find_blocks(model: nn.Module) -> list[nn.Module]:
     """The model's transformer blocks (LSTM layers, ...) in the order their parameters are registered: an
     encoder-decoder's encoder blocks, then its decoder blocks."""
-    no_split = {name for module in model.modules() for name in getattr(module, "_no_split_modules", None) or []}
+    no_split = block_class_names(model)
     lists = [m for m in model.modules() if isinstance(m, nn.ModuleList) and len(m) > 0]
     chosen = [m for m in lists if all(type(child).__name__ in no_split for child in m)]
     if not chosen:

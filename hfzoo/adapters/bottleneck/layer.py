@@ -51,9 +51,11 @@ class BottleneckLayer(nn.Module, BaseTunerLayer):
         self.bottleneck_act = nn.ModuleDict()
         self.bottleneck_dropout = nn.ModuleDict()
         self.bottleneck_scaling: dict[str, float] = {}
-        self._disable_adapters = False
         self.merged_adapters = []
-        self._active_adapter = adapter_name
+        # Through BaseTunerLayer's public setters, not its private fields: the new adapter is the active one, and
+        # adapters are enabled.
+        self.set_adapter(adapter_name)
+        self.enable_adapters(True)
         self.update_layer(adapter_name, config)
 
     def update_layer(self, adapter_name: str, config: BottleneckConfig) -> None:

@@ -11,6 +11,7 @@ from peft.utils import AuxiliaryTrainingWrapper
 from torch import nn
 from transformers.pytorch_utils import Conv1D
 
+from ...integrations.versions import written_for
 from .config import BottleneckConfig
 from .layer import MERGE_ERROR, BottleneckLayer
 
@@ -64,17 +65,22 @@ class BottleneckModel(BaseTuner):
 
     Adapters cannot be merged into the base weights (they are non-linear): `merge_and_unload` raises, `unload`
     returns the base model.
+
+    A PEFT method is made by overriding `BaseTuner`'s private hooks (as PEFT's own methods are), and `PeftModel` calls
+    `_enable_peft_forward_hooks` when the tuner has one: each override carries the PEFT versions it was written for.
     """
 
     prefix: str = "bottleneck_"
     tuner_layer_cls = BottleneckLayer
     target_module_mapping = SUBLAYER_OUTPUTS
 
+    @written_for("peft")
     def _prepare_adapter_config(self, peft_config: BottleneckConfig, model_config: dict) -> BottleneckConfig:
         if peft_config.target_modules is None:
             peft_config.target_modules = default_target_modules(peft_config.variant, model_config)
         return peft_config
 
+    @written_for("peft")
     def _create_and_replace(
         self,
         peft_config: BottleneckConfig,
@@ -108,6 +114,7 @@ class BottleneckModel(BaseTuner):
             )
         return hidden_size
 
+    @written_for("peft")
     def _replace_module(self, parent: nn.Module, child_name: str, new_module: nn.Module, child: nn.Module) -> None:
         if new_module is getattr(child, "base_layer", None):
             # Unloading puts the wrapped module back as it was; PEFT's version would also re-assign `weight`, which a
@@ -123,9 +130,11 @@ class BottleneckModel(BaseTuner):
         if not self.active_adapters and self.peft_config:
             self.set_adapter(next(iter(self.peft_config)))
 
+    @written_for("peft")
     def _check_merge_allowed(self) -> None:
         raise ValueError(MERGE_ERROR)
 
+    @written_for("peft")
     @contextmanager
     def _enable_peft_forward_hooks(self, *args: Any, **kwargs: Any) -> Iterator[None]:
         """Route `adapter_names=[...]` (one adapter name or "__base__" per example) of `forward`/`generate` to
