@@ -136,7 +136,7 @@ MODEL_CODE_INTERNALS = {
     "loss; the overridden getter must honour it as transformers' own getter does",
     ("modeling_common.py", "_auto_class"): "set by the public `register_for_auto_class`; save_pretrained reads it to "
     "write auto_map, and hfzoo's save names every head of the family there only when it is set",
-    ("modeling_common.py", "_init_weights"): "transformers' hook for initialising a model's own modules, which "
+    ("transformer_stack.py", "_init_weights"): "transformers' hook for initialising a model's own modules, which "
     "post_init calls and every transformers modeling file overrides",
     ("modeling_encoder_decoder.py", "_get_resized_embeddings"): "PreTrainedModel's own resizing (mean-resizing "
     "included) applied to the unshared source embedding that the public resize_token_embeddings does not reach",

@@ -38,7 +38,7 @@ def test_no_file_under_tests_imports_a_test_module_or_a_conftest():
 
 
 def test_the_check_sees_absolute_relative_and_whole_module_imports(tmp_path):
-    folder = tmp_path / "tests" / "recipes"
+    folder = tmp_path / "tests" / "commands"
     folder.mkdir(parents=True)
     (folder / "test_sample.py").write_text(
         "from tests.training.test_fsdp import launch\n"
