@@ -5,14 +5,14 @@ Throughput: the pretraining recipe itself, launched as users launch it (`python 
 same per-process batch, so N processes do N times the work of one (weak scaling). tokens/s is the median of the
 recipe's own `train` log records after the first (which includes start-up), summed over processes; scaling
 efficiency = tokens/s with N processes / (N x tokens/s with one). `--sharding fsdp` adds rows that pass
-`--sharding fsdp` to the recipe; they are skipped, with the reason, when the recipe has no such key.
+`--sharding fsdp` to the recipe (FSDP2).
 
 Checkpoints: hfzoo's own `save_checkpoint` / `load_checkpoint` (safetensors and JSON, the format a DDP run writes) of
 a model with its AdamW state after one step, for each `--checkpoint-presets` preset: median seconds of
 `--checkpoint-repeats` saves and loads, and the folder's size, against the parameter count.
 
     .venv/bin/python benchmarks/bench_scaling.py                      # full run
-    .venv/bin/python benchmarks/bench_scaling.py --sharding ddp fsdp  # with FSDP rows (once the recipe has them)
+    .venv/bin/python benchmarks/bench_scaling.py --sharding ddp fsdp  # with FSDP rows
     .venv/bin/python benchmarks/bench_scaling.py --tiny               # smoke run
 """
 
@@ -31,8 +31,6 @@ from accelerate import Accelerator
 from transformers import AutoModelForCausalLM
 
 import hfzoo
-from hfzoo.commands.pretrain import PretrainConfig
-from hfzoo.core.recipe_config import config_fields
 from hfzoo.training.checkpointing import Progress, load_checkpoint, save_checkpoint
 from hfzoo.training.logging import read_log
 
@@ -61,10 +59,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args([*TINY, *(argv if argv is not None else sys.argv[1:])]) if args.tiny else args
 
 
-def recipe_knows_sharding() -> bool:
-    return "sharding" in config_fields(PretrainConfig)
-
-
 def run_recipe(args: argparse.Namespace, processes: int, sharding: str, output_dir: Path) -> dict:
     """One recipe launch; its tokens/s (all processes) from the log, and the launch's wall time."""
     launch = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes), str(RECIPE)]
@@ -91,13 +85,9 @@ def run_recipe(args: argparse.Namespace, processes: int, sharding: str, output_d
             "wall_s": wall}  # fmt: skip
 
 
-def throughput_rows(args: argparse.Namespace, workdir: Path) -> tuple[list[dict], list[str]]:
-    rows, notes = [], []
+def throughput_rows(args: argparse.Namespace, workdir: Path) -> list[dict]:
+    rows = []
     for sharding in args.sharding:
-        if sharding == "fsdp" and not recipe_knows_sharding():
-            notes.append("fsdp rows skipped: the pretraining recipe has no `sharding` key in this checkout")
-            print(notes[-1])
-            continue
         single = None
         for processes in args.processes:
             measured = run_recipe(args, processes, sharding, workdir / f"{sharding}-{processes}")
@@ -109,7 +99,7 @@ def throughput_rows(args: argparse.Namespace, workdir: Path) -> tuple[list[dict]
             efficiency = rate / (processes * single) if single else None
             rows.append({"figure": "train", "sharding": sharding, "processes": processes, "model": args.preset,
                          "unit": "tokens/s", **measured, "scaling_efficiency": efficiency})  # fmt: skip
-    return rows, notes
+    return rows
 
 
 def checkpoint_row(preset: str, repeats: int, workdir: Path) -> dict:
@@ -150,7 +140,7 @@ def main(argv: list[str] | None = None) -> dict:
     ensure_malloc_setting("tuned")
     started = environment()
     with tempfile.TemporaryDirectory(prefix="bench-scaling-") as workdir:
-        rows, notes = throughput_rows(args, Path(workdir))
+        rows, notes = throughput_rows(args, Path(workdir)), []
         rows += [checkpoint_row(preset, args.checkpoint_repeats, Path(workdir)) for preset in args.checkpoint_presets]
     started["load_average_end"] = os.getloadavg()
     busiest = max(started["load_average"][0], started["load_average_end"][0])

@@ -233,13 +233,18 @@ BENCH_SCALING = REPO_ROOT / "benchmarks" / "bench_scaling.py"
 
 @pytest.fixture(scope="module")
 def scaling_results(tmp_path_factory) -> dict:
-    arguments = ["--tiny", "--sharding", "ddp", "fsdp"]
+    """DDP only: the FSDP rows (the same launches with `--sharding fsdp`) are the slow test's."""
+    arguments = ["--tiny", "--sharding", "ddp"]
     return run_tiny_benchmark(BENCH_SCALING, arguments, tmp_path_factory.mktemp("bench") / "scaling.json")
+
+
+def train_rows(payload: dict, sharding: str) -> list[dict]:
+    return [row for row in payload["results"] if row["figure"] == "train" and row["sharding"] == sharding]
 
 
 def test_scaling_benchmark_runs_the_recipe_on_one_and_two_processes(scaling_results):
     payload = scaling_results["json"]
-    ddp = [row for row in payload["results"] if row["figure"] == "train" and row["sharding"] == "ddp"]
+    ddp = train_rows(payload, "ddp")
     # torchrun starts a process group even for one process: both are MULTI_CPU (gloo)
     assert [(row["processes"], row["num_processes"], row["distributed_type"]) for row in ddp] == [
         (1, 1, "MULTI_CPU"), (2, 2, "MULTI_CPU")
@@ -248,11 +253,7 @@ def test_scaling_benchmark_runs_the_recipe_on_one_and_two_processes(scaling_resu
         assert 0 < row["tokens_per_s"]["min"] <= row["tokens_per_s"]["median"] <= row["tokens_per_s"]["max"], row
         assert row["model"] == "gpt-tiny" and row["parameters"] > 0
     assert ddp[0]["scaling_efficiency"] == 1.0 and ddp[1]["scaling_efficiency"] > 0
-    fsdp = [row for row in payload["results"] if row["figure"] == "train" and row["sharding"] == "fsdp"]
-    if not fsdp:  # the recipe has no `sharding` key yet: the skip says so
-        assert "fsdp rows skipped: the pretraining recipe has no `sharding` key in this checkout" in payload["notes"]
-        assert payload["notes"][0] in scaling_results["stdout"]
-    assert payload["command"] == "python benchmarks/bench_scaling.py --tiny --sharding ddp fsdp --output scaling.json"
+    assert payload["command"] == "python benchmarks/bench_scaling.py --tiny --sharding ddp --output scaling.json"
     assert "load_average_end" in payload["environment"]
 
 
@@ -262,3 +263,11 @@ def test_scaling_benchmark_measures_checkpoints_against_model_size(scaling_resul
     # Weights and AdamW's two moments in fp32, at least: 12 bytes per parameter.
     assert checkpoint["size_mib"] * 2**20 >= 12 * checkpoint["parameters"] > 0
     assert checkpoint["save_s"]["median"] > 0 and checkpoint["load_s"]["median"] > 0
+
+
+@pytest.mark.slow  # the DDP rows above run the same launches and the same row code in `make test`
+def test_scaling_benchmark_shards_with_fsdp_on_one_and_two_processes(tmp_path):
+    payload = run_tiny_benchmark(BENCH_SCALING, ["--tiny", "--sharding", "fsdp"], tmp_path / "scaling.json")["json"]
+    fsdp = train_rows(payload, "fsdp")
+    assert [(row["processes"], row["num_processes"]) for row in fsdp] == [(1, 1), (2, 2)]
+    assert all(0 < row["tokens_per_s"]["median"] for row in fsdp) and fsdp[0]["scaling_efficiency"] == 1.0
