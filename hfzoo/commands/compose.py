@@ -125,6 +125,11 @@ class ComposeConfig:
         """Every key, flat, as written on the command line and saved in `training_config.yaml` and checkpoints."""
         return config_dict(self)
 
+    def model_folders(self) -> list[str]:
+        """The folders of the frozen base and adapters, which each checkpoint fingerprints: a resume on another
+        adapter of the same shape would train on, then fail the reload check after writing the composition."""
+        return [self.data.model, *self.adapters.values()]
+
     def check(self) -> None:
         check_task_run(self.data, self.training, self.checkpoints, self.do_train)
         if not self.do_train:

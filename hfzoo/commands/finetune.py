@@ -110,6 +110,11 @@ class FinetuneConfig:
         """Every key, flat, as written on the command line and saved in `training_config.yaml` and checkpoints."""
         return config_dict(self)
 
+    def model_folders(self) -> list[str]:
+        """The folder a training run takes its starting weights from, which each checkpoint fingerprints: a resume
+        on another model of the same shape there would be refused by nothing else."""
+        return [self.data.model]
+
 
 def parse_args(argv: Sequence[str] | None = None) -> FinetuneConfig:
     """The config from `argv` (default: `sys.argv[1:]`): YAML file, then overrides, then checks."""

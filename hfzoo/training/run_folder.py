@@ -1,6 +1,6 @@
 """A run's output folder and resuming into it: which folder a run may write into, the resolved config it saves
-there, and the checks that refuse a resumed run whose config or inputs (tokenizer and data files) changed since its
-checkpoint; what each checkpoint records for those checks.
+there, and the checks that refuse a resumed run whose config or inputs (tokenizer, data, base model and adapter files) changed
+since its checkpoint; what each checkpoint records for those checks.
 """
 
 from __future__ import annotations
@@ -70,23 +70,25 @@ def data_sources(config: TaskOptions) -> list[str | None]:
 
 def check_resumable(
     output_dir: str, checkpoints: CheckpointOptions, config_values: dict[str, Any], data: TaskOptions,
-    trains_tokenizer: bool = False,
+    models: Sequence[str], trains_tokenizer: bool = False,
 ) -> None:  # fmt: skip
     """Before anything is written: a fresh run over checkpoints is refused (`checkpoint_to_resume`), and so is a
     resumed run whose config (`config_values`, outside the keys a resumed run may change), tokenizer files (none
-    when the run trains its own: the data decides it) or data files differ from its checkpoint's."""
+    when the run trains its own: the data decides it), data files or `models` (the folders of the base model and
+    adapters it starts from) differ from its checkpoint's."""
     resume_from = checkpoint_to_resume(output_dir, checkpoints.resume)
     if resume_from is None:
         return
     check_resumed_config(resume_from, config_values, resumable_keys(checkpoints.save_best))
     folder = None if trains_tokenizer else _local_folder(installed_model_path(data.tokenizer or data.model))
-    check_resumed_inputs(resume_from, folder, data_sources(data))
+    check_resumed_inputs(resume_from, folder, data_sources(data), map(installed_model_path, models))
 
 
-def task_run_inputs(tokenizer: PreTrainedTokenizerBase, data: TaskOptions) -> dict:
-    """What each checkpoint records of the run's inputs (the tokenizer's files, the data files), for
-    `check_resumable` to compare on resume."""
-    return run_inputs(_local_folder(tokenizer.name_or_path), tokenizer_file_names(tokenizer), data_sources(data))
+def task_run_inputs(tokenizer: PreTrainedTokenizerBase, data: TaskOptions, models: Sequence[str]) -> dict:
+    """What each checkpoint records of the run's inputs (the tokenizer's files, the data files, the files of the
+    `models` folders it starts from), for `check_resumable` to compare on resume."""
+    return run_inputs(_local_folder(tokenizer.name_or_path), tokenizer_file_names(tokenizer), data_sources(data),
+                      map(installed_model_path, models))  # fmt: skip
 
 
 def write_run_config(output_dir: str, config_values: dict[str, Any], accelerator: Accelerator) -> None:

@@ -1,11 +1,15 @@
-"""The inputs outside a checkpoint that decide what a resumed run computes: the tokenizer's files and the data files.
+"""The inputs outside a checkpoint that decide what a resumed run computes: the tokenizer's files, the data files, and
+the files of the base model and adapters the run starts from.
 
 A checkpoint holds the weights, the optimizer and where the run was in its data, and `check_resumed_config` keeps the
 config; but the token ids come from tokenizer files beside the run (the output folder's trained tokenizer, or the base
-model's), and the examples from data files read again on resume. Swapping two vocabulary ids, or editing the training
-file in place under the same path, would resume silently to other weights. So each checkpoint records their sizes and
-SHA-256 (`inputs.json`, listed in the manifest like every other file), and `check_resumed_inputs` refuses a resume
-whose inputs differ, naming the file and what changed, before anything is read or trained.
+model's), the examples from data files read again on resume, and the frozen weights (a LoRA fine-tune's base, a
+composition's base and adapters) from their folders, which a checkpoint names but does not copy. Swapping two
+vocabulary ids, editing the training file in place under the same path, or putting another model of the same shape
+where the base was, would resume silently to other weights (a composition trained on, then failed its reload check). So
+each checkpoint records their sizes and SHA-256 (`inputs.json`, listed in the manifest like every other file), and
+`check_resumed_inputs` refuses a resume whose inputs differ, naming the file and what changed, before anything is read
+or trained: a run on other inputs is another run, not the same one resumed.
 
 A Hub dataset or a tokenizer given by its Hub name is recorded by name only (in the config): it has no local file to
 hash here.
@@ -22,11 +26,12 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from transformers import PreTrainedTokenizerBase
+from transformers import CONFIG_NAME, PreTrainedTokenizerBase
 from transformers.tokenization_utils_base import (
     ADDED_TOKENS_FILE, CHAT_TEMPLATE_FILE, FULL_TOKENIZER_FILE, SPECIAL_TOKENS_MAP_FILE, TOKENIZER_CONFIG_FILE,
 )  # fmt: skip
 
+from ..adapters.composition.task_adapter import ADAPTER_CONFIG
 from .checkpointing import INPUTS_FILE, CheckpointError
 
 logger = logging.getLogger(__name__)
@@ -34,6 +39,10 @@ logger = logging.getLogger(__name__)
 # The files any tokenizer's save_pretrained may write besides its own vocabulary files (`vocab_files_names`).
 _TOKENIZER_FILES = (TOKENIZER_CONFIG_FILE, SPECIAL_TOKENS_MAP_FILE, ADDED_TOKENS_FILE, CHAT_TEMPLATE_FILE,
                     FULL_TOKENIZER_FILE)  # fmt: skip
+# The files of a model or adapter folder that decide the weights a run starts from: the configs and the tensors.
+_MODEL_FILE_PATTERNS = (CONFIG_NAME, ADAPTER_CONFIG, "*.safetensors")
+# What `inputs.json` records, by section, and how a refusal names a file of each.
+_FILE_KINDS = {"data": "data file", "models": "model file"}
 
 
 def _fingerprint(path: Path) -> dict[str, Any] | None:
@@ -70,15 +79,30 @@ def local_data_files(sources: Iterable[Any]) -> list[Path]:
     return list(dict.fromkeys(found))
 
 
-def run_inputs(tokenizer_folder: str | os.PathLike | None, tokenizer_names: Iterable[str], data: Iterable[Any]) -> dict:
+def model_files(folders: Iterable[str | os.PathLike | None]) -> list[Path]:
+    """The files of the local model and adapter `folders` that decide the weights a run starts from: their configs
+    and safetensors files (top level only); a name that is no local folder (a Hub name, a preset) gives none."""
+    found: list[Path] = []
+    for folder in folders:
+        if folder is not None and Path(folder).is_dir():
+            found += sorted({p for pattern in _MODEL_FILE_PATTERNS for p in Path(folder).glob(pattern) if p.is_file()})
+    return list(dict.fromkeys(found))
+
+
+def run_inputs(
+    tokenizer_folder: str | os.PathLike | None, tokenizer_names: Iterable[str], data: Iterable[Any],
+    models: Iterable[str | os.PathLike | None] = (),
+) -> dict:  # fmt: skip
     """What `inputs.json` records: the tokenizer files named `tokenizer_names` that exist in `tokenizer_folder` (None:
-    the tokenizer has no local folder) by name, and the local data files of the `data` sources by path."""
+    the tokenizer has no local folder) by name, the local data files of the `data` sources by path, and the
+    `model_files` of the `models` folders (the base model and adapters the run starts from) by path."""
     tokenizer = {}
     if tokenizer_folder is not None:
         for name in tokenizer_names:
             if (found := _fingerprint(Path(tokenizer_folder) / name)) is not None:
                 tokenizer[name] = found
-    return {"tokenizer": tokenizer, "data": {path.as_posix(): _fingerprint(path) for path in local_data_files(data)}}
+    return {"tokenizer": tokenizer, "data": {path.as_posix(): _fingerprint(path) for path in local_data_files(data)},
+            "models": {path.as_posix(): _fingerprint(path) for path in model_files(models)}}  # fmt: skip
 
 
 def _what_changed(saved: dict[str, Any], now: dict[str, Any] | None) -> str | None:
@@ -92,12 +116,14 @@ def _what_changed(saved: dict[str, Any], now: dict[str, Any] | None) -> str | No
 
 
 def check_resumed_inputs(
-    checkpoint: str | os.PathLike, tokenizer_folder: str | os.PathLike | None, data: Iterable[Any]
-) -> None:
-    """Refuse to resume `checkpoint` when a tokenizer file it recorded (looked up in `tokenizer_folder`) or a data file
-    of the `data` sources is missing, changed, or new since it was saved, naming the file and what changed. Reads only
-    the files' bytes: call it before loading the tokenizer or the data. A checkpoint without `inputs.json` (an older
-    hfzoo) is resumed with a warning."""
+    checkpoint: str | os.PathLike, tokenizer_folder: str | os.PathLike | None, data: Iterable[Any],
+    models: Iterable[str | os.PathLike | None] = (),
+) -> None:  # fmt: skip
+    """Refuse to resume `checkpoint` when a tokenizer file it recorded (looked up in `tokenizer_folder`), a data file
+    of the `data` sources or a model file of the `models` folders is missing, changed, or new since it was saved,
+    naming the file and what changed. Reads only the files' bytes: call it before loading the tokenizer, the data or
+    the models. A checkpoint without `inputs.json` (an older hfzoo) is resumed with a warning; one whose
+    `inputs.json` has no models' section (also older) resumes without comparing them."""
     checkpoint = Path(checkpoint)
     if not (checkpoint / INPUTS_FILE).is_file():
         logger.warning("%s records no tokenizer and data fingerprints (%s): resuming unchecked", checkpoint,
@@ -112,12 +138,16 @@ def check_resumed_inputs(
             file = Path(tokenizer_folder) / name
             if (what := _what_changed(recorded, _fingerprint(file))) is not None:
                 problems.append(f"tokenizer file {file} {what}")
-    current = run_inputs(None, (), data)["data"]
-    for path, recorded in saved["data"].items():
-        if (what := _what_changed(recorded, current.get(path))) is not None:
-            problems.append(f"data file {path} {what}")
-    problems += [f"data file {path} is new (not read by the checkpointed run)" for path in current
-                 if path not in saved["data"]]  # fmt: skip
+    now = run_inputs(None, (), data, models)
+    for section, kind in _FILE_KINDS.items():
+        recorded_files, current = saved.get(section), now[section]
+        if recorded_files is None:
+            continue
+        for path, recorded in recorded_files.items():
+            if (what := _what_changed(recorded, current.get(path))) is not None:
+                problems.append(f"{kind} {path} {what}")
+        problems += [f"{kind} {path} is new (not read by the checkpointed run)" for path in current
+                     if path not in recorded_files]  # fmt: skip
     if problems:
         raise CheckpointError(
             f"resume: the run's inputs differ from those {checkpoint} was trained on: {'; '.join(problems)}. Resuming "

@@ -42,6 +42,8 @@ class TaskRunConfig(Protocol):
 
     def to_dict(self) -> dict[str, Any]: ...
 
+    def model_folders(self) -> list[str]: ...
+
 
 def read_task_examples(
     config: TaskRunConfig, accelerator: Accelerator, trains_tokenizer: bool = False
@@ -54,7 +56,8 @@ def read_task_examples(
     check_model_paths(config.data)
     config_values = config.to_dict()
     if config.do_train:
-        check_resumable(config.output_dir, config.checkpoints, config_values, config.data, trains_tokenizer)
+        check_resumable(config.output_dir, config.checkpoints, config_values, config.data, config.model_folders(),
+                        trains_tokenizer)  # fmt: skip
     train_examples, eval_examples = load_examples(task, config.data)
     task.fit_labels(train_examples, eval_examples)
     set_seed(config.run.seed)
@@ -125,7 +128,8 @@ class TaskTraining:
         # The state of every prepared and registered object; a resumed run continues exactly.
         saves = checkpoints.save_every is not None
         self.resume_from, self.progress = resume_state(accelerator, output_dir, checkpoints.resume, saves)
-        self.inputs = task_run_inputs(task.tokenizer, config.data)  # what each checkpoint records, to check on resume
+        # What each checkpoint records of the tokenizer, data, base and adapters, to check on resume.
+        self.inputs = task_run_inputs(task.tokenizer, config.data, config.model_folders())
         self.metrics: dict[str, float] = {}
         self.records: list[dict] = []
 

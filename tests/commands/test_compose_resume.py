@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from tests.helpers.composition_args import compose_args
 from tests.helpers.recipe_runs import kill_at_a_random_step, run_recipe
-from tests.helpers.run_outputs import assert_same_tensors, read_run, train_losses
+from tests.helpers.run_outputs import assert_same_tensors, read_run, replace_with_other_weights, train_losses
 
 from hfzoo.commands import compose as recipe
 from hfzoo.training import checkpointing, list_checkpoints
@@ -99,6 +99,18 @@ def test_resume_refuses_another_strategy_naming_the_key(setup, reference, tmp_pa
     out = Path(shutil.copytree(reference, tmp_path / "run"))
     with pytest.raises(SystemExit, match=r"'strategy' was 'soft', now 'fusion'"):
         run_recipe(recipe.main, *soft_args(setup, out, "--resume", "true", "--strategy", "fusion"))
+
+
+def test_resume_refuses_an_adapter_replaced_since_the_checkpoint(setup, tmp_path):
+    """Another adapter of the same shape in an adapter's folder resumed with resumed_exactly true, trained on, and
+    ended in a reload-check traceback after writing the composition with it; now refused, naming the file."""
+    ours = {**setup, "area": Path(shutil.copytree(setup["area"], tmp_path / "area"))}
+    out, short = tmp_path / "run", ["--strategy", "soft", "--baseline", "false", "--save_every", "1"]
+    run_recipe(recipe.main, *compose_args(ours, out, *short, "--max_steps", "2"))
+    replace_with_other_weights(ours["area"] / "adapter_model.safetensors")
+    with pytest.raises(SystemExit, match=r"compose: resume: the run's inputs differ .*model file .*area/adapter_model"):
+        run_recipe(recipe.main, *compose_args(ours, out, *short, "--max_steps", "3", "--resume", "true"))
+    assert [r["event"] for r in read_log(out)][-1] == "end"  # nothing trained or written
 
 
 def test_evaluation_only_scores_a_saved_composition_without_changing_it(setup, reference, tmp_path):

@@ -6,7 +6,8 @@ import json
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
 
 from hfzoo.training.logging import read_log
 
@@ -33,6 +34,14 @@ def assert_same_tensors(a: Path, b: Path) -> None:
     assert first.keys() == second.keys()
     differ = [k for k in first if not torch.equal(first[k], second[k])]
     assert not differ, differ
+
+
+def replace_with_other_weights(file: Path) -> None:
+    """Put other weights of the same names, shapes and file size in the safetensors `file` (each tensor plus one):
+    another model or adapter of the same architecture, trained otherwise, under the same path."""
+    with safe_open(file, "pt") as handle:
+        metadata = handle.metadata()
+    save_file({name: tensor + 1 for name, tensor in load_file(file).items()}, file, metadata)
 
 
 def read_run(output_dir: Path) -> tuple[dict, list[dict]]:

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from tests.helpers.area_task import short_lora_args
 from tests.helpers.recipe_runs import run_finetune, run_pretrain
+from tests.helpers.run_outputs import replace_with_other_weights
 
 from hfzoo.training import list_checkpoints
 from hfzoo.training.logging import read_log
@@ -101,11 +102,14 @@ def test_pretraining_resume_refuses_changed_inputs_naming_the_file(pretrained, e
     [
         (lambda base: _edit_in_place(base["train"]), r"data file .*data/train.csv has changed"),
         (lambda base: _swap_two_ids(base["base"] / "tokenizer.json"), r"tokenizer file .*base/tokenizer.json has"),
+        (lambda base: replace_with_other_weights(base["base"] / "model.safetensors"),
+         r"model file .*base/model.safetensors has changed: same size, but its SHA-256 differs"),
     ],
-    ids=["data-edited", "base-tokenizer-ids-swapped"],
+    ids=["data-edited", "base-tokenizer-ids-swapped", "base-weights-replaced"],
 )
 def test_finetuning_resume_refuses_changed_inputs_naming_the_file(finetuned, edit, message):
-    """The base model's tokenizer (where a fine-tuning run reads it) and the training file are checked too."""
+    """The base model's tokenizer (where a fine-tuning run reads it), its weights (a LoRA run's frozen base: another
+    model of the same shape there resumed with resumed_exactly true) and the training file are checked too."""
     base, run = finetuned
     edit(base)
     before = _untouched(run)
