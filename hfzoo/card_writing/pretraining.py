@@ -144,7 +144,7 @@ def _training(record: RunRecord) -> str:
         rows.append(("resumed", "; ".join(
             f"at step {r['step']} on {r['num_processes']} processes, "
             + ("bit-exact" if r.get("resumed_exactly", True) else
-               "not bit-exact (saved by another number of processes)")
+               f"not bit-exact ({'; '.join(r.get('not_exact_because') or ['saved by another number of processes'])})")
             for r in resumes)))  # fmt: skip
     if train:
         speeds = sorted(r["tokens_per_s"] for r in train)

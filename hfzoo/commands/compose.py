@@ -49,6 +49,7 @@ from ..core.files import check_output_outside_inputs
 from ..core.recipe_config import config_dict, key, parse_config, section
 from ..core.recorded_paths import recorded_path
 from ..integrations.accelerate import forget_checkpointed_objects
+from ..models.checkpoint_files import read_json_file
 from ..tasks import Task, TaskOptions
 from ..tasks.baselines import majority_class_accuracy
 from ..training.checkpointing import exit_on_checkpoint_error
@@ -61,7 +62,7 @@ from ..training.run_folder import run_output
 from ..training.run_lock import holding_run_folder
 from ..training.sharding import prepare, ready_for_training, whole_for_saving, whole_state_dict
 from ..training.task_model import load_model, load_task_model, load_tokenizer, log_trainable
-from ..training.task_results import run_summary, write_results
+from ..training.task_results import METRICS_FILE, run_summary, write_results
 from ..training.task_run import TaskTraining, evaluate_only, read_task_examples
 
 # Routers, fusion layers and the head all start fresh (routers at zero, fusion's value at the identity), as adapters
@@ -213,10 +214,10 @@ def compose_adapters(config: ComposeConfig) -> Path:
     return output_dir
 
 
-def run_composition(config: ComposeConfig, accelerator: Accelerator, baseline: dict | None = None) -> dict | None:
+def run_composition(config: ComposeConfig, accelerator: Accelerator, baseline: dict | None = None) -> dict:
     """One composition run, read top to bottom (`do_train: false`: `config.composition` rebuilt on `config.data.model`
-    by `load_composition`, which refuses another base, and evaluated); returns its metrics.json content (None:
-    resumed from a checkpoint at the last step, nothing done)."""
+    by `load_composition`, which refuses another base, and evaluated); returns its metrics.json content (resumed from
+    its last step's checkpoint, nothing to do: the one it wrote then)."""
     data, training, run = config.data, config.training, config.run
     output_dir = Path(config.output_dir)
 
@@ -270,8 +271,8 @@ def run_composition(config: ComposeConfig, accelerator: Accelerator, baseline: d
     # --- Checkpoints and the best composition (save_best, into best/composition/); a resumed run continues exactly.
     save_model = partial(save_composition, accelerator, composed)
     trainer = TaskTraining(config, accelerator, task, save_model, max_steps)
-    if trainer.nothing_to_do():
-        return None
+    if trainer.nothing_to_do():  # its metrics.json was written before its last step's checkpoint
+        return read_json_file(output_dir / METRICS_FILE)
 
     # --- The loop: micro-batches accumulate into optimizer steps (clipped, scheduled, counted and logged by
     # `steps`); after each step, the trainer saves the composition after the last one, evaluates every eval_every
@@ -302,6 +303,7 @@ def run_composition(config: ComposeConfig, accelerator: Accelerator, baseline: d
                   composition_sections(COMPOSITION_DIR))  # fmt: skip
     if not all(reload.values()):
         raise RuntimeError(f"{output_dir / COMPOSITION_DIR} does not reload to the trained composition: {reload}")
+    trainer.checkpoint_last_step()  # last, and only for a composition that reloads: a resume there has nothing to do
     return results
 
 

@@ -236,10 +236,12 @@ def finetune(config: FinetuneConfig) -> Path:
         if steps.stepped(loss, batch):
             trainer.between_steps()
 
-    # --- Save: metrics, predictions, tokenizer, card (the model or adapter is in output_dir already).
+    # --- Save: metrics, predictions, tokenizer, card (the model or adapter is in output_dir already); then, the last
+    # step's checkpoint (a run extended with a larger max_steps resumes there).
     trained = trainer.finish(steps_per_epoch)
     write_results(accelerator, output_dir, tokenizer, config.to_dict(), summary(trained), trained.records,
                   FINETUNE_SECTIONS)  # fmt: skip
+    trainer.checkpoint_last_step()
     accelerator.end_training()
     return output_dir
 

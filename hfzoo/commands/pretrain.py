@@ -22,6 +22,7 @@ import gc
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -44,11 +45,11 @@ from ..objectives.objective import OBJECTIVES, Objective, get_objective
 from ..training.best_model import save_published
 from ..training.checkpointing import (
     Progress,
-    resume_is_exact,
     check_checkpointable,
     check_resumed_config,
     checkpoint_to_resume,
     exit_on_checkpoint_error,
+    inexact_resume,
     load_checkpoint,
     save_checkpoint,
     stopped_before_training,
@@ -355,12 +356,17 @@ def pretrain(config: PretrainConfig) -> Path:
         elapsed=progress.elapsed,
         tensorboard=training.tensorboard,
     )
-    global_batch = training.per_device_batch_size * run.gradient_accumulation_steps * accelerator.num_processes
+    per_process = training.per_device_batch_size * run.gradient_accumulation_steps
+    global_batch = per_process * accelerator.num_processes
+    inexact = None  # why a resume is not exact (none: it is); None: not resumed
+    if resume_from is not None:
+        inexact = inexact_resume(resume_from, progress, accelerator.num_processes, training.max_steps, per_process)
     log.write(
         "start",
         step=progress.step,
         resumed_from=str(resume_from) if resume_from else None,
-        resumed_exactly=resume_is_exact(resume_from, accelerator.num_processes) if resume_from else None,
+        resumed_exactly=None if inexact is None else not inexact,
+        not_exact_because=inexact,
         num_processes=accelerator.num_processes,
         distributed_type=accelerator.distributed_type.value,
         sharded=is_sharded(model),
@@ -378,6 +384,9 @@ def pretrain(config: PretrainConfig) -> Path:
     # hfzoo.training.loop); between steps, evaluations every eval_every steps and at the end, checkpoints every
     # save_every.
     metrics = {}
+    checkpoint = partial(save_checkpoint, accelerator, output_dir, collator_generator=collator_generator,
+                         keep=checkpoints.keep_checkpoints, config=config.to_dict(), inputs=inputs, stream=stream,
+                         sharded=run.sharding == "fsdp")  # fmt: skip
     steps = TrainingSteps(accelerator, model, scheduler, train_loader, collator, progress, log, training.max_steps, run)
     for batch in steps:
         with accelerator.accumulate(model):
@@ -393,10 +402,7 @@ def pretrain(config: PretrainConfig) -> Path:
                 if metrics:
                     log.write("eval", step=progress.step, **metrics)
             if steps.checkpoint_due(checkpoints.save_every):
-                path = save_checkpoint(accelerator, output_dir, steps.checkpoint_progress(), collator_generator,
-                                       checkpoints.keep_checkpoints, config.to_dict(), inputs, stream=stream,
-                                       sharded=run.sharding == "fsdp")  # fmt: skip
-                log.write("checkpoint", step=progress.step, path=str(path))
+                log.write("checkpoint", step=progress.step, path=str(checkpoint(steps.checkpoint_progress())))
 
     # --- Save: weights (safetensors) + tokenizer + model card, loadable with the Auto classes.
     accelerator.wait_for_everyone()
@@ -430,6 +436,8 @@ def pretrain(config: PretrainConfig) -> Path:
         )  # fmt: skip
         write_card(output_dir, record, PRETRAINING_SECTIONS, pretraining_metadata(record))
     accelerator.wait_for_everyone()
+    if steps.last_checkpoint_due(checkpoints.save_every):  # after every output: a run extended resumes here
+        checkpoint(steps.checkpoint_progress())
     # A DDP wrapper that outlives its process group can hang in gloo's destructor at exit (pytorch#75097):
     # release it (and the cycles its hooks form) while every process is still here, then end.
     del model

@@ -87,6 +87,7 @@ class Progress:
     tokens_seen: int = 0  # input tokens over all processes
     elapsed: float = 0.0  # training seconds before this process started (summed over resumes)
     meter: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])  # loss, micro-batches, tokens not yet logged
+    max_steps: int | None = None  # the run's length when saved, over which its learning-rate schedule was planned
 
 
 def checkpoint_dir(output_dir: str | os.PathLike, step: int) -> Path:
@@ -343,8 +344,8 @@ def load_checkpoint(
 
     A sharded checkpoint (`sharding: fsdp`) also resumes on another number of processes: DCP reshards the weights and
     moments, and the data position is carried over as the examples consumed. Such a run is not bit-exact (each
-    process draws dropout and masks from its own stream, and the gradient is summed in another order), which
-    `resume_is_exact` tells the run's log; an unsharded checkpoint is refused there, and so is a streamed corpus
+    process draws dropout and masks from its own stream, the gradient is summed in another order, and the global batch
+    changes), which `inexact_resume` says; an unsharded checkpoint is refused there, and so is a streamed corpus
     (each process's position is in its own share of the stream)."""
     check_checkpointable(accelerator)
     path = Path(path)
@@ -367,11 +368,6 @@ def load_checkpoint(
         described = [_read_json(path / _indexed(OPTIMIZER_JSON, i)) for i in range(len(optimizers))]
         load_sharded_state(path, models, optimizers, described)
     if saved_processes != accelerator.num_processes:
-        logger.warning(
-            "%s was saved by %d processes and resumes on %d: weights and optimizer state are resharded exactly, but "
-            "the run is not bit-exact from here (other dropout and masking streams, another order of float sums)",
-            path, saved_processes, accelerator.num_processes,
-        )  # fmt: skip
         # The micro-batches of the epoch already consumed, in this run's share per process.
         progress.batches_in_epoch = progress.batches_in_epoch * saved_processes // accelerator.num_processes
     for i, model in enumerate([] if sharded else prepared_models(accelerator)):
@@ -395,9 +391,34 @@ def load_checkpoint(
     return progress
 
 
-def resume_is_exact(path: str | os.PathLike, num_processes: int) -> bool:
-    """Whether resuming checkpoint `path` on `num_processes` continues the run bit for bit (`load_checkpoint`)."""
-    return _read_json(Path(path) / MANIFEST_FILE)["num_processes"] == num_processes
+def inexact_resume(
+    path: str | os.PathLike, progress: Progress, num_processes: int, max_steps: int, examples_per_process: int
+) -> list[str]:
+    """Why resuming checkpoint `path` (loaded into `progress`) on `num_processes` for a run of `max_steps` does not
+    continue its run bit for bit, each reason also one warning on the console; none: it does, and the run's log says
+    `resumed_exactly`. `examples_per_process`: what one process adds to an optimizer step (per-device batch x
+    gradient accumulation, which a resumed config keeps), so the global batch changes with the number of processes.
+
+    A changed `max_steps` is allowed (it is how a finished run is extended) but never exact: the learning-rate
+    schedule (cosine decay, slanted triangular, a warmup ratio) is planned over the run's length, so the steps after
+    the checkpoint are trained at rates neither the saved run nor an uninterrupted run of the new length had."""
+    reasons = []
+    saved_processes = _read_json(Path(path) / MANIFEST_FILE)["num_processes"]
+    if saved_processes != num_processes:
+        reasons.append(
+            f"saved by {saved_processes} processes, resumed on {num_processes}: the global batch changes from "
+            f"{saved_processes * examples_per_process} to {num_processes * examples_per_process} examples per "
+            "optimizer step; weights and optimizer state are resharded exactly, but dropout, masks and float sums "
+            "differ too"
+        )  # fmt: skip
+    if progress.max_steps is not None and progress.max_steps != max_steps:
+        reasons.append(
+            f"resumed with max_steps {max_steps}, the checkpoint's run planned {progress.max_steps}: the "
+            f"learning-rate schedule changes from step {progress.step + 1} on, so the result is neither run's"
+        )  # fmt: skip
+    for reason in reasons:
+        logger.warning("resume from %s is not exact: %s", path, reason)
+    return reasons
 
 
 # Keys a resumed run may change without changing what it computes up to its checkpoint's step.

@@ -271,15 +271,24 @@ class TrainingSteps:
 
     def checkpoint_due(self, every: int | None) -> bool:
         """Whether a checkpoint every `every` steps (none: never) is due now; never at the last step, where the run
-        saves its model instead."""
+        saves its model instead (and its last checkpoint after that: `last_checkpoint_due`)."""
         return every is not None and self.progress.step % every == 0 and not self.last
+
+    def last_checkpoint_due(self, every: int | None) -> bool:
+        """Whether the run, done, checkpoints its last step: when it checkpoints at all (every `every` steps, fewer
+        than its length), so that extending it with a larger max_steps resumes from its last step, not from its last
+        periodic checkpoint. The recipe takes it after writing every output, never before: a resume from a checkpoint
+        at the last step has nothing to do, so a run killed before its outputs were complete must find only older
+        ones."""
+        return every is not None and every < self.max_steps and self.last
 
     def paused(self) -> AbstractContextManager[None]:
         """Leave the block's wall time (evaluation, checkpointing, saving) out of tokens/s."""
         return self.meter.paused()
 
     def checkpoint_progress(self) -> Progress:
-        """`progress` with the log's elapsed time and the meter's unreported sums, for a checkpoint (every process
-        calls it: the sums are reduced over the processes)."""
+        """`progress` with the log's elapsed time, the meter's unreported sums and the run's length, for a checkpoint
+        (every process calls it: the sums are reduced over the processes)."""
         self.progress.elapsed, self.progress.meter = self.log.elapsed, self.meter.state()
+        self.progress.max_steps = self.max_steps
         return self.progress

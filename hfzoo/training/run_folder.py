@@ -1,6 +1,6 @@
 """A run's output folder and resuming into it: which folder a run may write into, the resolved config it saves
-there, and the checks that refuse a resumed run whose config or inputs (tokenizer, data, base model and adapter files) changed
-since its checkpoint; what each checkpoint records for those checks.
+there, and the checks that refuse a resumed run whose config or inputs (tokenizer, data, base model and adapter
+files) changed since its checkpoint; what each checkpoint records for those checks.
 """
 
 from __future__ import annotations

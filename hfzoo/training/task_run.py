@@ -2,7 +2,8 @@
 composition, `hfzoo.commands.compose`), in the order they call it: the task and its examples (`read_task_examples`),
 the model with the task's head (`load_task_model`), an evaluation-only run (`evaluate_only`), and `TaskTraining`,
 what a training run keeps and does between its optimizer steps (resume, the best model, the log, the evaluations,
-the checkpoints, the model saved after the last step). What the run leaves is written by `task_results`.
+the checkpoints, the model saved after the last step, the last step's checkpoint). What the run leaves is written by
+`task_results`.
 
 The recipes hold what differs: the tokenizer and the method (an adapter, or the composition), the optimizer and the
 schedule, the loop itself (`hfzoo.training.loop.TrainingSteps`) and the summary's own entries.
@@ -20,7 +21,7 @@ from torch import nn
 
 from ..tasks import TASK_CLASSES, Task, TaskOptions, load_examples
 from .best_model import BestModel, ranking_metric, save_published
-from .checkpointing import Progress, resume_is_exact, resume_state, save_checkpoint
+from .checkpointing import Progress, inexact_resume, resume_state, save_checkpoint
 from .evaluation import TrainedRun, predict_all
 from .logging import RunLogger
 from .loop import TrainingSteps
@@ -109,7 +110,8 @@ class TaskTraining:
     differently on each process, and resumes from the latest checkpoint (`resume`), into `progress`. `start` opens
     the log and returns the loop's `TrainingSteps`; `between_steps` after each optimizer step saves the model into
     `output_dir` after the last one (before the final evaluation: a failure there loses no training), evaluates every
-    `eval_every` steps and at the last, and checkpoints every `save_every`; `finish` closes the log.
+    `eval_every` steps and at the last, and checkpoints every `save_every`; `finish` closes the log, and
+    `checkpoint_last_step`, once the recipe has written the run's outputs, checkpoints the last step.
     """
 
     def __init__(
@@ -144,13 +146,16 @@ class TaskTraining:
         """Open the run's log with its start record (`fields`, whether the model is sharded, whether the run resumed,
         and exactly) and return the loop's bookkeeping over `batches`; `model` is evaluated on `eval_features`
         between steps."""
-        accelerator, resume_from = self.accelerator, self.resume_from
+        accelerator, resume_from, run = self.accelerator, self.resume_from, self.config.run
         self.model, self.eval_examples, self.eval_features = model, eval_examples, eval_features
-        exactly = resume_is_exact(resume_from, accelerator.num_processes) if resume_from else None
+        inexact = None  # why a resume is not exact (none: it is); None: not resumed
+        if resume_from is not None:
+            per_process = self.config.training.per_device_batch_size * run.gradient_accumulation_steps
+            inexact = inexact_resume(resume_from, self.progress, accelerator.num_processes, self.max_steps, per_process)
         self.log = start_task_log(self.config, self.task, accelerator, self.max_steps, self.progress, **fields,
                                   sharded=is_sharded(model), resumed_from=str(resume_from) if resume_from else None,
-                                  resumed_exactly=exactly, train_features=train_features,
-                                  eval_examples=len(eval_examples))  # fmt: skip
+                                  resumed_exactly=None if inexact is None else not inexact, not_exact_because=inexact,
+                                  train_features=train_features, eval_examples=len(eval_examples))  # fmt: skip
         self.steps = TrainingSteps(accelerator, model, scheduler, batches, self.task.collate, self.progress, self.log,
                                    self.max_steps, self.config.run)  # fmt: skip
         return self.steps
@@ -169,10 +174,18 @@ class TaskTraining:
                 if self.metrics:
                     self.log.write("eval", step=progress.step, **self.metrics)
             if steps.checkpoint_due(checkpoints.save_every):
-                path = save_checkpoint(self.accelerator, self.output_dir, steps.checkpoint_progress(), None,
-                                       checkpoints.keep_checkpoints, self.config_values, self.inputs,
-                                       sharded=self.config.run.sharding == "fsdp")  # fmt: skip
-                self.log.write("checkpoint", step=progress.step, path=str(path))
+                self.log.write("checkpoint", step=progress.step, path=str(self._checkpoint()))
+
+    def _checkpoint(self) -> Path:
+        return save_checkpoint(self.accelerator, self.output_dir, self.steps.checkpoint_progress(), None,
+                               self.config.checkpoints.keep_checkpoints, self.config_values, self.inputs,
+                               sharded=self.config.run.sharding == "fsdp")  # fmt: skip
+
+    def checkpoint_last_step(self) -> None:
+        """Once the run's outputs are all written, by every process: its last step's checkpoint, when it checkpoints
+        (`TrainingSteps.last_checkpoint_due`), so that the run extended with a larger max_steps resumes there."""
+        if self.steps.last_checkpoint_due(self.config.checkpoints.save_every):
+            self._checkpoint()
 
     def finish(self, steps_per_epoch: int) -> TrainedRun:
         """The end record in the log (the final metrics, the best evaluation), closed; what the run trained."""

@@ -148,15 +148,24 @@ def test_resume_refuses_a_changed_config_naming_the_key(base, references, tmp_pa
     assert (out / "model.safetensors").read_bytes() == weights
 
 
-def test_resume_at_the_last_checkpoint_has_nothing_to_do_and_a_fresh_run_never_overwrites(base, tmp_path):
+def test_a_finished_run_resumes_from_its_last_step_to_nothing_or_extended_not_exactly(base, tmp_path, caplog):
+    """A finished run keeps its last step's checkpoint: resumed, it has nothing to do; extended with a larger
+    max_steps, it goes on from there (not from its last periodic checkpoint, retraining steps it had), and says in one
+    line, and in its log, that the learning-rate schedule changed, which it said nowhere before."""
     out, short = tmp_path / "short", ["--save_best", "false", "--max_steps", "7"]
     run(*args(base, out, "lora", *short))
-    assert [p.name for p in list_checkpoints(out)] == ["step-00000003", "step-00000006"]
+    assert [p.name for p in list_checkpoints(out)] == ["step-00000006", "step-00000007"]
     before = {name: (out / name).read_bytes() for name in ("adapter_model.safetensors", "metrics.json", "log.jsonl")}
-    run(*args(base, out, "lora", "--save_best", "false", "--max_steps", "6"), "--resume", "true")
+    run(*args(base, out, "lora", *short), "--resume", "true")
     assert {name: (out / name).read_bytes() for name in before} == before
     with pytest.raises(FileExistsError, match="already holds checkpoints.*--resume"):
         run(*args(base, out, "lora", *short))
+    run(*args(base, out, "lora", *short, "--max_steps", "9"), "--resume", "true")
+    start = [r for r in read_log(out) if r["event"] == "start"][-1]
+    line = "resumed with max_steps 9, the checkpoint's run planned 7: the learning-rate schedule changes from step 8 on"
+    assert (start["step"], start["resumed_exactly"]) == (7, False) and line in start["not_exact_because"][0]
+    assert caplog.text.count("is not exact") == 1 and line in caplog.text
+    assert json.loads((out / "metrics.json").read_text())["steps"] == 9
 
 
 def test_a_run_stopped_before_training_may_start_again_in_its_folder(base, tmp_path):

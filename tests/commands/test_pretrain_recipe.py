@@ -61,7 +61,8 @@ def test_output_folder_has_model_tokenizer_card_and_logs(reference):
     assert train[-1]["loss"] < train[0]["loss"] - 0.5  # it learns
     assert [r["step"] for r in records if r["event"] == "eval"] == [10, 20]
     assert [r["step"] for r in records if r["event"] == "checkpoint"] == [4, 8, 12, 16]
-    assert [p.name for p in list_checkpoints(reference)] == ["step-00000012", "step-00000016"]  # keep_checkpoints: 2
+    # keep_checkpoints: 2, the last step's among them (taken after the outputs, so not in the log)
+    assert [p.name for p in list_checkpoints(reference)] == ["step-00000016", "step-00000020"]
 
 
 def test_saved_model_reloads_with_auto_classes_and_reproduces_the_logged_eval_loss(reference):
@@ -152,8 +153,11 @@ def test_crash_during_checkpoint_rename_leaves_a_partial_checkpoint_that_resume_
 
 
 def _copy_of(reference: Path, tmp_path: Path) -> Path:
-    """The finished reference run (checkpoints at steps 12 and 16), to resume without touching the original."""
-    return Path(shutil.copytree(reference, tmp_path / "run"))
+    """The finished reference run without its last step's checkpoint (step 20; step 16 is kept), as a run killed
+    after step 16 would leave it, to resume without touching the original."""
+    out = Path(shutil.copytree(reference, tmp_path / "run"))
+    shutil.rmtree(out / "checkpoints" / "step-00000020")
+    return out
 
 
 def test_a_new_run_into_a_finished_runs_folder_is_refused_unless_overwrite(reference, tmp_path):

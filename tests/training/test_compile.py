@@ -88,8 +88,7 @@ def test_a_compiled_training_step_equals_eager(name: str, lora: bool):
 
 @pytest.mark.slow
 def test_the_recipe_trains_checkpoints_and_resumes_compiled(tmp_path: Path):
-    """gpt-tiny with gradient accumulation 2: checkpoints at steps 2 and 4 (a run's last step saves the model, not a
-    checkpoint), resumed to step 6, save a model whose keys are the model's own (no `_orig_mod.` prefix of a compile
+    """gpt-tiny with gradient accumulation 2: checkpoints at steps 2, 4 and its last, 5, resumed to step 6, save a model whose keys are the model's own (no `_orig_mod.` prefix of a compile
     wrapper) and that reloads."""
     output_dir = tmp_path / "run"
     common = ["--compile", "true", "--output_dir", str(output_dir), "--eval_every", "2", "--save_every", "2"]

@@ -141,8 +141,11 @@ def test_a_two_process_checkpoint_resumes_in_one_process_and_says_it_is_not_exac
     # loss is close to the reference's (another dropout stream and batch split make it differ a little).
     assert train_losses(out)[resumed_at + 1] == pytest.approx(train_losses(reference)[resumed_at + 1], rel=0.05)
     assert AutoModelForCausalLM.from_pretrained(out) is not None
+    # It says so with the numbers: half the global batch (2 x 4 x 2 accumulated blocks per step, now 1 x 4 x 2).
+    halved = "saved by 2 processes, resumed on 1: the global batch changes from 16 to 8 examples per optimizer step"
+    assert start["not_exact_because"][0].startswith(halved)
     card = (out / "README.md").read_text()
-    assert f"at step {resumed_at} on 1 processes, not bit-exact (saved by another number of processes)" in card
+    assert f"at step {resumed_at} on 1 processes, not bit-exact ({halved}" in card
 
 
 @pytest.mark.slow  # a third launch; the 2 -> 1 test above covers resharding in the fast suite
@@ -152,7 +155,7 @@ def test_a_one_process_checkpoint_resumes_on_two(tmp_path):
     reference_losses = train_losses(out)
     launch(torchrun(out, "--resume", "true"))
     start = starts(out)[-1]
-    assert (start["step"], start["num_processes"], start["resumed_exactly"], start["sharded"]) == (2, 2, False, True)
+    assert (start["step"], start["num_processes"], start["resumed_exactly"], start["sharded"]) == (4, 2, False, True)
     assert train_losses(out)[1] == reference_losses[1] and sorted(train_losses(out)) == list(range(1, MAX_STEPS + 1))
 
 

@@ -66,12 +66,17 @@ def _untouched(run: Path):
     return (run / "log.jsonl").read_text(), [p.name for p in list_checkpoints(run)]
 
 
-def test_an_unchanged_run_resumes(pretrained):
+def test_an_unchanged_run_resumes_from_its_last_step_not_exactly_for_a_longer_run(pretrained):
+    """The finished run resumes from its last step's checkpoint (it resumed from step 2 and retrained 3 and 4), and
+    its log says a run extended to 6 steps is not exact (its learning-rate schedule was planned over 4)."""
     run, corpus = pretrained
     _resume_pretraining(run, corpus)
     records = read_log(run)
-    assert [r["step"] for r in records if r["event"] == "start"] == [0, 2]
+    assert [r["step"] for r in records if r["event"] == "start"] == [0, 4]
     assert records[-1]["event"] == "end" and records[-1]["step"] == 6
+    start = [r for r in records if r["event"] == "start"][-1]
+    assert start["resumed_exactly"] is False
+    assert "resumed with max_steps 6, the checkpoint's run planned 4" in start["not_exact_because"][0]
 
 
 @pytest.mark.parametrize(
