@@ -193,7 +193,8 @@ def compose_adapters(config: ComposeConfig) -> Path:
     # any writes (the baseline's may hold its checkpoints); evaluation only writes into output_dir/eval/.
     accelerator = config.run.accelerator(seedable_data=True)
     output_dir = run_output(config.output_dir, config.do_train, config.run.overwrite_output_dir, "compose",
-                            accelerator, [Path(config.output_dir) / BASELINE_DIR])  # fmt: skip
+                            accelerator, [Path(config.output_dir) / BASELINE_DIR],
+                            config.checkpoints.resume)  # fmt: skip
     config = dataclasses.replace(config, output_dir=str(output_dir))
 
     # --- The baseline (a learned strategy's): the uniform average of the same adapters, with the same head, data,

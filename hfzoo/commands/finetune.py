@@ -135,7 +135,8 @@ def finetune(config: FinetuneConfig) -> Path:
     # sampler reshuffles each epoch from (seed, epoch), so a resumed run sees the same order. The output folder is
     # checked on every process before any writes; evaluation only writes into output_dir/eval/.
     accelerator = run.accelerator(seedable_data=True)
-    output_dir = run_output(config.output_dir, config.do_train, run.overwrite_output_dir, "finetune", accelerator)
+    output_dir = run_output(config.output_dir, config.do_train, run.overwrite_output_dir, "finetune", accelerator,
+                            resume=checkpoints.resume)  # fmt: skip
     config = dataclasses.replace(config, output_dir=str(output_dir))
 
     # --- Examples, read and checked, labels from train; a changed resumed run refused (hfzoo.training.task_run).

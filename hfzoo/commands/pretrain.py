@@ -58,6 +58,7 @@ from ..training.evaluation import EvalShard, evaluate, parameter_checksum
 from ..training.logging import RunLogger, read_log, start_recipe
 from ..training.loop import TrainingSteps, build_optimizer, build_scheduler
 from ..training.options import RunOptions
+from ..training.run_folder import check_something_to_resume
 from ..training.run_inputs import check_resumed_inputs, run_inputs, tokenizer_file_names
 from ..training.run_lock import holding_run_folder
 from ..training.sharding import is_sharded, prepare, ready_for_training, whole_for_saving
@@ -259,6 +260,7 @@ def pretrain(config: PretrainConfig) -> Path:
     # A new run writes into a new or empty folder (or one where a run stopped before training); a finished run's is
     # refused unless overwrite_output_dir.
     reusable = resume_from is not None or stopped_before_training(output_dir)
+    check_something_to_resume(output_dir, checkpoints.resume, reusable, run.overwrite_output_dir)
     check_output_folder(output_dir, "pretrain", overwrite=run.overwrite_output_dir, reusable=reusable)
     accelerator.wait_for_everyone()  # no process writes before every one has looked
     set_seed(run.seed)  # same initial weights on every process

@@ -15,7 +15,7 @@ from accelerate import Accelerator
 from transformers import PreTrainedTokenizerBase
 
 from ..convert import installed_model_path
-from ..core.files import check_output_folder, write_atomic
+from ..core.files import check_output_folder, holds_other_files, write_atomic
 from ..core.recipe_config import CONFIG_FILE
 from ..tasks import TaskOptions
 from .best_model import resumable_keys
@@ -32,20 +32,22 @@ EVAL_DIR = "eval"  # where an evaluation-only run writes, inside its output_dir
 
 def run_output(
     output_dir: str, do_train: bool, overwrite: bool, command: str, accelerator: Accelerator,
-    resumable: Sequence[Path] = (),
+    resumable: Sequence[Path] = (), resume: bool | str = False,
 ) -> Path:  # fmt: skip
     """The folder a run writes into, once checked (on every process, before any writes).
 
     A training run writes into `output_dir` when it is new or empty, or holds checkpoints (`--resume` continues
     them; without it the run is refused, by `checkpoint_to_resume`); so may a run whose `resumable` folders hold
     them (compose's baseline), and one where a run stopped before training (`stopped_before_training`). A folder
-    holding anything else (a finished run) is refused, naming it, unless `overwrite` (overwrite_output_dir). An
-    evaluation-only run writes into `output_dir/eval/` instead (returned, to become the config's `output_dir`),
-    beside the record of the run it evaluates, never over it; an earlier evaluation there is replaced."""
+    holding anything else (a finished run) is refused, naming it, unless `overwrite` (overwrite_output_dir); with
+    `resume`, saying that it holds no checkpoint yet (`check_something_to_resume`). An evaluation-only run writes
+    into `output_dir/eval/` instead (returned, to become the config's `output_dir`), beside the record of the run it
+    evaluates, never over it; an earlier evaluation there is replaced."""
     folder = Path(output_dir)
     if do_train:
         resuming = any(latest_checkpoint(path) is not None for path in (folder, *resumable))
         reusable = resuming or stopped_before_training(folder)
+        check_something_to_resume(folder, resume, reusable, overwrite)
         check_output_folder(folder, command, overwrite=overwrite, reusable=reusable)
     else:
         folder = folder / EVAL_DIR
@@ -54,6 +56,18 @@ def run_output(
                             reusable=isinstance(earlier, dict) and earlier.get("do_train") is False)  # fmt: skip
     accelerator.wait_for_everyone()  # no process writes before every one has looked
     return folder
+
+
+def check_something_to_resume(output_dir: str | Path, resume: bool | str, reusable: bool, overwrite: bool) -> None:
+    """`--resume` into a folder that holds files but no checkpoint (`reusable` false: nor the folders the run resumes
+    besides) is refused saying so: the run there stopped before its first checkpoint, and being told that the folder
+    "is not empty" leaves the user looking for a checkpoint that does not exist. An empty or new folder, or one
+    `overwrite` lets the run write into, starts fresh (`checkpoint_to_resume`)."""
+    if resume is True and not (reusable or overwrite) and holds_other_files(output_dir):
+        raise FileNotFoundError(
+            f"--resume: {output_dir} holds no checkpoint yet (the run there stopped before its first one, or saved "
+            "none): start it again with --overwrite_output_dir true, or choose another --output_dir"
+        )
 
 
 def _local_folder(path: str | None) -> Path | None:

@@ -18,7 +18,7 @@ from tests.helpers.area_task import MAX_STEPS, finetune_args as args
 from tests.helpers.recipe_runs import kill_at_a_random_step, run_finetune as run
 from tests.helpers.run_outputs import assert_same_tensors, train_losses
 
-from hfzoo.training import list_checkpoints
+from hfzoo.training import list_checkpoints, task_run
 from hfzoo.training.logging import read_log
 
 REPO = Path(__file__).resolve().parents[2]
@@ -175,6 +175,24 @@ def test_a_run_stopped_before_training_may_start_again_in_its_folder(base, tmp_p
         run(*args(base, out, "lora", *short, "--max_length", "100000"))
     assert [p.name for p in out.iterdir()] == ["training_config.yaml"]
     run(*args(base, out, "lora", *short))
+    assert json.loads((out / "metrics.json").read_text())["steps"] == 2
+
+
+def test_resume_of_a_run_stopped_before_its_first_checkpoint_says_it_has_none(base, tmp_path, monkeypatch):
+    """Such a folder (its config and log) was refused as "not empty", as if --resume had not been given."""
+    out, short = tmp_path / "run", ["--save_best", "false", "--max_steps", "2", "--eval_every", "1"]  # save_every 3
+
+    def killed(*_):
+        raise OSError("killed")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(task_run, "evaluate_task", killed)  # at step 1, before the first checkpoint
+        with pytest.raises(OSError, match="killed"):
+            run(*args(base, out, "lora", *short))
+    assert (out / "log.jsonl").is_file() and not list_checkpoints(out)
+    with pytest.raises(FileNotFoundError, match=rf"--resume: {out} holds no checkpoint yet .*--overwrite_output_dir"):
+        run(*args(base, out, "lora", *short), "--resume", "true")
+    run(*args(base, out, "lora", *short), "--resume", "true", "--overwrite_output_dir", "true")
     assert json.loads((out / "metrics.json").read_text())["steps"] == 2
 
 
