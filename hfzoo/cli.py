@@ -185,12 +185,12 @@ def _generate(args: argparse.Namespace) -> None:
             sampling[key] = getattr(args, key)
     if args.seed is not None:
         set_seed(args.seed)
-    model, tokenizer, family = load_for_generation(
-        args.model, parse_adapters(args.adapter), args.composition, device=args.device
-    )
-    request = GenerationRequest(
+    request = GenerationRequest(  # checked before the model loads
         prompts=args.prompt, adapter_names=args.adapter_names, prompt_format=args.prompt_format,
         max_new_tokens=args.max_new_tokens, sampling=sampling, static_cache=args.static_cache, compile=args.compile,
+    )
+    model, tokenizer, family = load_for_generation(
+        args.model, parse_adapters(args.adapter), args.composition, device=args.device
     )
     generate_text(model, tokenizer, family, request)
 
