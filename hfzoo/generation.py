@@ -28,6 +28,7 @@ from transformers.generation.streamers import BaseStreamer, TextStreamer
 
 from .adapters import compose, load_composition
 from .adapters.composition import BASE, ComposedModel
+from .adapters.composition.task_adapter import base_identity, check_base_files
 from .core.cpu_layout import tune_for_cpu
 from .data.corpus import missing_local_path
 from .integrations.transformers import compile_on_every_device
@@ -74,11 +75,14 @@ def load_for_generation(
     adapters: Mapping[str, str] | None = None,
     composition: str | None = None,
     device: str = "cpu",
+    allow_other_base: bool = False,
 ) -> tuple[PreTrainedModel | ComposedModel, PreTrainedTokenizerBase, str]:
     """The model (with its adapters composed for fixed routing, or a saved composition), its tokenizer and family.
 
     The weights load as `finetune` and `convert` load them (`load_checked`): from safetensors only, and refused when
-    they do not match the config (an edited `num_hidden_layers` would load random layers or drop some)."""
+    they do not match the config (an edited `num_hidden_layers` would load random layers or drop some). An adapter
+    whose record says it was trained on another base of the same shape is refused unless `allow_other_base`
+    (`check_base_files`)."""
     if adapters and composition:
         raise ValueError("give either --adapter NAME=PATH (fixed routing) or --composition PATH, not both")
     check_device(device)
@@ -103,10 +107,13 @@ def load_for_generation(
         tokenizer.padding_side = "left"  # every row's continuation starts at the same position
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
+    base = base_identity(model)
     if adapters:
         model = compose(model, dict(adapters), strategy="fixed")
     elif composition:
         model = load_composition(model, composition)
+    for adapter in model.adapters if isinstance(model, ComposedModel) else []:
+        check_base_files(adapter.name, adapter.folder, adapter.base, base, allow_other_base)
     return model, tokenizer, family
 
 
@@ -116,7 +123,8 @@ def check_device(device: str) -> None:
     try:
         torch.empty(0, device=device)
     except (RuntimeError, AssertionError) as error:  # torch asserts on CUDA where it was built without it
-        raise ValueError(f"--device {device}: torch cannot use it here ({_first_line(error)}); use --device cpu") from None
+        reason = _first_line(error)
+        raise ValueError(f"--device {device}: torch cannot use it here ({reason}); use --device cpu") from None
 
 
 def generation_config(model_path: str) -> PretrainedConfig:
