@@ -96,10 +96,11 @@ def load_for_generation(
     auto_class = AutoModelForSeq2SeqLM if family == "encoder_decoder" else AutoModelForCausalLM
     model, new = load_checked(auto_class, model_path, config=config, dtype=torch.float32)
     untrained = [key for key in new if key in dict(model.named_parameters())]
-    if untrained:
+    if untrained:  # a native task checkpoint with an untied head (hfzoo's own models refuse it as they load)
         raise ValueError(
-            f"{model_path} holds no weights for {listed_keys(untrained)} ({config.architectures}): generating would "
-            "use a randomly initialised head. Give a language model checkpoint."
+            f"{model_path} holds a {', '.join(config.architectures or ['model'])} checkpoint without weights for "
+            f"{listed_keys(untrained)}: {auto_class.__name__} would generate with a random head. Give a language "
+            "model checkpoint."
         )
     model = tune_for_cpu(model.to(device).eval())
     tokenizer = AutoTokenizer.from_pretrained(model_path)

@@ -9,6 +9,7 @@ import shutil
 import huggingface_hub
 import pytest
 import torch
+from transformers import LlamaConfig, LlamaForSequenceClassification
 
 from hfzoo.cli import main
 
@@ -47,6 +48,16 @@ def test_a_config_that_does_not_match_its_weights_is_refused(gpt_tiny_checkpoint
     folder = _edited(gpt_tiny_checkpoint, tmp_path, **edit)
     line = refusal_line(capsys, [folder, *PROMPT])
     assert f"{folder / 'model.safetensors'} does not match {folder / 'config.json'}" in line and expected in line
+
+
+def test_a_task_checkpoint_without_a_language_model_head_is_refused(tmp_path, tokenizer, capsys):
+    """A native classifier with an untied head loaded as a causal LM with a random lm_head, and generated."""
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=48, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=2, pad_token_id=tokenizer.pad_token_id)  # fmt: skip
+    LlamaForSequenceClassification(config).save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    line = refusal_line(capsys, [tmp_path, *PROMPT])
+    assert f"{tmp_path} holds a LlamaForSequenceClassification checkpoint without weights for lm_head.weight" in line
 
 
 @pytest.mark.parametrize(
