@@ -103,7 +103,13 @@ def load_for_generation(
             "model checkpoint."
         )
     model = tune_for_cpu(model.to(device).eval())
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model_path)
+    except (OSError, ValueError) as error:  # no tokenizer files, or ones transformers cannot build a tokenizer from
+        raise ValueError(
+            f"{model_path} has no tokenizer hfzoo generate can load ({_first_line(error)}): save the model's "
+            "tokenizer beside it (tokenizer.save_pretrained)"
+        ) from None
     if family == "decoder":
         tokenizer.padding_side = "left"  # every row's continuation starts at the same position
     if tokenizer.pad_token is None:

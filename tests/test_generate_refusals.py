@@ -1,7 +1,8 @@
 """`hfzoo generate` refuses in one line, exit status 2 (issue 37 items 6 and 9): a config that does not match its
-weights (an edited `num_hidden_layers` loaded random layers or dropped some, exit 0), and input it cannot use (an
-empty prompt, no new tokens, no beam, a negative temperature, a device torch lacks, a path that does not exist, a
-Hub name offline, a folder whose model only its own code defines), each of which ended in a traceback."""
+weights (an edited `num_hidden_layers` loaded random layers or dropped some, exit 0), a task checkpoint without a
+language model head (generated with a random one), and input it cannot use (an empty prompt, no new tokens, no
+beam, a negative temperature, a device torch lacks, a path that does not exist, a Hub name offline, a folder
+without a tokenizer or whose model only its own code defines), each of which ended in a traceback."""
 
 import json
 import shutil
@@ -94,6 +95,15 @@ def test_a_hub_name_offline_is_one_line(capsys, monkeypatch):
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # read when huggingface_hub is imported
     line = refusal_line(capsys, ["hfzoo-tests/no-such-model", *PROMPT])
     assert "hfzoo-tests/no-such-model is not a local folder, and the Hub does not give a model of that name" in line
+
+
+def test_a_folder_without_a_tokenizer_is_refused(gpt_tiny_checkpoint, tmp_path, capsys):
+    """transformers' "Couldn't instantiate the backend tokenizer" traceback before."""
+    folder = tmp_path / "no-tokenizer"
+    folder.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(gpt_tiny_checkpoint / name, folder / name)
+    assert f"{folder} has no tokenizer hfzoo generate can load" in refusal_line(capsys, [folder, *PROMPT])
 
 
 def test_a_folder_whose_model_only_its_own_code_defines_is_refused_without_running_it(
