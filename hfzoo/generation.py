@@ -60,7 +60,7 @@ class GenerationRequest:
             raise ValueError(f"--max_new_tokens is {self.max_new_tokens}: generate at least 1 token")
         checks = {
             "num_beams": (lambda v: v >= 1, "at least 1 (1: greedy or sampling, more: beam search)"),
-            "temperature": (lambda v: v > 0, "a positive number (greedy decoding: leave out --do_sample)"),
+            "temperature": (lambda v: v > 0, "a positive number (greedy: leave out --temperature and --do_sample)"),
             "top_k": (lambda v: v >= 0, "0 (off) or more"),
             "top_p": (lambda v: 0 < v <= 1, "in (0, 1]"),
             "repetition_penalty": (lambda v: v > 0, "a positive number (1: none)"),
