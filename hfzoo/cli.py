@@ -104,6 +104,12 @@ model (either side: a folder), and an adapted module without an exact counterpar
 projection) is refused, naming it."""
 
 
+ALLOW_OTHER_BASE_HELP = (
+    "use an adapter on a base of its model type and sizes whose weights or config.json differ from those it recorded "
+    "as its base (hfzoo_base.json), saying so, instead of refusing it"
+)
+
+
 def _convert(args: argparse.Namespace) -> None:
     from .convert.adapters import adapter_from_native, adapter_to_native
     from .convert.api import FROM_NATIVE, from_native, save_converted, to_native
@@ -117,7 +123,7 @@ def _convert(args: argparse.Namespace) -> None:
     overwrite = args.overwrite_output_dir
     if args.direction.startswith("adapter-"):
         mapping = adapter_to_native if args.direction == "adapter-to-native" else adapter_from_native
-        mapping(args.source, args.out, args.base, overwrite)
+        mapping(args.source, args.out, args.base, overwrite, allow_other_base=args.allow_other_base)
         print(f"adapter {args.source} mapped to {args.out} ({args.direction.removeprefix('adapter-')})")
         return
     if args.direction == "from-native":
@@ -161,6 +167,7 @@ def _add_convert(commands) -> None:
         parser.add_argument("source", help="the PEFT adapter folder (adapter_config.json, adapter_model.safetensors)")
         parser.add_argument("out", help="folder to write the mapped adapter to (as OUT above)")
         parser.add_argument("--base", required=True, help="the native or hfzoo base model folder (either side)")
+        parser.add_argument("--allow_other_base", action="store_true", help=ALLOW_OTHER_BASE_HELP)
     for parser in directions.choices.values():
         parser.add_argument("--overwrite_output_dir", action="store_true",
                             help="write into OUT although it holds other files (those of other names are kept)")
@@ -185,12 +192,13 @@ def _generate(args: argparse.Namespace) -> None:
             sampling[key] = getattr(args, key)
     if args.seed is not None:
         set_seed(args.seed)
-    model, tokenizer, family = load_for_generation(
-        args.model, parse_adapters(args.adapter), args.composition, device=args.device
-    )
-    request = GenerationRequest(
+    request = GenerationRequest(  # checked before the model loads
         prompts=args.prompt, adapter_names=args.adapter_names, prompt_format=args.prompt_format,
         max_new_tokens=args.max_new_tokens, sampling=sampling, static_cache=args.static_cache, compile=args.compile,
+    )
+    model, tokenizer, family = load_for_generation(
+        args.model, parse_adapters(args.adapter), args.composition, device=args.device,
+        allow_other_base=args.allow_other_base,
     )
     generate_text(model, tokenizer, family, request)
 
@@ -225,6 +233,7 @@ def _add_generate(commands) -> None:
     generate.add_argument("--static_cache", action="store_true", help="transformers' static (preallocated) cache")
     generate.add_argument("--compile", action="store_true", help="static cache + torch.compile'd decoding step")
     generate.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
+    generate.add_argument("--allow_other_base", action="store_true", help=ALLOW_OTHER_BASE_HELP)
     generate.set_defaults(func=_generate)
 
 

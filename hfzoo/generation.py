@@ -14,10 +14,12 @@ from typing import TextIO
 
 import torch
 from transformers import (
+    CONFIG_MAPPING,
     AutoConfig,
     AutoModelForCausalLM,
     AutoModelForSeq2SeqLM,
     AutoTokenizer,
+    PretrainedConfig,
     PreTrainedModel,
     PreTrainedTokenizerBase,
 )
@@ -26,9 +28,12 @@ from transformers.generation.streamers import BaseStreamer, TextStreamer
 
 from .adapters import compose, load_composition
 from .adapters.composition import BASE, ComposedModel
+from .adapters.composition.task_adapter import base_identity, check_base_files
 from .core.cpu_layout import tune_for_cpu
+from .data.corpus import missing_local_path
 from .integrations.transformers import compile_on_every_device
-from .models.checkpoint_files import check_checkpoint_folder
+from .models.checked_loading import listed_keys, load_checked
+from .models.checkpoint_files import CONFIG_NAME, CheckpointFileError, check_checkpoint_folder, read_json_file
 from .tasks.task import gpt_input_ids, model_family
 
 PROMPT_FORMATS = ("plain", "task")
@@ -46,19 +51,42 @@ class GenerationRequest:
     static_cache: bool = False
     compile: bool = False
 
+    def __post_init__(self) -> None:
+        """Refuse, before any model loads, a setting `generate()` would fail on with a traceback (or ignore): no
+        prompt, no new token, no beam, a temperature or penalty that is not positive, a top-k or top-p out of range."""
+        if not self.prompts:
+            raise ValueError("give at least one --prompt")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"--max_new_tokens is {self.max_new_tokens}: generate at least 1 token")
+        checks = {
+            "num_beams": (lambda v: v >= 1, "at least 1 (1: greedy or sampling, more: beam search)"),
+            "temperature": (lambda v: v > 0, "a positive number (greedy: leave out --temperature and --do_sample)"),
+            "top_k": (lambda v: v >= 0, "0 (off) or more"),
+            "top_p": (lambda v: 0 < v <= 1, "in (0, 1]"),
+            "repetition_penalty": (lambda v: v > 0, "a positive number (1: none)"),
+        }
+        for key, (valid, expected) in checks.items():
+            if self.sampling.get(key) is not None and not valid(self.sampling[key]):
+                raise ValueError(f"--{key} is {self.sampling[key]}: it must be {expected}")
+
 
 def load_for_generation(
     model_path: str,
     adapters: Mapping[str, str] | None = None,
     composition: str | None = None,
     device: str = "cpu",
+    allow_other_base: bool = False,
 ) -> tuple[PreTrainedModel | ComposedModel, PreTrainedTokenizerBase, str]:
-    """The model (with its adapters composed for fixed routing, or a saved composition), its tokenizer and family."""
+    """The model (with its adapters composed for fixed routing, or a saved composition), its tokenizer and family.
+
+    The weights load as `finetune` and `convert` load them (`load_checked`): from safetensors only, and refused when
+    they do not match the config (an edited `num_hidden_layers` would load random layers or drop some). An adapter
+    whose record says it was trained on another base of the same shape is refused unless `allow_other_base`
+    (`check_base_files`)."""
     if adapters and composition:
         raise ValueError("give either --adapter NAME=PATH (fixed routing) or --composition PATH, not both")
-    if Path(model_path).is_dir():  # a missing, truncated or pickled (`pytorch_model.bin`) weights file is refused
-        check_checkpoint_folder(model_path)
-    config = AutoConfig.from_pretrained(model_path)
+    check_device(device)
+    config = generation_config(model_path)
     family = model_family(config)
     if family == "encoder":
         raise ValueError(
@@ -66,18 +94,77 @@ def load_for_generation(
             "hfzoo generate takes a causal LM or a sequence-to-sequence model"
         )
     auto_class = AutoModelForSeq2SeqLM if family == "encoder_decoder" else AutoModelForCausalLM
-    model = auto_class.from_pretrained(model_path, dtype=torch.float32, use_safetensors=True)  # never a pickle
+    model, new = load_checked(auto_class, model_path, config=config, dtype=torch.float32)
+    untrained = [key for key in new if key in dict(model.named_parameters())]
+    if untrained:  # a native task checkpoint with an untied head (hfzoo's own models refuse it as they load)
+        raise ValueError(
+            f"{model_path} holds a {', '.join(config.architectures or ['model'])} checkpoint without weights for "
+            f"{listed_keys(untrained)}: {auto_class.__name__} would generate with a random head. Give a language "
+            "model checkpoint."
+        )
     model = tune_for_cpu(model.to(device).eval())
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model_path)
+    except (OSError, ValueError) as error:  # no tokenizer files, or ones transformers cannot build a tokenizer from
+        raise ValueError(
+            f"{model_path} has no tokenizer hfzoo generate can load ({_first_line(error)}): save the model's "
+            "tokenizer beside it (tokenizer.save_pretrained)"
+        ) from None
     if family == "decoder":
         tokenizer.padding_side = "left"  # every row's continuation starts at the same position
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
+    base = base_identity(model)
     if adapters:
         model = compose(model, dict(adapters), strategy="fixed")
     elif composition:
         model = load_composition(model, composition)
+    for adapter in model.adapters if isinstance(model, ComposedModel) else []:
+        check_base_files(adapter.name, adapter.folder, adapter.base, base, allow_other_base)
     return model, tokenizer, family
+
+
+def check_device(device: str) -> None:
+    """Refuse a `--device` torch cannot place a tensor on (`cuda` where torch has no CUDA or no GPU, a GPU index
+    past the last one, a misspelt name) before anything loads, in one line."""
+    try:
+        torch.empty(0, device=device)
+    except (RuntimeError, AssertionError) as error:  # torch asserts on CUDA where it was built without it
+        reason = _first_line(error)
+        raise ValueError(f"--device {device}: torch cannot use it here ({reason}); use --device cpu") from None
+
+
+def generation_config(model_path: str) -> PretrainedConfig:
+    """The config of `model_path` (a local folder or a Hub name), refused in one line where transformers would fail
+    with a traceback: a local path that does not exist (transformers would take it for a Hub name), a folder
+    without `config.json` or with weights missing, truncated or pickled (`check_checkpoint_folder`), a Hub name
+    that cannot be fetched (offline, unknown), and a model whose code only the checkpoint ships (its `auto_map`):
+    hfzoo generate runs no code from a checkpoint."""
+    if missing_local_path(model_path):
+        raise FileNotFoundError(f"{model_path} does not exist")
+    if Path(model_path).is_dir():
+        config_file = Path(model_path) / CONFIG_NAME
+        if not config_file.is_file():
+            raise CheckpointFileError(f"{model_path} has no {CONFIG_NAME}: it is not a model checkpoint folder")
+        check_checkpoint_folder(model_path)
+        values = read_json_file(config_file)
+        if values.get("model_type") not in CONFIG_MAPPING and values.get("auto_map"):
+            raise ValueError(
+                f"{model_path} is a {values.get('model_type')!r} model, which only the code it ships defines "
+                f"({config_file} names it in auto_map); hfzoo generate runs no code from a checkpoint"
+            )
+    try:
+        return AutoConfig.from_pretrained(model_path)  # trust_remote_code unset: never runs a checkpoint's code
+    except ValueError as error:  # a model type transformers does not know (on the Hub: or only its own code defines)
+        raise ValueError(f"{model_path}: {_first_line(error)}") from None
+    except OSError as error:  # a Hub name: offline, not found, or no access
+        raise FileNotFoundError(
+            f"{model_path} is not a local folder, and the Hub does not give a model of that name: {_first_line(error)}"
+        ) from None
+
+
+def _first_line(error: BaseException) -> str:
+    return next((line.strip() for line in str(error).splitlines() if line.strip()), type(error).__name__)
 
 
 def resolve_adapter_names(
@@ -182,11 +269,12 @@ def generate_text(
     One prompt streams token by token; a batch prints each row when it ends. Beam search streams nothing (the best
     beam is only known at the end) and prints the completions when they are done.
     """
-    if not request.prompts:
-        raise ValueError("give at least one --prompt")
     out = (out or sys.stdout) if stream else None
     adapter_names = resolve_adapter_names(model, len(request.prompts), request.adapter_names)
     batch = encode_prompts(tokenizer, request.prompts, family, request.prompt_format)
+    empty = [number for number, length in enumerate(batch["attention_mask"].sum(dim=1).tolist(), 1) if length == 0]
+    if empty:  # a decoder without a bos token has nothing to continue (an empty row fails inside attention)
+        raise ValueError(f"--prompt number {empty[0]} is empty (no tokens): give text to continue")
     device = next(model.parameters()).device
     batch = {key: value.to(device) for key, value in batch.items()}
     kwargs = {**request.sampling, "max_new_tokens": request.max_new_tokens, "pad_token_id": tokenizer.pad_token_id}

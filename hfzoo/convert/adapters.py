@@ -34,7 +34,8 @@ from transformers.pytorch_utils import Conv1D
 
 from .. import models
 from ..adapters.composition.task_adapter import (
-    ADAPTER_CONFIG, ADAPTER_WEIGHTS, KEY_PREFIX, adapter_weights_file, check_adapter_fits, load_safetensors,
+    ADAPTER_CONFIG, ADAPTER_WEIGHTS, KEY_PREFIX, adapter_weights_file, base_identity, check_adapter_fits,
+    check_base_files, folder_identity, load_safetensors, recorded_base,
 )  # fmt: skip
 from ..core.files import check_output_folder, staged
 from ..integrations.transformers import model_from_config
@@ -87,6 +88,7 @@ def adapter_to_native(
     out_dir: str | os.PathLike,
     base: PreTrainedModel | str | os.PathLike,
     overwrite: bool = False,
+    allow_other_base: bool = False,
 ) -> Path:
     """Map a PEFT adapter (LoRA or bottleneck) trained on an hfzoo model to the native model's module names, so that
     `PeftModel.from_pretrained(native_model, out_dir)` computes what the hfzoo model with the adapter computes.
@@ -94,12 +96,14 @@ def adapter_to_native(
     `base` says which pair of models: the native model or the hfzoo one (a model, or a checkpoint folder); the head
     is the one the adapter's PEFT `task_type` trains (else `base`'s). An adapter that does not fit `base` by its keys
     and shapes (another depth or width) is refused before anything is written, and so is a module whose adapter has
-    no exact native counterpart, naming it. `out_dir` gets `adapter_config.json`, `adapter_model.safetensors` and the
+    no exact native counterpart, naming it; so is a `base` of the adapter's recorded side whose weights or config
+    differ from those it recorded (another base of the same shape: `check_base_files`), unless `allow_other_base`.
+    `out_dir` gets `adapter_config.json`, `adapter_model.safetensors` and the
     adapter folder's tokenizer files; returns it. A folder of other files is refused unless `overwrite` (only the
     mapped adapter's files change there), and so are the adapter's and the base's folders and folders inside or
     around them, all before anything is read.
     """
-    return _map_adapter(Path(adapter_dir), Path(out_dir), base, True, overwrite)
+    return _map_adapter(Path(adapter_dir), Path(out_dir), base, True, overwrite, allow_other_base)
 
 
 def adapter_from_native(
@@ -107,10 +111,11 @@ def adapter_from_native(
     out_dir: str | os.PathLike,
     base: PreTrainedModel | str | os.PathLike,
     overwrite: bool = False,
+    allow_other_base: bool = False,
 ) -> Path:
     """The reverse of `adapter_to_native`: a PEFT adapter trained on a native model (GPT-2, Llama, BERT, ...) mapped
     to the hfzoo model `from_native` makes of it, for `PeftModel.from_pretrained(zoo_model, out_dir)`."""
-    return _map_adapter(Path(adapter_dir), Path(out_dir), base, False, overwrite)
+    return _map_adapter(Path(adapter_dir), Path(out_dir), base, False, overwrite, allow_other_base)
 
 
 def pairing(base: PreTrainedModel | str | os.PathLike, task_type: str | None) -> Pairing:
@@ -157,7 +162,9 @@ def _task_head(family: NativeFamily, task_type: str | None) -> Head | None:
     return heads[0]
 
 
-def _map_adapter(adapter_dir: Path, out_dir: Path, base, to_native: bool, overwrite: bool) -> Path:
+def _map_adapter(
+    adapter_dir: Path, out_dir: Path, base, to_native: bool, overwrite: bool, allow_other_base: bool
+) -> Path:
     command = ADAPTER_TO_NATIVE if to_native else ADAPTER_FROM_NATIVE
     base_folder = None if isinstance(base, PreTrainedModel) else base
     check_output_folder(out_dir, command, overwrite=overwrite, inputs=[adapter_dir, base_folder])
@@ -174,6 +181,8 @@ def _map_adapter(adapter_dir: Path, out_dir: Path, base, to_native: bool, overwr
     # The adapter must fit `base` (its side of the pair, on the meta device) before anything is mapped or written.
     described = type(base).__name__ if isinstance(base, PreTrainedModel) else str(base)
     check_adapter_fits(adapter_dir, pair.zoo if to_native else pair.native, described)
+    current = base_identity(base) if isinstance(base, PreTrainedModel) else folder_identity(str(base))
+    check_base_files(adapter_dir.name, adapter_dir, recorded_base(adapter_dir, config), current, allow_other_base)
     factors, saved = _split(load_safetensors(weights), *METHOD_PARTS[peft_type])
     if peft_type == "LORA":
         mapped = (_lora_to_native if to_native else _lora_from_native)(config, factors, pair)

@@ -69,7 +69,10 @@ def load_model(
     source, model_config = model_source(config, from_scratch)
     if config.import_native:
         with tempfile.TemporaryDirectory(prefix="hfzoo-import-") as imported:
-            import_checkpoint(source, imported)
+            import_checkpoint(source, imported)  # first: a model type it cannot import is refused as such
+            # The native config counts the usable positions: the import keeps a table's rows that no token reads
+            # (the pad offset of RoBERTa's, moved to its end), which `load_task_model`'s check would count.
+            check_max_length(config, model_config)
             imported_config = AutoConfig.from_pretrained(imported)
             model, family, missing = _load_checkpoint(
                 imported, imported_config, config, task, tokenizer, from_scratch, vocab_size

@@ -6,8 +6,11 @@ it supports; every other tensor must be a `modules_to_save` copy of a module (a 
 
 The families' models share module names (`model.layers.0.self_attn.qkv_proj` on a decoder and on an encoder), so
 an adapter's tensors alone may fit a base it was not trained on. hfzoo therefore saves the base's identity beside
-PEFT's files (`hfzoo_base.json`, `save_base_identity`: model type, sizes, path, a hash of its `config.json`) and
-`check_base` refuses another base naming both. PEFT's own `PeftModel.from_pretrained` offers no hook to check it
+PEFT's files (`hfzoo_base.json`, `save_base_identity`: model type, sizes, path, hashes of its `config.json` and of
+its safetensors weights) and `check_base` refuses another kind of base naming both. A base of the same kind and
+sizes with other weights (another seed) or another config (another dropout) is only told apart by the hashes:
+`check_base_files` refuses it, or with `allow_other_base` says so in one line, for `hfzoo generate` and `hfzoo
+convert adapter-to-native`. PEFT's own `PeftModel.from_pretrained` offers no hook to check it
 (it reads the files it knows), so loading an hfzoo adapter with plain PEFT does not check the base: compare
 `hfzoo_base.json` with the base's config, or load the adapter through `compose` or `hfzoo finetune --adapter`, which
 also check an adapter without the record (a plain PEFT save) by its keys and shapes (`check_fits`,
@@ -21,8 +24,10 @@ pickled `adapter_model.bin` instead is refused, naming it.
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import json
+import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,7 +43,7 @@ from ...core.files import published_folder, write_atomic
 from ...core.recorded_paths import recorded_path, resolve_recorded
 from ...models.checked_loading import listed_keys
 from ...models.checkpoint_files import (
-    CheckpointFileError, check_safetensors_file, read_json_file, refuse_missing_safetensors,
+    CONFIG_NAME, CheckpointFileError, check_safetensors_file, read_json_file, refuse_missing_safetensors, weight_files,
 )  # fmt: skip
 from ..peft_warnings import building_peft_model
 from .stacking import METHOD_STACKS, MethodStack
@@ -52,6 +57,9 @@ BASE_RECORD = "hfzoo_base.json"  # the base model an adapter was trained on (`sa
 # The config fields that make a base model a different one for an adapter (beside the model type).
 _IDENTITY_FIELDS = ("hidden_size", "num_hidden_layers", "vocab_size")
 _LAYER_INDEX = re.compile(r"\.[0-9]+\.")  # a layer's index in a module path
+# The files of a base an adapter records by hash: what a message calls them -> the record's key.
+_BASE_FILES = {"config.json": "config_sha256", "weights": "weights_sha256"}
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -187,8 +195,13 @@ def recorded_base(folder: Path, config: dict) -> dict | None:
         if isinstance(recorded.get("base_model"), str):  # relative to the adapter folder, wherever it now is
             recorded["base_model"] = resolve_recorded(recorded["base_model"], folder)
         return recorded
-    base = config.get("base_model_name_or_path")
-    config_file = Path(base) / "config.json" if base else None
+    return folder_identity(config.get("base_model_name_or_path"))
+
+
+def folder_identity(base: str | None) -> dict | None:
+    """`base_identity` of the checkpoint in the local folder `base`, read from its `config.json` (a base given by its
+    folder, not loaded); None where there is no readable one."""
+    config_file = Path(base) / CONFIG_NAME if base else None
     if config_file is None or not config_file.is_file():
         return None
     try:
@@ -199,10 +212,38 @@ def recorded_base(folder: Path, config: dict) -> dict | None:
     return {**identity, "base_model": base, "config_sha256": hashlib.sha256(config_file.read_bytes()).hexdigest()}
 
 
+def weights_sha256(base: str | None) -> str | None:
+    """SHA-256 of the bytes (header and data) of the safetensors files the local checkpoint folder `base` loads its
+    weights from, in the order transformers reads them; None where `base` is no local folder with such files (a Hub
+    name, a model built in memory). Hashed once per set of files as they are on disk (path, size, modification time):
+    each adapter of a composition checks the same base."""
+    if not base or not Path(base).is_dir():
+        return None
+    folder = Path(base)
+    try:
+        config = read_json_file(folder / CONFIG_NAME) if (folder / CONFIG_NAME).is_file() else {}
+        files = weight_files(folder, config)
+    except CheckpointFileError:
+        return None
+    return _files_sha256(tuple((str(path), path.stat().st_size, path.stat().st_mtime_ns) for path in files))
+
+
+@functools.lru_cache(maxsize=8)
+def _files_sha256(files: tuple[tuple[str, int, int], ...]) -> str:
+    digest = hashlib.sha256()
+    for path, _, _ in files:
+        with open(path, "rb") as stream:
+            while chunk := stream.read(1 << 24):
+                digest.update(chunk)
+    return digest.hexdigest()
+
+
 def save_base_identity(folder: str | Path, model: nn.Module) -> None:
     """Write `BASE_RECORD` into the adapter folder `folder`: the identity of `model`, the adapter's base (a local
-    base by its path relative to `folder`: no path of the machine, and it holds when both are moved together)."""
+    base by its path relative to `folder`: no path of the machine, and it holds when both are moved together), with
+    the hash of its weights (`weights_sha256`)."""
     identity = base_identity(model)
+    identity["weights_sha256"] = weights_sha256(identity["base_model"])
     if identity["base_model"] is not None:  # relative to where the folder ends up, when it is written staged
         identity["base_model"] = recorded_path(identity["base_model"], published_folder(folder))
     text = json.dumps(identity, indent=2, sort_keys=True)
@@ -234,6 +275,41 @@ def check_recorded_base(name: str, folder: Path | None, recorded: dict | None, m
             f"adapter {name!r} ({folder}) was trained on {describe_base(recorded)}; the base model is "
             f"{describe_base(current)} (differs in {', '.join(differs)}). Load it on the base it was trained on."
         )
+
+
+def check_base_files(
+    name: str, folder: Path | None, recorded: dict | None, current: dict | None, allow_other_base: bool = False
+) -> None:
+    """Refuse the base `current` (a `base_identity`) for the adapter `name` in `folder` when its `config.json` or its
+    weights differ from those the adapter recorded (`recorded_base`: the hashes in `BASE_RECORD`): a base of the same
+    kind and sizes, but another one (another seed's weights, another dropout), on which the adapter computes something
+    it was not trained for. `allow_other_base`: say so in one line instead. A record saved before weights were hashed
+    (or a plain PEFT save, whose base is only a path) gets the type and size checks alone, and a base without a local
+    folder (a Hub name) is not hashed. Only a base of the recorded side is compared (the same model type, or the very
+    config: an adapter trained with `import_native` records the native files): a base of the other side (`hfzoo
+    convert`) has other files by construction."""
+    if recorded is None or current is None or recorded.get("weights_sha256") is None:
+        return
+    same_side = recorded.get("model_type") == current.get("model_type") or recorded.get("config_sha256") == current.get(
+        "config_sha256"
+    )
+    if not same_side:
+        return
+    current = {**current, "weights_sha256": weights_sha256(current.get("base_model"))}
+    differs = [what for what, key in _BASE_FILES.items()
+               if None not in (recorded.get(key), current.get(key)) and recorded[key] != current[key]]  # fmt: skip
+    if not differs:
+        return
+    trained_on = f" ({recorded['base_model']})" if recorded.get("base_model") else ""
+    message = (
+        f"the base model {current.get('base_model')} is not the one adapter {name!r} ({folder}) was trained "
+        f"on{trained_on}: its {' and '.join(differs)} differ from the recorded ones (the same model type and sizes: "
+        "another seed's weights, another dropout, ...)"
+    )
+    if allow_other_base:
+        logger.warning("%s; used anyway (--allow_other_base)", message)
+        return
+    raise ValueError(f"{message}. Use the base it was trained on, or pass --allow_other_base to use it on this one.")
 
 
 def check_adapter_fits(folder: Path, base: nn.Module, described: str) -> None:
