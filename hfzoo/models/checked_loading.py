@@ -8,9 +8,9 @@ its config names) decides: a missing weight that class has should have been in t
 new for the task (a classifier, BERT's pooler over a masked-LM checkpoint) and is named in one line. A weight the file
 holds in the body (`base_model_prefix`) that the model has no place for is an error; one outside it is the
 checkpoint's own head the task replaces (a masked-LM head under a classifier), and so is a body weight the
-checkpoint's class has but the task's model leaves out (BERT's pooler under a token-classification head). transformers' table is held back for
-these loads and shown only when the load fails otherwise. Weights of another shape (an edited `intermediate_size`)
-are refused too, naming the keys and both shapes.
+checkpoint's class has but the task's model leaves out (BERT's pooler under a token-classification head), which
+are named in one line too. transformers' table is held back for these loads and shown only when the load fails
+otherwise. Weights of another shape (an edited `intermediate_size`) are refused too, naming the keys and both shapes.
 
 Not imported by the modeling files, so not copied next to checkpoints.
 """
