@@ -1,0 +1,31 @@
+"""The gaps a user hits first (issue 37 items 9 and 10): each refused in one line, exit status 2, naming what is
+wrong, before any file is written; or, where transformers would manage, managed. Run as users run them, through
+`hfzoo <command>`, on tiny real checkpoints and files."""
+
+import json
+import shutil
+
+from tests.helpers.cli_runs import refusal
+
+FINETUNE = ["finetune", "--task", "sequence-classification", "--max_steps", "1", "--per_device_batch_size", "2"]
+
+
+def labelled_csv(folder, rows=("a fine film,1", "a dull film,0", "very good,1", "very bad,0")) -> str:
+    """A small `text,label` CSV file in `folder`."""
+    path = folder / "rows.csv"
+    path.write_text("\n".join(["text,label", *rows]) + "\n", encoding="utf-8")
+    return str(path)
+
+
+def test_a_folder_that_needs_its_own_modeling_code_is_refused_without_trust_remote_code(gpt_tiny_checkpoint,
+                                                                                       tmp_path, capsys):  # fmt: skip
+    """transformers asked on a terminal whether to run the folder's code, or failed in a multi-line traceback."""
+    folder = shutil.copytree(gpt_tiny_checkpoint, tmp_path / "custom")
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "model_type": "someone-elses"}))
+    data = labelled_csv(tmp_path)
+    line = refusal(capsys, [*FINETUNE, "--model", folder, "--train_file", data, "--validation_file", data,
+                            "--output_dir", tmp_path / "out"])  # fmt: skip
+    assert f"config key 'model': {folder} needs the modeling code saved with it" in line
+    assert "model_type 'someone-elses'" in line and "--trust_remote_code true" in line
+    assert not (tmp_path / "out").exists()
