@@ -29,3 +29,24 @@ def test_a_folder_that_needs_its_own_modeling_code_is_refused_without_trust_remo
     assert f"config key 'model': {folder} needs the modeling code saved with it" in line
     assert "model_type 'someone-elses'" in line and "--trust_remote_code true" in line
     assert not (tmp_path / "out").exists()
+
+
+def test_a_header_only_csv_is_named(gpt_tiny_checkpoint, tmp_path, capsys):
+    """It was counted as "no examples left: 4 for training, 0 for validation", naming no file."""
+    header_only = tmp_path / "validation.csv"
+    header_only.write_text("text,label\n", encoding="utf-8")
+    line = refusal(capsys, [*FINETUNE, "--model", gpt_tiny_checkpoint, "--train_file", labelled_csv(tmp_path),
+                            "--validation_file", header_only, "--output_dir", tmp_path / "out"])  # fmt: skip
+    assert line == f"finetune: {header_only}: no examples in the file (a header row alone, or blank lines)"
+
+
+def test_a_corpus_folder_without_training_text_names_the_splits_it_has(tmp_path, capsys):
+    """A folder like the shared wikitext2 (valid.txt and test.txt) failed with `KeyError: 'train'`."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for name in ("valid.txt", "test.txt"):
+        (corpus / name).write_text("A line of text.\nAnother line.\n", encoding="utf-8")
+    line = refusal(capsys, ["pretrain", "--preset", "gpt-tiny", "--objective", "clm", "--dataset", corpus,
+                            "--output_dir", tmp_path / "out"])  # fmt: skip
+    assert line.startswith(f"pretrain: {corpus}: no training text; its splits are 'test', 'validation'"), line
+    assert not (tmp_path / "out").exists()
