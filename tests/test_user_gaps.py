@@ -50,3 +50,17 @@ def test_a_corpus_folder_without_training_text_names_the_splits_it_has(tmp_path,
                             "--output_dir", tmp_path / "out"])  # fmt: skip
     assert line.startswith(f"pretrain: {corpus}: no training text; its splits are 'test', 'validation'"), line
     assert not (tmp_path / "out").exists()
+
+
+def test_a_refused_run_leaves_no_training_config(gpt_tiny_checkpoint, tmp_path, capsys):
+    """Refusals after the data was read (a max_length past the model's positions; a corpus smaller than one batch)
+    left a `training_config.yaml` behind, as if the run had started."""
+    data = labelled_csv(tmp_path)
+    refusal(capsys, [*FINETUNE, "--model", gpt_tiny_checkpoint, "--train_file", data, "--validation_file", data,
+                     "--max_length", 100_000, "--output_dir", tmp_path / "finetune"])  # fmt: skip
+    (tmp_path / "corpus.txt").write_text("".join(f"Line {i} of the corpus.\n" for i in range(60)), encoding="utf-8")
+    line = refusal(capsys, ["pretrain", "--preset", "gpt-tiny", "--objective", "clm", "--dataset",
+                            tmp_path / "corpus.txt", "--vocab_size", 300, "--block_size", 256,
+                            "--output_dir", tmp_path / "pretrain"])  # fmt: skip
+    assert "fewer than one batch" in line
+    assert not (tmp_path / "finetune").exists() and not (tmp_path / "pretrain" / "training_config.yaml").exists()
