@@ -64,3 +64,10 @@ def test_a_refused_run_leaves_no_training_config(gpt_tiny_checkpoint, tmp_path, 
                             "--output_dir", tmp_path / "pretrain"])  # fmt: skip
     assert "fewer than one batch" in line
     assert not (tmp_path / "finetune").exists() and not (tmp_path / "pretrain" / "training_config.yaml").exists()
+
+
+def test_convert_from_native_names_an_hfzoo_checkpoint_as_one(gpt_tiny_checkpoint, tmp_path, capsys):
+    """It said the config's `architectures` "names no a transformers class"."""
+    line = refusal(capsys, ["convert", "from-native", gpt_tiny_checkpoint, tmp_path / "out"])
+    assert line.startswith(f"convert: {gpt_tiny_checkpoint} is already an hfzoo checkpoint (hfzoo_decoder)")
+    assert "hfzoo convert to-native" in line and not (tmp_path / "out").exists()

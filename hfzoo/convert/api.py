@@ -257,19 +257,25 @@ def _agreeing_config(inferred: PreTrainedConfig, preset_or_config: str | PreTrai
 
 def load_native(model_or_path: PreTrainedModel | str | os.PathLike) -> PreTrainedModel:
     """A native model, or the one a folder holds, built with the transformers class its config names."""
-    return _load(model_or_path, transformers, "a transformers class (e.g. load it with BertForMaskedLM and pass the model)")
+    return _load(model_or_path, transformers, "transformers class (e.g. load it with BertForMaskedLM and pass the model)")
 
 
 def load_zoo(model_or_path: PreTrainedModel | str | os.PathLike) -> PreTrainedModel:
     """An hfzoo model, or the one an hfzoo checkpoint folder holds, built with the class its config names."""
-    return _load(model_or_path, models, "an hfzoo model class (to_native converts hfzoo checkpoints)")
+    return _load(model_or_path, models, "hfzoo model class (to_native converts hfzoo checkpoints)")
 
 
 def _load(model_or_path: PreTrainedModel | str | os.PathLike, namespace, expected: str) -> PreTrainedModel:
+    """The model of a folder, built with the class of `namespace` (hfzoo's `models`, or `transformers`) its config
+    names. An hfzoo folder given as native is named as such (its `architectures` name no transformers class, which
+    says less); a native one given as hfzoo's is refused before, by `export_target`."""
     if isinstance(model_or_path, PreTrainedModel):
         return model_or_path
     _check_folder(model_or_path)
     config = AutoConfig.from_pretrained(model_or_path)
+    if namespace is transformers and config.model_type.startswith("hfzoo"):
+        raise ValueError(f"{model_or_path} is already an hfzoo checkpoint ({config.model_type}): nothing to import; "
+                         "`hfzoo convert to-native` makes a native checkpoint of it.")  # fmt: skip
     names = getattr(config, "architectures", None) or [""]
     model_cls = getattr(namespace, names[0], None)
     if model_cls is None:
