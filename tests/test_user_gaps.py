@@ -5,7 +5,12 @@ wrong, before any file is written; or, where transformers would manage, managed.
 import json
 import shutil
 
+from peft import TaskType
 from tests.helpers.cli_runs import refusal
+from transformers import AutoModelForSequenceClassification
+
+import hfzoo
+from hfzoo.adapters.methods import MethodOptions, apply_method, peft_config_for
 
 FINETUNE = ["finetune", "--task", "sequence-classification", "--max_steps", "1", "--per_device_batch_size", "2"]
 
@@ -71,3 +76,13 @@ def test_convert_from_native_names_an_hfzoo_checkpoint_as_one(gpt_tiny_checkpoin
     line = refusal(capsys, ["convert", "from-native", gpt_tiny_checkpoint, tmp_path / "out"])
     assert line.startswith(f"convert: {gpt_tiny_checkpoint} is already an hfzoo checkpoint (hfzoo_decoder)")
     assert "hfzoo convert to-native" in line and not (tmp_path / "out").exists()
+
+
+def test_adapter_config_lists_each_head_to_save_once(tmp_path):
+    """PEFT's sequence classifier appends "classifier" and "score" to the heads the recipe names: "classifier" was
+    listed twice in adapter_config.json's modules_to_save."""
+    model = AutoModelForSequenceClassification.from_config(hfzoo.preset_config("bert-tiny", vocab_size=64))
+    peft_config = peft_config_for(MethodOptions(method="lora"), TaskType.SEQ_CLS, ["classifier"])
+    apply_method(model, peft_config).save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "adapter_config.json").read_text())["modules_to_save"]
+    assert sorted(saved) == ["classifier", "score"]

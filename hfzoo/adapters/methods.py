@@ -161,7 +161,11 @@ def apply_method(model: nn.Module, peft_config: PeftConfig | None) -> nn.Module:
         # GPT-2 keeps its projections [in, out] (Conv1D): say so, as PEFT would otherwise do itself, with a warning.
         peft_config.fan_in_fan_out = True
     with building_peft_model():
-        return get_peft_model(model, peft_config)
+        adapted = get_peft_model(model, peft_config)
+    saved = adapted.peft_config[adapted.active_adapter]
+    if getattr(saved, "modules_to_save", None):  # PEFT's classifiers append "classifier" and "score" to the heads
+        saved.modules_to_save = list(dict.fromkeys(saved.modules_to_save))  # named here: adapter_config.json once each
+    return adapted
 
 
 def _takes_past_key_values(model: nn.Module) -> bool:
