@@ -3,6 +3,7 @@ classes; and the save that makes a converted folder load with the plain Auto cla
 """
 
 import copy
+import json
 import os
 import shutil
 from pathlib import Path
@@ -52,6 +53,8 @@ TOKENIZER_FILES = (
     "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "vocab.txt",
     "vocab.json", "merges.txt", "spiece.model", "sentencepiece.bpe.model", "tokenizer.model", "chat_template.jinja",
 )
+# A sentence-transformers checkpoint's own files, carried over with its module folders (`sentence_transformers_modules`).
+SENTENCE_TRANSFORMERS_FILES = ("modules.json", "sentence_bert_config.json", "config_sentence_transformers.json")
 
 
 def from_native(
@@ -297,13 +300,32 @@ def save_converted(
     command: str = FROM_NATIVE,
     overwrite: bool = False,
 ) -> None:
-    """`model.save_pretrained(out_dir)` plus the tokenizer files of `tokenizer_folder`, as the output of `command`
+    """`model.save_pretrained(out_dir)` plus the tokenizer files of `tokenizer_folder` (and, of a sentence-transformers
+    checkpoint, its `modules.json`, module folders and settings: how it pools), as the output of `command`
     (`hfzoo.core.files.publish_output`): an interrupted conversion leaves no half-written file, and only the files of
     this conversion (and of an earlier one of `command` there) change. A folder of other files is refused unless
     `overwrite`; so are `tokenizer_folder` itself and a folder inside it or holding it."""
     check_output_folder(out_dir, command, overwrite=overwrite, inputs=[tokenizer_folder])
     with staged(out_dir, command) as staging:
         model.save_pretrained(staging)
-        for name in TOKENIZER_FILES if tokenizer_folder else ():
+        for name in TOKENIZER_FILES + SENTENCE_TRANSFORMERS_FILES if tokenizer_folder else ():
             if (Path(tokenizer_folder) / name).is_file():
                 shutil.copy2(Path(tokenizer_folder) / name, staging / name)
+        for name in sentence_transformers_modules(Path(tokenizer_folder)) if tokenizer_folder else ():
+            shutil.copytree(Path(tokenizer_folder) / name, staging / name)
+
+
+def sentence_transformers_modules(folder: Path) -> list[str]:
+    """The module folders (`1_Pooling`, ...) the `modules.json` of a sentence-transformers checkpoint names, those
+    present inside `folder`: without them `SentenceTransformer` silently pools by its default (the mean) instead of
+    the checkpoint's own way."""
+    if not (folder / "modules.json").is_file():
+        return []
+    try:
+        modules = json.loads((folder / "modules.json").read_text(encoding="utf-8"))
+    except ValueError as error:  # not UTF-8, or not JSON
+        raise ValueError(f"{folder / 'modules.json'} is not valid JSON ({error})") from None
+    paths = [module.get("path") for module in modules if isinstance(module, dict)] if isinstance(modules, list) else []
+    root = folder.resolve()
+    return [path for path in paths if isinstance(path, str) and path and not Path(path).is_absolute()
+            and (folder / path).is_dir() and (folder / path).resolve().is_relative_to(root)]  # fmt: skip
