@@ -3,39 +3,17 @@
 to hold out a validation split, a list where a label belongs. Run as users run them, through `hfzoo <command>`."""
 
 import json
-import re
 
 import datasets
 import pytest
-from accelerate.state import AcceleratorState, GradientState
+from tests.helpers.cli_runs import refusal, run
 from transformers import RobertaConfig, RobertaForMaskedLM
 
-from hfzoo.cli import main as hfzoo_main
 from hfzoo.training.logging import read_log
 
 CLASSIFY = ["finetune", "--task", "sequence-classification", "--max_steps", "1", "--per_device_batch_size", "4",
             "--max_train_samples", "8", "--max_eval_samples", "4"]  # fmt: skip
 PRETRAIN = ["pretrain", "--preset", "gpt-tiny", "--objective", "clm", "--max_steps", "1", "--vocab_size", "300"]
-
-
-def run(argv: list[str]) -> None:
-    """`hfzoo <argv>` in this process, with accelerate's process state reset afterwards as a new process has it."""
-    try:
-        hfzoo_main([str(token) for token in argv])
-    finally:
-        GradientState._reset_state()
-        AcceleratorState._reset_state(reset_partial_state=True)
-
-
-def refusal(capsys, argv: list[str]) -> str:
-    """The one line `hfzoo <argv>` prints as it exits with status 2 (after the progress bars of what it read)."""
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as exit_info:
-        run(argv)
-    err = capsys.readouterr().err.splitlines()
-    lines = [line for line in err if line.strip() and not re.search(r"(it|examples)/s\]", line)]
-    assert exit_info.value.code == 2 and len(lines) == 1 and lines[0].startswith(f"{argv[0]}: "), lines
-    return lines[0]
 
 
 @pytest.fixture

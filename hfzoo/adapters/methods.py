@@ -15,14 +15,13 @@ import inspect
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
 from peft import IA3Config, LoraConfig, PeftConfig, PrefixTuningConfig, TaskType, get_peft_model
 from peft.mapping import PEFT_TYPE_TO_CONFIG_MAPPING
 from peft.utils.peft_types import PeftType
 from torch import nn
 from transformers.pytorch_utils import Conv1D
 
-from ..core.recipe_config import key
+from ..core.recipe_config import key, read_yaml
 from ..data.tokenizer_training import KINDS
 from . import BottleneckConfig
 from .peft_warnings import building_peft_model
@@ -113,7 +112,7 @@ def head_modules(model: nn.Module, missing_parameters: list[str]) -> list[str]:
 
 def _from_file(path: str) -> PeftConfig:
     """Any PEFT config from a JSON or YAML file (e.g. an `adapter_config.json`, or an AdaLoRA config)."""
-    values = yaml.safe_load(Path(path).read_text(encoding="utf-8"))  # YAML reads JSON too
+    values = read_yaml(Path(path).read_text(encoding="utf-8"), path)  # YAML reads JSON too
     if not isinstance(values, dict) or "peft_type" not in values:
         raise ValueError(f"{path}: a PEFT config is a mapping with a 'peft_type' (e.g. LORA, ADALORA, IA3)")
     peft_type = str(values.pop("peft_type")).upper()
@@ -162,7 +161,11 @@ def apply_method(model: nn.Module, peft_config: PeftConfig | None) -> nn.Module:
         # GPT-2 keeps its projections [in, out] (Conv1D): say so, as PEFT would otherwise do itself, with a warning.
         peft_config.fan_in_fan_out = True
     with building_peft_model():
-        return get_peft_model(model, peft_config)
+        adapted = get_peft_model(model, peft_config)
+    saved = adapted.peft_config[adapted.active_adapter]
+    if getattr(saved, "modules_to_save", None):  # PEFT's classifiers append "classifier" and "score" to the heads
+        saved.modules_to_save = list(dict.fromkeys(saved.modules_to_save))  # named here: adapter_config.json once each
+    return adapted
 
 
 def _takes_past_key_values(model: nn.Module) -> bool:

@@ -8,7 +8,7 @@ plain data built by the recipe.
 """
 
 from .composition import composition_sections
-from .finetuning import FINETUNE_METRICS, FINETUNE_SECTIONS, finetune_metadata, library
+from .finetuning import FINETUNE_METRICS, FINETUNE_SECTIONS, bottleneck_loading, finetune_metadata, library
 from .pretraining import (
     ARCHITECTURE_FIELDS,
     DEFAULT_CORPUS,
@@ -38,7 +38,7 @@ from .render import (
 __all__ = [
     "ARCHITECTURE_FIELDS", "CARD", "DEFAULT_CORPUS", "FINETUNE_METRICS", "FINETUNE_SECTIONS", "LIBRARIES",
     "LOCAL_DATA", "LOSS_CURVE", "PRETRAINING_SECTIONS", "Curve", "RunRecord", "Section", "architecture_rows",
-    "composition_sections", "describe_objective", "finetune_metadata", "hub_id", "library", "markdown_table",
+    "bottleneck_loading", "composition_sections", "describe_objective", "finetune_metadata", "hub_id", "library", "markdown_table",
     "model_card_data", "plot_loss_curve", "plot_losses", "pretraining_metadata", "render_card", "training_data",
     "write_card",
 ]  # fmt: skip

@@ -116,8 +116,16 @@ def _training(record: RunRecord) -> str:
     return markdown_table(("setting", "value"), rows)
 
 
+def bottleneck_loading(name: str) -> str:
+    """What a bottleneck adapter's card and its run's log say about loading it: PEFT has no such method."""
+    return (f"{name} is a bottleneck adapter, a PEFT method hfzoo adds: PEFT alone cannot load it (KeyError: "
+            f"'BOTTLENECK'). `import hfzoo` first registers it; then PeftModel.from_pretrained(base, \"{name}\") "
+            "loads it as any adapter.")
+
+
 def _usage(record: RunRecord) -> str:
     s, name = record.summary, record.name
+    note = f"{bottleneck_loading(name)}\n\n" if s["method"] == "bottleneck" else ""
     auto_class = s["auto_class"]
     if s["method"] == "full":
         load = f'model = {auto_class}.from_pretrained("{name}")'
@@ -126,7 +134,7 @@ def _usage(record: RunRecord) -> str:
         imports, base = base_loading(record)
         load = f'{base}\nmodel = PeftModel.from_pretrained(base, "{name}")'
         imports = f"from peft import PeftModel\n{imports}"
-    return f"""```python
+    return f"""{note}```python
 import hfzoo  # registers hfzoo's architectures and its bottleneck adapters with transformers and PEFT
 {imports}
 

@@ -279,7 +279,6 @@ def pretrain(config: PretrainConfig) -> Path:
         eval_texts = _first(corpus["validation"], data.max_eval_samples)
     if accelerator.is_main_process:
         output_dir.mkdir(parents=True, exist_ok=True)
-        write_atomic(output_dir / CONFIG_FILE, yaml.safe_dump(config.to_dict(), sort_keys=False))
 
     # --- Tokenizer, then the corpus as examples of at most block_size tokens: packed into fixed-length blocks, or
     # (next-sentence prediction) pairs of consecutive segments of each document.
@@ -350,6 +349,9 @@ def pretrain(config: PretrainConfig) -> Path:
     progress = Progress()
     if resume_from is not None:
         progress = load_checkpoint(accelerator, resume_from, collator_generator, stream)
+    # --- Every check passed: the resolved config, then the log (a refused run leaves no config behind).
+    if accelerator.is_main_process:
+        write_atomic(output_dir / CONFIG_FILE, yaml.safe_dump(config.to_dict(), sort_keys=False))
     log = RunLogger(
         output_dir,
         enabled=accelerator.is_main_process,

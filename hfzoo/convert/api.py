@@ -3,6 +3,7 @@ classes; and the save that makes a converted folder load with the plain Auto cla
 """
 
 import copy
+import json
 import os
 import shutil
 from pathlib import Path
@@ -52,6 +53,8 @@ TOKENIZER_FILES = (
     "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "vocab.txt",
     "vocab.json", "merges.txt", "spiece.model", "sentencepiece.bpe.model", "tokenizer.model", "chat_template.jinja",
 )
+# A sentence-transformers checkpoint's own files, carried over with its module folders (`sentence_transformers_modules`).
+SENTENCE_TRANSFORMERS_FILES = ("modules.json", "sentence_bert_config.json", "config_sentence_transformers.json")
 
 
 def from_native(
@@ -257,19 +260,25 @@ def _agreeing_config(inferred: PreTrainedConfig, preset_or_config: str | PreTrai
 
 def load_native(model_or_path: PreTrainedModel | str | os.PathLike) -> PreTrainedModel:
     """A native model, or the one a folder holds, built with the transformers class its config names."""
-    return _load(model_or_path, transformers, "a transformers class (e.g. load it with BertForMaskedLM and pass the model)")
+    return _load(model_or_path, transformers, "transformers class (e.g. load it with BertForMaskedLM and pass the model)")
 
 
 def load_zoo(model_or_path: PreTrainedModel | str | os.PathLike) -> PreTrainedModel:
     """An hfzoo model, or the one an hfzoo checkpoint folder holds, built with the class its config names."""
-    return _load(model_or_path, models, "an hfzoo model class (to_native converts hfzoo checkpoints)")
+    return _load(model_or_path, models, "hfzoo model class (to_native converts hfzoo checkpoints)")
 
 
 def _load(model_or_path: PreTrainedModel | str | os.PathLike, namespace, expected: str) -> PreTrainedModel:
+    """The model of a folder, built with the class of `namespace` (hfzoo's `models`, or `transformers`) its config
+    names. An hfzoo folder given as native is named as such (its `architectures` name no transformers class, which
+    says less); a native one given as hfzoo's is refused before, by `export_target`."""
     if isinstance(model_or_path, PreTrainedModel):
         return model_or_path
     _check_folder(model_or_path)
     config = AutoConfig.from_pretrained(model_or_path)
+    if namespace is transformers and config.model_type.startswith("hfzoo"):
+        raise ValueError(f"{model_or_path} is already an hfzoo checkpoint ({config.model_type}): nothing to import; "
+                         "`hfzoo convert to-native` makes a native checkpoint of it.")  # fmt: skip
     names = getattr(config, "architectures", None) or [""]
     model_cls = getattr(namespace, names[0], None)
     if model_cls is None:
@@ -291,13 +300,32 @@ def save_converted(
     command: str = FROM_NATIVE,
     overwrite: bool = False,
 ) -> None:
-    """`model.save_pretrained(out_dir)` plus the tokenizer files of `tokenizer_folder`, as the output of `command`
+    """`model.save_pretrained(out_dir)` plus the tokenizer files of `tokenizer_folder` (and, of a sentence-transformers
+    checkpoint, its `modules.json`, module folders and settings: how it pools), as the output of `command`
     (`hfzoo.core.files.publish_output`): an interrupted conversion leaves no half-written file, and only the files of
     this conversion (and of an earlier one of `command` there) change. A folder of other files is refused unless
     `overwrite`; so are `tokenizer_folder` itself and a folder inside it or holding it."""
     check_output_folder(out_dir, command, overwrite=overwrite, inputs=[tokenizer_folder])
     with staged(out_dir, command) as staging:
         model.save_pretrained(staging)
-        for name in TOKENIZER_FILES if tokenizer_folder else ():
+        for name in TOKENIZER_FILES + SENTENCE_TRANSFORMERS_FILES if tokenizer_folder else ():
             if (Path(tokenizer_folder) / name).is_file():
                 shutil.copy2(Path(tokenizer_folder) / name, staging / name)
+        for name in sentence_transformers_modules(Path(tokenizer_folder)) if tokenizer_folder else ():
+            shutil.copytree(Path(tokenizer_folder) / name, staging / name)
+
+
+def sentence_transformers_modules(folder: Path) -> list[str]:
+    """The module folders (`1_Pooling`, ...) the `modules.json` of a sentence-transformers checkpoint names, those
+    present inside `folder`: without them `SentenceTransformer` silently pools by its default (the mean) instead of
+    the checkpoint's own way."""
+    if not (folder / "modules.json").is_file():
+        return []
+    try:
+        modules = json.loads((folder / "modules.json").read_text(encoding="utf-8"))
+    except ValueError as error:  # not UTF-8, or not JSON
+        raise ValueError(f"{folder / 'modules.json'} is not valid JSON ({error})") from None
+    paths = [module.get("path") for module in modules if isinstance(module, dict)] if isinstance(modules, list) else []
+    root = folder.resolve()
+    return [path for path in paths if isinstance(path, str) and path and not Path(path).is_absolute()
+            and (folder / path).is_dir() and (folder / path).resolve().is_relative_to(root)]  # fmt: skip

@@ -20,6 +20,7 @@ import copy
 import dataclasses
 import difflib
 import inspect
+import re
 import sys
 import types
 import typing
@@ -228,8 +229,30 @@ def from_dict(config_class: type[Config], values: dict[str, Any]) -> Config:
     return config
 
 
-def _parse_value(raw: str) -> Any:
-    return yaml.safe_load(raw) if raw.strip() else raw
+def read_yaml(text: str, where: str) -> Any:
+    """`text` read as plain YAML data, or a ValueError in one line naming `where` (a file, a `--key`): a syntax error
+    with its line and column, or a tag that would build an object (`!!python/object/apply:...`), which `safe_load`
+    never runs but would refuse in a multi-line message."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        tag = re.search(r"for the tag '([^']*)'", str(getattr(error, "problem", "")))
+        if tag is None:
+            raise ValueError(f"{where}: not valid YAML ({_yaml_problem(error)})") from None
+        name = tag.group(1).replace("tag:yaml.org,2002:", "!!")
+        raise ValueError(f"{where}: YAML tag {name!r} is not allowed: a config holds plain values (strings, numbers, "
+                         "lists, mappings), never objects, and hfzoo runs no code from it") from None
+
+
+def _yaml_problem(error: yaml.YAMLError) -> str:
+    """What PyYAML found wrong and where, on one line (its own message quotes the text with a caret under it)."""
+    problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+    mark = getattr(error, "problem_mark", None)
+    return f"{problem} at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else problem
+
+
+def _parse_value(raw: str, name: str) -> Any:
+    return read_yaml(raw, f"--{name}") if raw.strip() else raw
 
 
 def parse_overrides(argv: Sequence[str], config_class: type) -> tuple[str | None, dict[str, Any]]:
@@ -252,7 +275,7 @@ def parse_overrides(argv: Sequence[str], config_class: type) -> tuple[str | None
             continue
         name, _, entry = name.partition(".")
         if name in config_sections(config_class) and not entry:  # a mapping of the section's keys
-            values[name] = _parse_value(raw)
+            values[name] = _parse_value(raw, name)
             continue
         if name in config_sections(config_class):  # --section.key (or --section.key.entry of a mapping key)
             section_key, _, entry = entry.partition(".")
@@ -265,9 +288,9 @@ def parse_overrides(argv: Sequence[str], config_class: type) -> tuple[str | None
         if entry:
             if not isinstance(values.setdefault(name, {}), dict):
                 raise ValueError(f"config key {name!r} is not a mapping; cannot set {name}.{entry}.")
-            values[name][entry] = _parse_value(raw)
+            values[name][entry] = _parse_value(raw, f"{name}.{entry}")
         else:
-            values[name] = raw if hints[name] in (str, str | None) else _parse_value(raw)
+            values[name] = raw if hints[name] in (str, str | None) else _parse_value(raw, name)
     return config_file, values
 
 
@@ -282,11 +305,7 @@ def apply_overrides(values: dict[str, Any], overrides: dict[str, Any]) -> dict[s
 
 
 def load_yaml(path: str | Path) -> dict[str, Any]:
-    text = Path(path).read_text(encoding="utf-8")
-    try:
-        values = yaml.safe_load(text) or {}
-    except yaml.YAMLError as error:
-        raise ValueError(f"{path}: not valid YAML ({error})") from None
+    values = read_yaml(Path(path).read_text(encoding="utf-8"), str(path)) or {}
     if not isinstance(values, dict):
         raise ValueError(
             f"{path}: a config file must be a YAML mapping of keys to values, got {type(values).__name__}."

@@ -261,15 +261,20 @@ def _heldout(batch: dict[str, list], seed: int, fraction: float, keep: bool) -> 
 def _with_validation(
     corpus: datasets.DatasetDict | datasets.IterableDatasetDict, name: str, fraction: float, seed: int
 ) -> datasets.DatasetDict | datasets.IterableDatasetDict:
-    """Add a ``validation`` split held out from ``train`` if there is none.
+    """Add a ``validation`` split held out from ``train`` if there is none; a corpus without ``train`` (a folder of
+    ``valid.txt`` and ``test.txt``) is refused, naming the splits it has, rather than failing at its first use.
 
     Membership is decided by a seeded hash of each text, so it is the same streaming or not,
     does not depend on the order of the examples, and duplicates never straddle the two splits.
     """
+    if "train" not in corpus:
+        raise CorpusError(
+            f"{name}: no training text; its splits are {', '.join(map(repr, corpus)) or 'none'} (a corpus file goes "
+            "to 'train' unless its path says validation, valid, val, dev or test): add a training file, or give "
+            "data_files with a train split"
+        )
     if "validation" in corpus:
         return corpus
-    if "train" not in corpus:
-        raise CorpusError(f"{name}: no 'train' split to hold a validation split out of; splits: {list(corpus)}")
     logger.warning(
         "%s has no validation split; holding out ~%.0f%% of 'train' as 'validation' (hash of the text, seed %d)",
         name, 100 * fraction, seed,

@@ -7,9 +7,10 @@ layers, which fine-tuning would train as if they were a new head. Here the check
 its config names) decides: a missing weight that class has should have been in the file (an error); one it lacks is
 new for the task (a classifier, BERT's pooler over a masked-LM checkpoint) and is named in one line. A weight the file
 holds in the body (`base_model_prefix`) that the model has no place for is an error; one outside it is the
-checkpoint's own head the task replaces (a masked-LM head under a classifier). transformers' table is held back for
-these loads and shown only when the load fails otherwise. Weights of another shape (an edited `intermediate_size`)
-are refused too, naming the keys and both shapes.
+checkpoint's own head the task replaces (a masked-LM head under a classifier), and so is a body weight the
+checkpoint's class has but the task's model leaves out (BERT's pooler under a token-classification head), which
+are named in one line too. transformers' table is held back for these loads and shown only when the load fails
+otherwise. Weights of another shape (an edited `intermediate_size`) are refused too, naming the keys and both shapes.
 
 Not imported by the modeling files, so not copied next to checkpoints.
 """
@@ -67,7 +68,10 @@ def check_loaded_keys(model: PreTrainedModel, loading: dict, source: str | os.Pa
         (lacking if in_checkpoint_class else new).append(key)
     undeclared, unused = [], []
     for key in sorted(loading["unexpected_keys"]):
-        (undeclared if in_body(key) else unused).append(key)
+        # A body weight of the checkpoint's own class that the task's model leaves out (BERT's pooler under a
+        # token-classification or QA head) is declared, and dropped like a replaced head.
+        declared = own is not None and key.removeprefix(prefix) in own
+        (undeclared if in_body(key) and not declared else unused).append(key)
     reshaped = [f"{key} {list(saved)} where the config makes {list(built)}"
                 for key, saved, built in sorted(loading.get("mismatched_keys") or [])]  # fmt: skip
     if lacking or undeclared or reshaped:

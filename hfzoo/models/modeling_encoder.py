@@ -121,7 +121,8 @@ class ZooEncoderModel(ModernBertStack, ConvolutionStack, TransformerStack, ZooEn
             return None  # RoBERTa/ModernBERT-style: a tokenizer's segment ids carry no signal here.
         if token_type_ids is None:
             return self.token_type_embeddings.weight[0]
-        if int(token_type_ids.max()) >= self.config.type_vocab_size:
+        # Checked eagerly only: reading the maximum back would break a compiled graph twice (native BERT has none).
+        if not torch.compiler.is_compiling() and int(token_type_ids.max()) >= self.config.type_vocab_size:
             raise ValueError(
                 f"token_type_ids go up to {int(token_type_ids.max())} but type_vocab_size="
                 f"{self.config.type_vocab_size}; pass segment ids below type_vocab_size or raise it in the config."

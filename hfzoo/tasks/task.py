@@ -182,6 +182,14 @@ class Task:
         raise NotImplementedError
 
 
+def _read_file(task: Task, path: str) -> list:
+    """The examples of one data file; a file that holds none (a header row alone) is named, not counted as 0."""
+    examples = task.read(path)
+    if not examples:
+        raise DataError(f"{path}: no examples in the file (a header row alone, or blank lines)")
+    return examples
+
+
 def load_examples(task: Task, config: TaskOptions) -> tuple[list, list]:
     """(train, validation) examples: from files, a dataset folder or the Hub; limited by max_*_samples."""
     if config.dataset is not None and not Path(config.dataset).exists():
@@ -193,8 +201,8 @@ def load_examples(task: Task, config: TaskOptions) -> tuple[list, list]:
         validation = task.from_records(held) if held is not None else None
     else:
         files = data_files(config, task.suffixes)
-        train = task.read(files["train"])
-        validation = task.read(files["validation"]) if files["validation"] is not None else None
+        train = _read_file(task, files["train"])
+        validation = _read_file(task, files["validation"]) if files["validation"] is not None else None
     if validation is None:
         if config.validation_split is None:
             raise DataError("no validation file: give --validation_file, or --validation_split to hold part of it out")

@@ -10,8 +10,8 @@ import math
 import tempfile
 from pathlib import Path
 
-from transformers import AutoConfig, AutoTokenizer, PretrainedConfig, PreTrainedModel, PreTrainedTokenizerBase
-from transformers import PreTrainedTokenizerFast
+from transformers import CONFIG_MAPPING, AutoConfig, AutoTokenizer, PretrainedConfig, PreTrainedModel
+from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 from ..convert import import_checkpoint, installed_model_path
 from ..core.presets import list_presets, preset_config
@@ -19,7 +19,7 @@ from ..data.corpus import missing_local_path
 from ..data.tokenizer_training import train_tokenizer
 from ..integrations.transformers import auto_class_has
 from ..models.checked_loading import load_checked
-from ..models.checkpoint_files import check_checkpoint_folder
+from ..models.checkpoint_files import CONFIG_NAME, check_checkpoint_folder, read_json_file
 from ..tasks import Task, TaskOptions, model_family
 
 logger = logging.getLogger(__name__)
@@ -126,10 +126,23 @@ def train_task_tokenizer(
 
 
 def check_model_paths(data: TaskOptions) -> None:
-    """A local `model` or `tokenizer` path that does not exist, named: transformers would take it for a Hub name."""
+    """A local `model` or `tokenizer` path that does not exist, named: transformers would take it for a Hub name.
+    A local folder whose model needs the code saved with it is refused unless `trust_remote_code`: transformers
+    would ask on a terminal, or fail in a multi-line error once the tokenizer is loaded."""
     for name in ("model", "tokenizer"):
-        if getattr(data, name) and missing_local_path(installed_model_path(getattr(data, name))):
+        path = getattr(data, name) and installed_model_path(getattr(data, name))
+        if path and missing_local_path(path):
             raise FileNotFoundError(f"config key {name!r}: {getattr(data, name)} does not exist")
+        config_file = Path(path or "") / CONFIG_NAME
+        if path and not data.trust_remote_code and config_file.is_file():
+            values = read_json_file(config_file)
+            code = (values.get("auto_map") or {}).get("AutoConfig")
+            if code and values.get("model_type") not in CONFIG_MAPPING:  # neither transformers' nor hfzoo's type
+                raise ValueError(
+                    f"config key {name!r}: {path} needs the modeling code saved with it (model_type "
+                    f"{values.get('model_type')!r} is neither transformers' nor hfzoo's; its auto_map names {code}): "
+                    "read that code, then pass --trust_remote_code true to run it"
+                )
 
 
 # transformers' models whose token at index i reads position row pad_token_id + 1 + i (RoBERTa's embeddings).

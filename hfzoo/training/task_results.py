@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -12,13 +13,14 @@ from typing import Any
 from accelerate import Accelerator
 from transformers import PreTrainedTokenizerBase
 
-from ..card_writing import RunRecord, Section, finetune_metadata, write_card
+from ..card_writing import RunRecord, Section, bottleneck_loading, finetune_metadata, write_card
 from ..core.files import write_atomic
 from ..core.recorded_paths import recorded_path
 from ..tasks import Task
 from .evaluation import TrainedRun
 from .logging import read_log
 
+logger = logging.getLogger(__name__)
 METRICS_FILE = "metrics.json"
 PREDICTIONS_FILE = "predictions.jsonl"
 
@@ -72,4 +74,6 @@ def write_results(
         if card_sections is not None:
             record = RunRecord(output_dir.name, config_values, read_log(output_dir), summary)
             write_card(output_dir, record, card_sections, finetune_metadata(record))
+            if summary["method"] == "bottleneck":  # said where it is saved: PEFT alone cannot load it
+                logger.info(bottleneck_loading(str(output_dir)))
     accelerator.wait_for_everyone()

@@ -52,7 +52,7 @@ def read_task_examples(
     """(the task, its training examples, its validation examples), labels fitted on them; a malformed row fails
     naming its file and line. Before anything is written, a fresh run over checkpoints, or a resumed one whose config
     or inputs changed, is refused (`trains_tokenizer`: the run's tokenizer files are its own, not compared). Then the
-    run's config is saved and the seed set for the new head's initialisation (the same on every process)."""
+    seed is set for the new head's initialisation (the same on every process)."""
     task = TASK_CLASSES[config.data.task](config.data)
     check_model_paths(config.data)
     config_values = config.to_dict()
@@ -62,14 +62,15 @@ def read_task_examples(
     train_examples, eval_examples = load_examples(task, config.data)
     task.fit_labels(train_examples, eval_examples)
     set_seed(config.run.seed)
-    write_run_config(config.output_dir, config_values, accelerator)
     return task, train_examples, eval_examples
 
 
 def start_task_log(
     config: TaskRunConfig, task: Task, accelerator: Accelerator, max_steps: int, progress: Progress, **fields: Any
 ) -> RunLogger:
-    """The run's `log.jsonl` (and TensorBoard), opened with its start record: the task, `fields`, the config."""
+    """The run's `log.jsonl` (and TensorBoard), opened with its start record: the task, `fields`, the config; and
+    its config saved, `training_config.yaml`: here, once every check has passed, so a refused run leaves none."""
+    write_run_config(config.output_dir, config.to_dict(), accelerator)
     log = RunLogger(
         config.output_dir, enabled=accelerator.is_main_process, max_steps=max_steps, start_step=progress.step,
         elapsed=progress.elapsed, tensorboard=config.training.tensorboard, description=task.name,

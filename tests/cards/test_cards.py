@@ -4,6 +4,8 @@ here each card is built from a hand-made record, so every line of it can be chec
 
 from __future__ import annotations
 
+import json
+import logging
 import math
 from pathlib import Path
 
@@ -30,6 +32,7 @@ from hfzoo.card_writing import (
     write_card,
 )
 from hfzoo.core.presets import preset_config
+from hfzoo.training.task_results import write_results
 
 LOG = [
     {"event": "start", "step": 0, "num_processes": 2, "distributed_type": "MULTI_CPU", "device": "cpu",
@@ -130,6 +133,24 @@ def test_finetune_card(method):
     assert "| Accuracy | 0.8125 |" in card and "| trainable parameters | 1,234 |" in card
     assert "| data | data/train.csv: 32 training, 16 validation examples |" in card
     assert ("PeftModel.from_pretrained(base, \"ft-run\")" in card) == (method == "lora")
+
+
+def test_a_bottleneck_adapter_says_where_it_is_saved_that_peft_alone_cannot_load_it(tmp_path, tokenizer,
+                                                                                     accelerator, caplog):  # fmt: skip
+    """PEFT has no bottleneck method: loading the adapter without `import hfzoo` fails with KeyError: 'BOTTLENECK',
+    which neither the card nor the run said."""
+    out = tmp_path / "bn-run"
+    out.mkdir()
+    (out / "log.jsonl").write_text("".join(json.dumps(record) + "\n" for record in LOG))
+    with caplog.at_level(logging.INFO):
+        write_results(accelerator, out, tokenizer, {"dataset": None, "train_file": "data/train.csv"},
+                      SUMMARY | {"method": "bottleneck"}, [], FINETUNE_SECTIONS)  # fmt: skip
+    said = f"{out} is a bottleneck adapter, a PEFT method hfzoo adds: PEFT alone cannot load it (KeyError: "
+    assert any(record.getMessage().startswith(said) for record in caplog.records)
+    card = (out / "README.md").read_text()
+    how_to_use = card.split("## How to use\n\n")[1]
+    assert how_to_use.startswith("bn-run is a bottleneck adapter, a PEFT method hfzoo adds: PEFT alone cannot load it")
+    assert "`import hfzoo` first registers it" in how_to_use and 'PeftModel.from_pretrained(base, "bn-run")' in card
 
 
 @pytest.mark.parametrize("strategy", ["fusion", "average"])

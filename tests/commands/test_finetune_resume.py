@@ -169,11 +169,14 @@ def test_a_finished_run_resumes_from_its_last_step_to_nothing_or_extended_not_ex
 
 
 def test_a_run_stopped_before_training_may_start_again_in_its_folder(base, tmp_path):
-    """What a run writes before its first step (its config) is no finished run: running again needs no overwrite."""
+    """What a run writes before its first step (its config, if killed there) is no finished run: running again needs
+    no overwrite. A refused run writes nothing at all."""
     out, short = tmp_path / "run", ["--save_best", "false", "--max_steps", "2"]
     with pytest.raises(ValueError, match="max_length"):
         run(*args(base, out, "lora", *short, "--max_length", "100000"))
-    assert [p.name for p in out.iterdir()] == ["training_config.yaml"]
+    assert not out.exists()
+    out.mkdir()
+    (out / "training_config.yaml").write_text("seed: 0\n")
     run(*args(base, out, "lora", *short))
     assert json.loads((out / "metrics.json").read_text())["steps"] == 2
 

