@@ -35,6 +35,7 @@ from transformers import AutoTokenizer, PreTrainedTokenizerBase
 from ..card_writing import PRETRAINING_SECTIONS, RunRecord, describe_objective, pretraining_metadata, write_card
 from ..core.files import check_output_folder, check_output_outside_inputs, write_atomic
 from ..core.presets import FAMILY_CONFIGS, list_presets, preset_config, preset_family
+from ..core.recorded_paths import recorded_path
 from ..core.recipe_config import CONFIG_FILE, config_dict, key, parse_config, section
 from ..data.corpus import load_corpus
 from ..data.packing import pack
@@ -359,7 +360,7 @@ def pretrain(config: PretrainConfig) -> Path:
     log.write(
         "start",
         step=progress.step,
-        resumed_from=str(resume_from) if resume_from else None,
+        resumed_from=recorded_path(resume_from, output_dir) if resume_from else None,
         resumed_exactly=resume_is_exact(resume_from, accelerator.num_processes) if resume_from else None,
         num_processes=accelerator.num_processes,
         distributed_type=accelerator.distributed_type.value,
@@ -396,7 +397,7 @@ def pretrain(config: PretrainConfig) -> Path:
                 path = save_checkpoint(accelerator, output_dir, steps.checkpoint_progress(), collator_generator,
                                        checkpoints.keep_checkpoints, config.to_dict(), inputs, stream=stream,
                                        sharded=run.sharding == "fsdp")  # fmt: skip
-                log.write("checkpoint", step=progress.step, path=str(path))
+                log.write("checkpoint", step=progress.step, path=recorded_path(path, output_dir))
 
     # --- Save: weights (safetensors) + tokenizer + model card, loadable with the Auto classes.
     accelerator.wait_for_everyone()

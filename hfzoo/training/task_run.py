@@ -18,6 +18,7 @@ from accelerate import Accelerator
 from accelerate.utils import set_seed
 from torch import nn
 
+from ..core.recorded_paths import recorded_path
 from ..tasks import TASK_CLASSES, Task, TaskOptions, load_examples
 from .best_model import BestModel, ranking_metric, save_published
 from .checkpointing import Progress, resume_is_exact, resume_state, save_checkpoint
@@ -143,10 +144,10 @@ class TaskTraining:
         accelerator, resume_from = self.accelerator, self.resume_from
         self.model, self.eval_examples, self.eval_features = model, eval_examples, eval_features
         exactly = resume_is_exact(resume_from, accelerator.num_processes) if resume_from else None
+        resumed = recorded_path(resume_from, self.output_dir) if resume_from else None  # no path of the machine
         self.log = start_task_log(self.config, self.task, accelerator, self.max_steps, self.progress, **fields,
-                                  sharded=is_sharded(model), resumed_from=str(resume_from) if resume_from else None,
-                                  resumed_exactly=exactly, train_features=train_features,
-                                  eval_examples=len(eval_examples))  # fmt: skip
+                                  sharded=is_sharded(model), resumed_from=resumed, resumed_exactly=exactly,
+                                  train_features=train_features, eval_examples=len(eval_examples))  # fmt: skip
         self.steps = TrainingSteps(accelerator, model, scheduler, batches, self.task.collate, self.progress, self.log,
                                    self.max_steps, self.config.run)  # fmt: skip
         return self.steps
@@ -168,7 +169,7 @@ class TaskTraining:
                 path = save_checkpoint(self.accelerator, self.output_dir, steps.checkpoint_progress(), None,
                                        checkpoints.keep_checkpoints, self.config_values, self.inputs,
                                        sharded=self.config.run.sharding == "fsdp")  # fmt: skip
-                self.log.write("checkpoint", step=progress.step, path=str(path))
+                self.log.write("checkpoint", step=progress.step, path=recorded_path(path, self.output_dir))
 
     def finish(self, steps_per_epoch: int) -> TrainedRun:
         """The end record in the log (the final metrics, the best evaluation), closed; what the run trained."""
