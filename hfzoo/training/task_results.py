@@ -62,12 +62,12 @@ def write_results(
 ) -> None:
     """The tokenizer, `metrics.json`, `predictions.jsonl` (one record per validation example) and the model card
     (`card_sections` rendered from `config_values`, the run's log and `summary`) into `output_dir`, by the main
-    process, while the others wait. Each prediction's `where` names its file as the config does (`_recorded_where`). No card for an evaluation-only run (`card_sections` None): the folder holds no
-    model for a card to describe."""
+    process, while the others wait. Each prediction's `where` names its file as the config does (`_recorded_where`).
+    No card for an evaluation-only run (`card_sections` None): the folder holds no model for a card to describe."""
     if accelerator.is_main_process:
         tokenizer.save_pretrained(output_dir)
         write_atomic(output_dir / METRICS_FILE, json.dumps(summary, indent=2) + "\n")
-        lines = "".join(json.dumps(_recorded_where(prediction), ensure_ascii=False) + "\n" for prediction in predictions)
+        lines = "".join(json.dumps(_recorded_where(p), ensure_ascii=False) + "\n" for p in predictions)
         write_atomic(output_dir / PREDICTIONS_FILE, lines)
         if card_sections is not None:
             record = RunRecord(output_dir.name, config_values, read_log(output_dir), summary)

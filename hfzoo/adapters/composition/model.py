@@ -374,8 +374,9 @@ class ComposedModel(Wrapper):
         **hub_options: Any,
     ) -> None:
         """Write `composition.json`, `composition.safetensors` and `adapters/<name>/` (a copy of each adapter
-        folder, naming its base from there: `copied_records`) to `path`, atomically (`hfzoo.core.files.publish_folder`): built in a staging folder, then published with
-        `composition.json` last. Other files in `path` stay; of an earlier composition saved there, only the files
+        folder, naming its base from there: `copied_records`) to `path`, atomically
+        (`hfzoo.core.files.publish_folder`): built in a staging folder, then published with `composition.json` last.
+        Other files in `path` stay; of an earlier composition saved there, only the files
         this one no longer has (an adapter it lacks) are removed. `state_dict`: the whole model's state dict to take the
         composition's weights from (a sharded model's, gathered whole); none = the model's own. `push_to_hub`: then
         upload it as transformers' `save_pretrained` does (`hub_options`: `repo_id`, `token`, `private`,
