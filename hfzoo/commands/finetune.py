@@ -41,7 +41,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ..adapters.composition.task_adapter import (
     ADAPTER_CONFIG, adapter_weights_file, base_identity, check_adapter_fits, check_recorded_base, describe_base,
-    recorded_base, save_base_identity,
+    recorded_base, recorded_base_path, save_base_identity,
 )  # fmt: skip
 from ..adapters.methods import MethodOptions, apply_method, count_trainable_parameters, head_modules, peft_config_for
 from ..adapters.peft_warnings import building_peft_model
@@ -258,6 +258,9 @@ def save_trained(accelerator: Accelerator, tokenizer: PreTrainedTokenizerBase, m
     # needs the base's embedding matrices. Saying so also skips PEFT's check for a resize, which re-reads the
     # base's config.json with the model's config class: a native one, for an imported base (import_native).
     embeddings = {"save_embedding_layers": False} if isinstance(unwrapped, PeftModel) else {}
+    if isinstance(unwrapped, PeftModel):  # PEFT names the base as hfzoo_base.json does: no path of the machine
+        for peft_config in unwrapped.peft_config.values():
+            peft_config.base_model_name_or_path = recorded_base_path(folder, unwrapped.get_base_model())
     with whole_for_saving(model) as whole:  # `--sharding fsdp`: the weights gathered on the main process
         if whole is None or main_process:
             gathered = {} if whole is None else {"state_dict": whole}

@@ -36,6 +36,7 @@ from transformers import AutoTokenizer, PreTrainedTokenizerBase
 from ..card_writing import PRETRAINING_SECTIONS, RunRecord, describe_objective, pretraining_metadata, write_card
 from ..core.files import check_output_folder, check_output_outside_inputs, write_atomic
 from ..core.presets import FAMILY_CONFIGS, list_presets, preset_config, preset_family
+from ..core.recorded_paths import recorded_path
 from ..core.recipe_config import CONFIG_FILE, config_dict, key, parse_config, section
 from ..data.corpus import load_corpus
 from ..data.packing import pack
@@ -368,7 +369,7 @@ def pretrain(config: PretrainConfig) -> Path:
     log.write(
         "start",
         step=progress.step,
-        resumed_from=str(resume_from) if resume_from else None,
+        resumed_from=recorded_path(resume_from, output_dir) if resume_from else None,
         resumed_exactly=None if inexact is None else not inexact,
         not_exact_because=inexact,
         num_processes=accelerator.num_processes,
@@ -406,7 +407,8 @@ def pretrain(config: PretrainConfig) -> Path:
                 if metrics:
                     log.write("eval", step=progress.step, **metrics)
             if steps.checkpoint_due(checkpoints.save_every):
-                log.write("checkpoint", step=progress.step, path=str(checkpoint(steps.checkpoint_progress())))
+                path = checkpoint(steps.checkpoint_progress())
+                log.write("checkpoint", step=progress.step, path=recorded_path(path, output_dir))
 
     # --- Save: weights (safetensors) + tokenizer + model card, loadable with the Auto classes.
     accelerator.wait_for_everyone()

@@ -92,12 +92,14 @@ def staging_folder(final: str | os.PathLike) -> Path:
 
 def published_folder(folder: str | os.PathLike) -> Path:
     """The folder that `folder` will be published as, when it is a staging folder (`staging_folder`,
-    `sibling_staging_folder`), else `folder`: what a file written into it must take its relative paths from."""
+    `sibling_staging_folder`) or inside one (a composition's `adapters/<name>/`), else `folder`: what a file written
+    into it must take its relative paths from."""
     folder = Path(os.path.abspath(folder))
-    if folder.name == STAGING_PREFIX:
-        return folder.parent
-    if folder.name.startswith(STAGING_PREFIX + "-"):
-        return folder.with_name(folder.name.removeprefix(STAGING_PREFIX + "-"))
+    for staging in (folder, *folder.parents):
+        if staging.name == STAGING_PREFIX:
+            return staging.parent / folder.relative_to(staging)
+        if staging.name.startswith(STAGING_PREFIX + "-"):
+            return staging.with_name(staging.name.removeprefix(STAGING_PREFIX + "-")) / folder.relative_to(staging)
     return folder
 
 

@@ -31,6 +31,8 @@ from typing import Any, TypeVar
 
 import yaml
 
+from .recorded_paths import config_paths
+
 MIXED_PRECISION = ("no", "fp16", "bf16")
 CONFIG_FILE = "training_config.yaml"  # the resolved config, saved in a run's output folder
 
@@ -107,8 +109,10 @@ def _value(config: Any, name: str, owner: str | None) -> Any:
 
 def config_dict(config: Any) -> dict[str, Any]:
     """Every key of a config, flat (`{key: value}`, its sections' keys too), as it is written and saved in a run's
-    output folder and its log; `from_dict` reads it back."""
-    return {name: copy.deepcopy(_value(config, name, owner)) for name, owner in key_sections(type(config)).items()}
+    output folder and its log, paths as the user gave them or could have, never a path of the machine
+    (`config_paths`); `from_dict` reads it back."""
+    return {name: config_paths(copy.deepcopy(_value(config, name, owner)))
+            for name, owner in key_sections(type(config)).items()}  # fmt: skip
 
 
 def _choices(f: dataclasses.Field) -> Collection[str] | None:

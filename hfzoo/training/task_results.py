@@ -15,7 +15,7 @@ from transformers import PreTrainedTokenizerBase
 
 from ..card_writing import RunRecord, Section, bottleneck_loading, finetune_metadata, write_card
 from ..core.files import write_atomic
-from ..core.recorded_paths import recorded_path
+from ..core.recorded_paths import config_path, recorded_path
 from ..tasks import Task
 from .evaluation import TrainedRun
 from .logging import read_log
@@ -64,12 +64,12 @@ def write_results(
 ) -> None:
     """The tokenizer, `metrics.json`, `predictions.jsonl` (one record per validation example) and the model card
     (`card_sections` rendered from `config_values`, the run's log and `summary`) into `output_dir`, by the main
-    process, while the others wait. No card for an evaluation-only run (`card_sections` None): the folder holds no
-    model for a card to describe."""
+    process, while the others wait. Each prediction's `where` names its file as the config does (`_recorded_where`).
+    No card for an evaluation-only run (`card_sections` None): the folder holds no model for a card to describe."""
     if accelerator.is_main_process:
         tokenizer.save_pretrained(output_dir)
         write_atomic(output_dir / METRICS_FILE, json.dumps(summary, indent=2) + "\n")
-        lines = "".join(json.dumps(prediction, ensure_ascii=False) + "\n" for prediction in predictions)
+        lines = "".join(json.dumps(_recorded_where(p), ensure_ascii=False) + "\n" for p in predictions)
         write_atomic(output_dir / PREDICTIONS_FILE, lines)
         if card_sections is not None:
             record = RunRecord(output_dir.name, config_values, read_log(output_dir), summary)
@@ -77,3 +77,13 @@ def write_results(
             if summary["method"] == "bottleneck":  # said where it is saved: PEFT alone cannot load it
                 logger.info(bottleneck_loading(str(output_dir)))
     accelerator.wait_for_everyone()
+
+
+def _recorded_where(prediction: dict) -> dict:
+    """`prediction` with its `where` ("path, line N", `hfzoo.tasks.records`) naming the file as the run's config
+    names it (`config_path`: no path of the machine; a question-answering prediction names its question id instead);
+    an error message names the file in full, for the one who reads it."""
+    if "where" not in prediction:
+        return prediction
+    path, separator, rest = prediction["where"].partition(", ")
+    return {**prediction, "where": config_path(path) + separator + rest}

@@ -19,6 +19,7 @@ from accelerate import Accelerator
 from accelerate.utils import set_seed
 from torch import nn
 
+from ..core.recorded_paths import recorded_path
 from ..tasks import TASK_CLASSES, Task, TaskOptions, load_examples
 from .best_model import BestModel, ranking_metric, save_published
 from .checkpointing import Progress, inexact_resume, resume_state, save_checkpoint
@@ -153,8 +154,9 @@ class TaskTraining:
         if resume_from is not None:
             per_process = self.config.training.per_device_batch_size * run.gradient_accumulation_steps
             inexact = inexact_resume(resume_from, self.progress, accelerator.num_processes, self.max_steps, per_process)
+        resumed = recorded_path(resume_from, self.output_dir) if resume_from else None  # no path of the machine
         self.log = start_task_log(self.config, self.task, accelerator, self.max_steps, self.progress, **fields,
-                                  sharded=is_sharded(model), resumed_from=str(resume_from) if resume_from else None,
+                                  sharded=is_sharded(model), resumed_from=resumed,
                                   resumed_exactly=None if inexact is None else not inexact, not_exact_because=inexact,
                                   train_features=train_features, eval_examples=len(eval_examples))  # fmt: skip
         self.steps = TrainingSteps(accelerator, model, scheduler, batches, self.task.collate, self.progress, self.log,
@@ -175,7 +177,8 @@ class TaskTraining:
                 if self.metrics:
                     self.log.write("eval", step=progress.step, **self.metrics)
             if steps.checkpoint_due(checkpoints.save_every):
-                self.log.write("checkpoint", step=progress.step, path=str(self._checkpoint()))
+                path = recorded_path(self._checkpoint(), self.output_dir)
+                self.log.write("checkpoint", step=progress.step, path=path)
 
     def _checkpoint(self) -> Path:
         return save_checkpoint(self.accelerator, self.output_dir, self.steps.checkpoint_progress(), None,

@@ -186,8 +186,9 @@ def test_composition_card_adds_sections_before_training(strategy):
 @pytest.mark.parametrize("method", ["lora", "full"])
 def test_cards_show_paths_relative_to_the_runs_folder(method):
     """Absolute paths (the base folder `load_model` resolves, data files, the config's paths) are shown relative to
-    the folder holding the run folder, where the card's code loads the run by its name: no path of the machine that
-    made the card. Hub names and relative paths are shown as given."""
+    the folder holding the run folder, where the card's code loads the run by its name; one outside it as a config
+    records it (`config_path`: here, sharing no folder with the working directory, by its name): no path of the
+    machine that made the card. Hub names and relative paths are shown as given."""
     config = {"model": "/home/someone/runs/base", "train_file": "/home/someone/data/train.csv",
               "validation_file": "data/dev.csv", "output_dir": "/home/someone/runs/ft-run",
               "adapters": ["/home/someone/runs/sst2-lora"]}  # fmt: skip
@@ -195,16 +196,16 @@ def test_cards_show_paths_relative_to_the_runs_folder(method):
     card = render_card(record, FINETUNE_SECTIONS, finetune_metadata(record))
     assert "/home/someone" not in card
     assert "`base` fine-tuned for sequence-classification" in card and "| base model | `base` (encoder) |" in card
-    assert "| data | ../data/train.csv: 32 training, 16 validation examples |" in card
+    assert "| data | .../train.csv: 32 training, 16 validation examples |" in card
     shown = yaml.safe_load(card.split("```yaml\n")[1].split("```")[0])
-    assert shown == {"model": "base", "train_file": "../data/train.csv", "validation_file": "data/dev.csv",
+    assert shown == {"model": "base", "train_file": ".../train.csv", "validation_file": "data/dev.csv",
                      "output_dir": "ft-run", "adapters": ["sst2-lora"]}  # fmt: skip
     pretraining = {"preset": "llama-tiny", "dataset": None, "block_size": 32, "output_dir": "/home/someone/runs/lm",
                    "data_files": {"train": ["/home/someone/data/a.txt"], "validation": "/home/someone/data/b.txt"}}
     record = RunRecord("lm", pretraining, LOG, OBJECTIVE, preset_config("llama-tiny").to_dict())
     card = render_card(record, PRETRAINING_SECTIONS, pretraining_metadata(record))
     assert "/home/someone" not in card
-    assert "| training data | local files: {'train': ['../data/a.txt'], 'validation': '../data/b.txt'} |" in card
+    assert "| training data | local files: {'train': ['.../a.txt'], 'validation': '.../b.txt'} |" in card
 
 
 def test_a_fine_tuning_run_writes_a_card_without_absolute_paths(gpt_tiny_checkpoint, tmp_path):
@@ -213,7 +214,7 @@ def test_a_fine_tuning_run_writes_a_card_without_absolute_paths(gpt_tiny_checkpo
     card = (tmp_path / "run" / CARD).read_text()
     assert str(tmp_path) not in card and str(gpt_tiny_checkpoint.parent) not in card
     base = f"../{gpt_tiny_checkpoint.parent.name}/{gpt_tiny_checkpoint.name}"  # from tmp_path, which holds the run folder
-    assert f"| base model | `{base}` (decoder) |" in card and "\ntrain_file: data/train.csv\n" in card
+    assert f"| base model | `{base}` (decoder) |" in card and "\ntrain_file: '.../train.csv'\n" in card  # fmt: skip
 
 
 def test_hub_ids_are_told_from_local_paths(tmp_path, monkeypatch):

@@ -41,8 +41,8 @@ from .stacked import StackedAdapters
 from .stacking import linear_shape, output_width
 from .strategies import STRATEGIES
 from .task_adapter import (
-    ADAPTER_CONFIG, ADAPTER_WEIGHTS, BASE_RECORD, TaskAdapter, check_base, check_fits, load_safetensors,
-    read_adapter,
+    ADAPTER_CONFIG, ADAPTER_WEIGHTS, BASE_RECORD, TaskAdapter, check_base, check_fits, copied_records,
+    load_safetensors, read_adapter,
 )
 
 BASE = "__base__"  # the adapter name meaning "no adapter" in `adapter_names`
@@ -374,16 +374,21 @@ class ComposedModel(Wrapper):
         **hub_options: Any,
     ) -> None:
         """Write `composition.json`, `composition.safetensors` and `adapters/<name>/` (a copy of each adapter
-        folder) to `path`, atomically (`hfzoo.core.files.publish_folder`): built in a staging folder, then published with
-        `composition.json` last. Other files in `path` stay; of an earlier composition saved there, only the files
+        folder, naming its base from there: `copied_records`) to `path`, atomically
+        (`hfzoo.core.files.publish_folder`): built in a staging folder, then published with `composition.json` last.
+        Other files in `path` stay; of an earlier composition saved there, only the files
         this one no longer has (an adapter it lacks) are removed. `state_dict`: the whole model's state dict to take the
         composition's weights from (a sharded model's, gathered whole); none = the model's own. `push_to_hub`: then
         upload it as transformers' `save_pretrained` does (`hub_options`: `repo_id`, `token`, `private`,
         `commit_message`, `api`; see `hfzoo.adapters.composition.hub`)."""
         hub = prepare_upload(path, push_to_hub, **hub_options)
+        copies = {adapter.name: copied_records(adapter, Path(path) / "adapters" / adapter.name)
+                  for adapter in self.adapters}  # fmt: skip
         with staged(path, marker=COMPOSITION_CONFIG, previous=_saved_files(Path(path))) as staging:
-            spec = json.dumps(self.spec(), indent=2, sort_keys=True)
-            (staging / COMPOSITION_CONFIG).write_text(spec, encoding="utf-8")
+            spec = self.spec()
+            for entry in spec["adapters"]:  # as its copy in adapters/<name>/ holds it
+                entry["adapter_config"] = copies[entry["name"]][ADAPTER_CONFIG]
+            (staging / COMPOSITION_CONFIG).write_text(json.dumps(spec, indent=2, sort_keys=True), encoding="utf-8")
             state = self.composition_state()
             if state_dict is not None:
                 state = {key: state_dict[f"base_model.{key}"] for key in state}
@@ -392,9 +397,9 @@ class ComposedModel(Wrapper):
             for adapter in self.adapters:
                 target = staging / "adapters" / adapter.name
                 target.mkdir(parents=True)
-                for file in (ADAPTER_CONFIG, ADAPTER_WEIGHTS, BASE_RECORD):
-                    if file != BASE_RECORD or (adapter.folder / file).is_file():
-                        shutil.copy2(adapter.folder / file, target / file)
+                shutil.copy2(adapter.folder / ADAPTER_WEIGHTS, target / ADAPTER_WEIGHTS)
+                for file, record in copies[adapter.name].items():
+                    (target / file).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         if hub is not None:
             hub.upload(Path(path))
 

@@ -40,7 +40,7 @@ from safetensors.torch import load_file
 from torch import nn
 
 from ...core.files import published_folder, write_atomic
-from ...core.recorded_paths import recorded_path, resolve_recorded
+from ...core.recorded_paths import copied_record, recorded_path, resolve_recorded
 from ...models.checked_loading import listed_keys
 from ...models.checkpoint_files import (
     CONFIG_NAME, CheckpointFileError, check_safetensors_file, read_json_file, refuse_missing_safetensors, weight_files,
@@ -238,16 +238,36 @@ def _files_sha256(files: tuple[tuple[str, int, int], ...]) -> str:
     return digest.hexdigest()
 
 
+def recorded_base_path(folder: str | Path, model: nn.Module) -> str | None:
+    """Where an adapter saved into `folder` records that its base `model` loads from, in `BASE_RECORD` and as PEFT's
+    `base_model_name_or_path`: a local base by its path relative to the folder `folder` is published as (no path of
+    the machine, and it holds when both are moved together), a Hub name as it is; None for a model built in memory."""
+    path = getattr(model, "name_or_path", "") or ""
+    return recorded_path(path, published_folder(folder)) if path else None
+
+
 def save_base_identity(folder: str | Path, model: nn.Module) -> None:
-    """Write `BASE_RECORD` into the adapter folder `folder`: the identity of `model`, the adapter's base (a local
-    base by its path relative to `folder`: no path of the machine, and it holds when both are moved together), with
-    the hash of its weights (`weights_sha256`)."""
+    """Write `BASE_RECORD` into the adapter folder `folder`: the identity of `model`, the adapter's base, by the path
+    `recorded_base_path` gives, with the hash of its weights (`weights_sha256`)."""
     identity = base_identity(model)
     identity["weights_sha256"] = weights_sha256(identity["base_model"])
-    if identity["base_model"] is not None:  # relative to where the folder ends up, when it is written staged
-        identity["base_model"] = recorded_path(identity["base_model"], published_folder(folder))
+    identity["base_model"] = recorded_base_path(folder, model)
     text = json.dumps(identity, indent=2, sort_keys=True)
     write_atomic(Path(folder) / BASE_RECORD, text + "\n")
+
+
+def copied_records(adapter: TaskAdapter, copy: Path) -> dict[str, dict]:
+    """`adapter`'s `ADAPTER_CONFIG` and (when hfzoo saved one) `BASE_RECORD` as a copy of the adapter published as
+    the folder `copy` holds them (a composition's `adapters/<name>/`): the base's path recorded again, relative to
+    where the copy is published, so that it still names the base (`copied_record`)."""
+    where = published_folder(copy)
+    records = {ADAPTER_CONFIG: dict(adapter.config)}
+    if (adapter.folder / BASE_RECORD).is_file():
+        records[BASE_RECORD] = read_json_file(adapter.folder / BASE_RECORD)
+    for file, key in ((ADAPTER_CONFIG, "base_model_name_or_path"), (BASE_RECORD, "base_model")):
+        if isinstance(records.get(file, {}).get(key), str):
+            records[file][key] = copied_record(records[file][key], adapter.folder, where)
+    return records
 
 
 def describe_base(identity: dict) -> str:
