@@ -20,8 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from peft import AutoPeftModelForSequenceClassification
-from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSeq2SeqLM, AutoTokenizer
+from peft import PeftModel
+from transformers import (
+    AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSeq2SeqLM, AutoModelForSequenceClassification, AutoTokenizer,
+)
 
 from .adapters.peft_warnings import building_peft_model
 from .commands import compose, finetune, pretrain
@@ -224,12 +226,14 @@ def run_quickstart(output_dir: str | os.PathLike = "runs/quickstart", scale: str
     for artefact, _, _, auto_class, _ in PRETRAINING:
         auto_class.from_pretrained(output_dir / artefact)
         AutoTokenizer.from_pretrained(output_dir / artefact)
-    for task, method in ADAPTERS:  # the base model recorded in the adapter, the head's shape, the adapter and head
+    # Each adapter names its base relative to its own folder (no path of this machine), which PEFT reads from the
+    # working directory: so the base is loaded here from its folder, with the head's shape, then the adapter and head.
+    for task, method in ADAPTERS:
         adapter_dir = output_dir / f"adapter-{task}-{method}"
         head = json.loads((adapter_dir / METRICS_FILE).read_text())["model_kwargs"]
         head["id2label"] = {int(index): label for index, label in head["id2label"].items()}
         with building_peft_model():
-            AutoPeftModelForSequenceClassification.from_pretrained(adapter_dir, **head)
+            PeftModel.from_pretrained(AutoModelForSequenceClassification.from_pretrained(encoder_dir, **head), adapter_dir)
     decoder_dir = output_dir / "gpt-tiny-clm"
     remote_diff = check_remote_code(decoder_dir, AutoModelForCausalLM.from_pretrained(decoder_dir))
     tokenizer = AutoTokenizer.from_pretrained(decoder_dir)

@@ -45,6 +45,15 @@ _DOCSTRING_MODULES = ("argparse", "collections", "json", "pathlib", "textwrap", 
 TOKENIZER_VOCAB_SIZE = 1000
 
 
+@pytest.fixture(autouse=True)
+def fresh_accelerate_state() -> None:
+    """accelerate keeps one process-wide state, which the first `Accelerator` fixes (its mixed precision, its
+    device): each test starts from none, as a new process would, whatever the test before it in this worker left."""
+    yield
+    GradientState._reset_state()
+    AcceleratorState._reset_state(reset_partial_state=True)
+
+
 @pytest.fixture
 def shared_data() -> Path:
     """`../shared/data` beside the repository; tests that need real data sets skip without it."""
