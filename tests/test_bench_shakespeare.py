@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -36,6 +38,7 @@ def test_tiny_run_writes_the_loss_curve_and_both_rows(shared_data, tmp_path):
     assert output.with_suffix(".png").read_bytes().startswith(b"\x89PNG")  # the loss against training seconds
 
 
+@pytest.mark.slow  # a second side-by-side run, 40 s in CI; the tiny run above covers the benchmark
 def test_a_model_option_changes_the_model_and_names_itself(shared_data, tmp_path):
     output = tmp_path / "shakespeare_rotary.json"
     completed = run_bench(shared_data, output, "--model_option", "position_embedding=rotary")

@@ -125,6 +125,7 @@ def assert_rows_are_complete(results: list[dict], expected: set[tuple[str, str]]
             assert all(row[variant]["peak_tensor_mib"] > 0 for variant in ("hfzoo", "native")), row
 
 
+@pytest.mark.slow  # its tiny benchmark run: 37 s in CI; the decoder benchmark covers the harness
 def test_encoder_benchmark_compares_training_encoding_and_memory_with_bert(encoder_results):
     payload = encoder_results["json"]
     expected = {("bert-tiny", figure) for figure in ("train", "encode", "memory_train", "memory_encode")}
@@ -138,6 +139,7 @@ def test_encoder_benchmark_compares_training_encoding_and_memory_with_bert(encod
     assert "load_average_end" in payload["environment"]
 
 
+@pytest.mark.slow  # its tiny benchmark run: 76 s in CI
 def test_seq2seq_benchmark_compares_t5_and_bart_training_generation_and_memory(seq2seq_results):
     payload = seq2seq_results["json"]
     expected = {
@@ -150,6 +152,7 @@ def test_seq2seq_benchmark_compares_t5_and_bart_training_generation_and_memory(s
     assert payload["environment"]["malloc"]["name"] == "tuned"
 
 
+@pytest.mark.slow  # shares the seq2seq benchmark run above
 def test_seq2seq_benchmark_models_have_identical_size(seq2seq_results):
     """Built by hfzoo.convert as `to_native` exports them: T5 v1.1's untied head, BART's position table with the 2
     offset rows of fairseq counted in hfzoo's `max_position_embeddings`."""
@@ -242,6 +245,7 @@ def train_rows(payload: dict, sharding: str) -> list[dict]:
     return [row for row in payload["results"] if row["figure"] == "train" and row["sharding"] == sharding]
 
 
+@pytest.mark.slow  # three launches, 57 s in CI; tests/training/test_fsdp.py runs two processes
 def test_scaling_benchmark_runs_the_recipe_on_one_and_two_processes(scaling_results):
     payload = scaling_results["json"]
     ddp = train_rows(payload, "ddp")

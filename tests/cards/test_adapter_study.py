@@ -40,6 +40,7 @@ def test_the_recipe_defaults_are_the_study_winners_the_card_names(method):
     assert default.to_dict() == winner.to_dict()
 
 
+@pytest.mark.slow  # the whole study in tiny mode, 65 s in CI; the defaults test above checks its winners
 def test_study_runs_and_card(native_folders, tmp_path, monkeypatch):
     monkeypatch.chdir(REPO)  # as main() does: the configs' data paths are relative to the repository
     monkeypatch.setattr(study, "STUDY_TASKS", {"sst2": (study.STUDY_TASKS["sst2"][0], TINY)})

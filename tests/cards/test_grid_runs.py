@@ -52,6 +52,7 @@ def test_the_command_line_wires_the_budget_and_exits_75_with_runs_left(tmp_path,
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.slow  # tiny recorded runs, 45 s; the budget tests cover the runner
 def test_interrupted_after_the_first_run_the_same_command_keeps_it_and_runs_the_rest(
     checkpoints, tmp_path, tiny_run_lengths, monkeypatch
 ):

@@ -15,6 +15,7 @@ import finetune_targets as targets  # noqa: E402
 import generate_finetune_results as results  # noqa: E402
 
 
+@pytest.mark.slow  # 136 s in CI; the translation card below is made from recorded runs too
 def test_grid_compositions_and_card(checkpoints, tmp_path, tiny_run_lengths, monkeypatch):
     monkeypatch.chdir(REPO)  # as main() does: the configs' data paths are relative to the repository
     runs = tmp_path / "runs"
@@ -92,6 +93,7 @@ def test_translation_card_has_the_copy_the_source_floor(checkpoints, tmp_path, t
     assert f"| copy the source | {floor:.4f} |" in card.read_text()
 
 
+@pytest.mark.slow  # a preset trained on real data, 35 s; the translation card covers the path
 def test_a_run_from_a_preset_with_its_own_config_is_compared_with_another_card(tmp_path, monkeypatch, shared_data):
     """The Transformer's card: a preset trained from random weights with its own config file and run length, its
     loss curve copied beside the card, and its BLEU set against the t5-small card's on the same task."""

@@ -40,6 +40,7 @@ def reference(setup, tmp_path_factory) -> Path:
     return run_recipe(recipe.main, *soft_args(setup, tmp_path_factory.mktemp("compose-reference") / "soft"))
 
 
+@pytest.mark.slow  # a killed launch, 30 s; the crash while checkpointing below resumes exactly
 def test_sigkill_then_resume_gives_bit_identical_router_head_and_best(setup, reference, tmp_path):
     out = tmp_path / "killed"
     command = [sys.executable, str(RECIPE), *soft_args(setup, out)]

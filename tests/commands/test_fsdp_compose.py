@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from safetensors.torch import load_file
 from tests.helpers.composition_args import compose_args
 from tests.helpers.recipe_runs import in_one_thread, launch, on_two_processes
@@ -25,6 +27,7 @@ SOFT = ["--strategy", "soft", "--strategy_options", "{granularity: sequence}", "
         "--group_by_length", "false"]  # fmt: skip
 
 
+@pytest.mark.slow  # two launches, 30 s; tests/commands/test_fsdp_finetune.py shards an adapter run
 def test_a_soft_composition_sharded_on_two_processes_follows_one_unsharded_process(setup, tmp_path):
     sharded = tmp_path / "sharded"
     launch(on_two_processes(RECIPE, *compose_args(setup, sharded, *SOFT, "--per_device_batch_size", "8",

@@ -140,6 +140,7 @@ def test_a_streamed_run_evaluates_on_the_held_out_blocks_of_a_loaded_run(tmp_pat
     assert (runs["streamed"] / "tokenizer.json").read_text() == (runs["loaded"] / "tokenizer.json").read_text()
 
 
+@pytest.mark.slow  # three two-process launches, 70 s in CI; a stream's exact resume is above
 def test_two_streaming_processes_killed_at_a_random_step_resume_to_the_uninterrupted_weights(tmp_path):
     reference = tmp_path / "reference"
     with open(tmp_path / "reference.log", "w") as log:

@@ -68,7 +68,8 @@ def test_static_cache_generates_what_the_dynamic_cache_does(name: str, overrides
 
 # llama-tiny is slow: the decoder family's compiled static-cache decoding is also checked against eager, on gpt-tiny,
 # by the recompilation test below.
-@pytest.mark.parametrize("name", [pytest.param("llama-tiny", marks=pytest.mark.slow), "t5-tiny"])
+@pytest.mark.slow  # compiling two decoders, 60 s; the recompile test below decodes compiled
+@pytest.mark.parametrize("name", ["llama-tiny", "t5-tiny"])
 def test_compiled_decoding_with_a_static_cache_generates_what_eager_does(name: str):
     """One graph per decoding step (`fullgraph=True` raises on any graph break); on CPU generate compiles only when
     the compile config says so (`_compile_all_devices`)."""

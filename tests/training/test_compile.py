@@ -52,6 +52,7 @@ def test_a_training_forward_is_one_graph(name: str):
     assert explanation.graph_count == 1
 
 
+@pytest.mark.slow  # 31 s of compiling; the compiled training steps below use compile_in_place
 def test_compile_in_place_captures_data_dependent_shapes_for_its_model_only():
     """bert-tiny's masked-LM loss scores a data-dependent number of rows: compiled in place it still runs without a
     graph break, while dynamo's global setting stays as it was for every other compile in the process."""
@@ -64,7 +65,10 @@ def test_compile_in_place_captures_data_dependent_shapes_for_its_model_only():
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] >= 1
 
 
-@pytest.mark.parametrize(("name", "lora"), [("llama-tiny", False), ("bert-tiny", False), ("llama-tiny", True)])
+@pytest.mark.parametrize(
+    ("name", "lora"),
+    [pytest.param("llama-tiny", False, marks=pytest.mark.slow), ("bert-tiny", False), ("llama-tiny", True)],
+)
 def test_a_compiled_training_step_equals_eager(name: str, lora: bool):
     """Also under a PEFT adapter: compiled in place, the PeftModel keeps its adapter's parameter names."""
     model, batch = _training_model_and_batch(name)
