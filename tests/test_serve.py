@@ -17,6 +17,8 @@ import httpx
 import pytest
 from tests.helpers.tiny_checkpoints import random_lora
 
+from hfzoo.cli import main
+from hfzoo.core.refusals import Refusal
 from hfzoo.generation import GenerationRequest, generate_text, load_for_generation
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,31 +51,37 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def server(folders) -> str:
-    """The URL of `hfzoo serve` over the base and adapters a, b, c, running in its own process."""
+def server_process(folders) -> subprocess.Popen:
+    """`hfzoo serve` over the base and adapters a, b, c in its own process, started before the reference generations
+    (`expected`) so that its start-up overlaps them."""
     port = _free_port()
     command = [sys.executable, "-m", "hfzoo.cli", "serve", str(folders["base"]), "--port", str(port),
                "--max_batch_size", "8", "--max_wait_ms", "20", "--max_queue", str(MAX_QUEUE),
                *[arg for name in ADAPTERS for arg in ("--adapter", f"{name}={folders[name]}")]]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        assert process.poll() is None, f"hfzoo serve exited:\n{process.stdout.read()}"
-        try:
-            if httpx.get(f"{url}/health").status_code == 200:
-                break
-        except httpx.TransportError:
-            assert time.monotonic() < deadline, "hfzoo serve did not answer /health within 60 s"
-            time.sleep(0.2)
-    yield url
+    process.url = f"http://127.0.0.1:{port}"
+    yield process
     process.terminate()
     process.wait(timeout=10)
 
 
 @pytest.fixture(scope="module")
-def expected(folders) -> dict[tuple[str, str], str]:
+def server(server_process, expected) -> str:
+    """The URL of the running server, once it answers /health."""
+    deadline = time.monotonic() + 60
+    while True:
+        assert server_process.poll() is None, f"hfzoo serve exited:\n{server_process.stdout.read()}"
+        try:
+            if httpx.get(f"{server_process.url}/health").status_code == 200:
+                return server_process.url
+        except httpx.TransportError:
+            assert time.monotonic() < deadline, "hfzoo serve did not answer /health within 60 s"
+            time.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def expected(folders, server_process) -> dict[tuple[str, str], str]:
     """(model, prompt) -> the greedy completion (12 new tokens) `hfzoo generate` gives with that adapter alone."""
     answers = {}
     for name in ("base", *ADAPTERS, "d"):
@@ -121,18 +129,23 @@ def test_a_stop_string_ends_the_completion_before_it(server, expected):
 def test_sixteen_concurrent_clients_each_get_their_own_adapters_answer(server, folders, expected):
     cases = [(name, prompt) for name in ("base", *ADAPTERS) for prompt in PROMPTS] * 2
 
-    async def ask(client: httpx.AsyncClient, name: str, prompt: str) -> str:
+    async def ask(client: httpx.AsyncClient, name: str, prompt: str) -> dict:
         body = {"model": _model(name, folders), "prompt": prompt, "max_tokens": 12, "temperature": 0}
         response = await client.post(f"{server}/v1/completions", json=body, timeout=60)
         assert response.status_code == 200, response.text
-        return response.json()["choices"][0]["text"]
+        return response.json()
 
-    async def all_at_once() -> list[str]:
+    async def all_at_once() -> list[dict]:
         async with httpx.AsyncClient() as client:
             return await asyncio.gather(*(ask(client, name, prompt) for name, prompt in cases))
 
     assert len(cases) == 16
-    assert asyncio.run(all_at_once()) == [expected[case] for case in cases]
+    steps = httpx.get(f"{server}/health").json()["forward_steps"]
+    answers = asyncio.run(all_at_once())
+    assert [answer["choices"][0]["text"] for answer in answers] == [expected[case] for case in cases]
+    one_at_a_time = sum(answer["usage"]["completion_tokens"] for answer in answers)  # a forward per token and row
+    forwards = httpx.get(f"{server}/health").json()["forward_steps"] - steps
+    assert forwards <= one_at_a_time / 2, f"{forwards} forwards for {one_at_a_time} tokens: rows were not batched"
 
 
 def _events(url: str, **body) -> list[str]:
@@ -196,3 +209,15 @@ def test_adapters_are_added_and_removed_at_run_time(server, folders, expected):
     for name in ADAPTERS:  # the others still answer as before
         text = _complete(server, model=name, prompt=PROMPTS[1]).json()["choices"][0]["text"]
         assert text == expected[name, PROMPTS[1]]
+
+
+def test_sampling_answers_within_max_tokens(server):
+    body = _complete(server, model="b", prompt=PROMPTS[0], temperature=1.0, top_p=0.9, max_tokens=5).json()
+    assert body["usage"]["completion_tokens"] <= 5 and body["choices"][0]["finish_reason"] in ("stop", "length")
+
+
+def test_serve_without_its_extra_is_refused_naming_it(monkeypatch, folders, capsys):
+    monkeypatch.setitem(sys.modules, "uvicorn", None)  # what importlib finds where uvicorn is not installed
+    with pytest.raises(Refusal):
+        main(["serve", str(folders["base"])])
+    assert "pip install 'hfzoo[serve]'" in capsys.readouterr().err

@@ -75,7 +75,9 @@ def create_app(engine: BatchingEngine, base_name: str, context_length: int) -> F
 
     @app.get("/health")
     async def health() -> dict:
-        return {"status": "ok"}
+        """Alive, with the engine's load: prompts decoding and waiting, and forwards run so far."""
+        return {"status": "ok", "decoding": len(engine.active), "waiting": len(engine.waiting),
+                "forward_steps": engine.steps}  # fmt: skip
 
     @app.get("/v1/models")
     async def models() -> dict:
