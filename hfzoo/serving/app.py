@@ -106,8 +106,8 @@ def create_app(engine: BatchingEngine, base_name: str, context_length: int) -> F
             raise ApiError(409, str(error), "name") from None
         return {"id": name, "object": "model", "deleted": True}
 
-    @app.post("/v1/completions")
-    async def completions(body: CompletionBody, request: Request):
+    @app.post("/v1/completions", response_model=None)  # a JSON body, or server-sent events when streaming
+    async def completions(body: CompletionBody) -> dict | StreamingResponse:
         prompts = [body.prompt] if isinstance(body.prompt, str) else body.prompt
         stop = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
         if "" in stop:
