@@ -12,6 +12,7 @@ lengths); position ids follow each row's own tokens, so a row continues exactly 
 
 from __future__ import annotations
 
+import inspect
 import threading
 import time
 from collections import deque
@@ -75,6 +76,10 @@ class BatchingEngine:
         eos = tokenizer.eos_token_id if eos is None else eos
         self.eos_token_ids = set(eos) if isinstance(eos, list) else {eos}
         self.pad_token_id = tokenizer.pad_token_id
+        base = model.base_model if isinstance(model, ComposedModel) else model
+        # a prefill needs the logits of the last position only (as generate() asks, where the model takes it)
+        takes_keep = "logits_to_keep" in inspect.signature(base.forward).parameters
+        self.last_logits = {"logits_to_keep": 1} if takes_keep else {}
         self.device = next(model.parameters()).device
         # fast tokenizers refuse concurrent use ("Already borrowed"): the server encodes, this thread decodes
         self.tokenizer_lock = threading.Lock()
@@ -182,17 +187,19 @@ class BatchingEngine:
         ids = torch.tensor([[self.pad_token_id] * (width - len(s)) + s for s in sequences], device=self.device)
         self.mask = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in sequences], device=self.device)
         positions = (self.mask.cumsum(-1) - 1).clamp(min=0)
-        self.cache = DynamicCache()
-        out = self.model(input_ids=ids, attention_mask=self.mask, position_ids=positions,
-                         past_key_values=self.cache, use_cache=True, **routing)  # fmt: skip
-        return out.logits[:, -1].float()
+        self.cache = DynamicCache(config=self.model.config)
+        return self._forward(ids, positions, routing)
 
     def _decode(self, routing: dict) -> torch.Tensor:
         ids = torch.tensor([[row.tokens[-1]] for row in self.active], device=self.device)
         positions = self.mask.sum(-1, keepdim=True)  # each row's count of real tokens so far
         self.mask = torch.cat([self.mask, torch.ones_like(ids)], dim=-1)
-        out = self.model(input_ids=ids, attention_mask=self.mask, position_ids=positions,
-                         past_key_values=self.cache, use_cache=True, **routing)  # fmt: skip
+        return self._forward(ids, positions, routing)
+
+    def _forward(self, ids: torch.Tensor, positions: torch.Tensor, routing: dict) -> torch.Tensor:
+        """The next-token logits of each row, the cache extended by `ids`."""
+        out = self.model(input_ids=ids, attention_mask=self.mask, position_ids=positions, past_key_values=self.cache,
+                         use_cache=True, **self.last_logits, **routing)  # fmt: skip
         return out.logits[:, -1].float()
 
     def _drop(self, keep: list[Row]) -> None:
