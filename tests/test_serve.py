@@ -164,10 +164,24 @@ def test_streaming_gives_the_same_text_and_ends_with_done(server, expected):
     assert choices[-1]["finish_reason"] in ("stop", "length")
 
 
-def test_a_client_gone_mid_stream_leaves_the_server_serving(server, expected):
-    body = {"model": "c", "prompt": PROMPTS[0], "max_tokens": 40, "temperature": 0, "stream": True}
+def _forwards_once_idle(url: str) -> int:
+    """The server's forward count once no row is decoding or waiting."""
+    deadline = time.monotonic() + 30
+    while True:
+        health = httpx.get(f"{url}/health").json()
+        if health["decoding"] == health["waiting"] == 0:
+            return health["forward_steps"]
+        assert time.monotonic() < deadline, f"rows still decoding after 30 s: {health}"
+        time.sleep(0.05)
+
+
+def test_a_client_gone_mid_stream_leaves_the_batch_and_the_server_serving(server, expected):
+    max_tokens = CONTEXT - 16
+    body = {"model": "c", "prompt": [PROMPTS[0]] * 8, "max_tokens": max_tokens, "temperature": 0, "stream": True}
+    before = _forwards_once_idle(server)
     with httpx.stream("POST", f"{server}/v1/completions", json=body, timeout=60) as response:
         next(response.iter_lines())  # one event, then the client hangs up
+    assert _forwards_once_idle(server) - before < max_tokens, "the rows of a client gone decoded to the end"
     assert _complete(server, model="c", prompt=PROMPTS[0]).json()["choices"][0]["text"] == expected["c", PROMPTS[0]]
 
 

@@ -16,11 +16,14 @@ from pathlib import Path
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..adapters.composition import BASE
 from .scheduler import AdapterInUse, BatchingEngine, QueueFull, Row
+
+
+DISCONNECT_POLL_S = 0.25  # how often a request waiting for its completion checks that its client is still there
 
 
 class ApiError(Exception):
@@ -107,7 +110,7 @@ def create_app(engine: BatchingEngine, base_name: str, context_length: int) -> F
         return {"id": name, "object": "model", "deleted": True}
 
     @app.post("/v1/completions", response_model=None)  # a JSON body, or server-sent events when streaming
-    async def completions(body: CompletionBody) -> dict | StreamingResponse:
+    async def completions(body: CompletionBody, request: Request) -> dict | Response:
         prompts = [body.prompt] if isinstance(body.prompt, str) else body.prompt
         stop = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
         if "" in stop:
@@ -144,14 +147,22 @@ def create_app(engine: BatchingEngine, base_name: str, context_length: int) -> F
         if body.stream:
             return StreamingResponse(_stream(rows, events, head), media_type="text/event-stream")
         texts, reasons = [""] * len(rows), [None] * len(rows)
+        checked = loop.time()
         try:
             while None in reasons:
-                index, kind, value = await events.get()
+                try:
+                    index, kind, value = await asyncio.wait_for(events.get(), timeout=DISCONNECT_POLL_S)
+                except TimeoutError:
+                    kind = None
+                if loop.time() - checked >= DISCONNECT_POLL_S:  # uvicorn does not cancel a request whose client left
+                    if await request.is_disconnected():
+                        return Response(status_code=499)  # nobody reads it; the rows leave the batch below
+                    checked = loop.time()
                 if kind == "error":
                     raise ApiError(500, value, None)
                 if kind == "text":
                     texts[index] += value
-                else:
+                elif kind == "done":
                     reasons[index] = value
         finally:
             for row in rows:
