@@ -115,8 +115,9 @@ def load_for_generation(
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     if composition:
+        base = base_identity(model)
         composed = load_composition(model, composition)
-        check_adapter_bases(composed, base_identity(model), allow_other_base)
+        check_adapter_bases(composed, base, allow_other_base)
         return composed, tokenizer, family
     return compose_fixed(model, adapters or {}, allow_other_base), tokenizer, family
 

@@ -158,7 +158,7 @@ class BatchingEngine:
             try:
                 self._step(joining)
             except Exception as error:  # a failed forward fails its rows, not the server
-                for row in self.active + joining:
+                for row in self.active + [row for row in joining if row not in self.active]:
                     row.emit("error", f"generation failed: {error}")
                 self.active, self.cache = [], None
 
