@@ -63,7 +63,11 @@ def server_process(folders) -> subprocess.Popen:
     process.url = f"http://127.0.0.1:{port}"
     yield process
     process.terminate()
-    process.wait(timeout=10)
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:  # uvicorn waits for requests still open; a hung one must not outlive the tests
+        process.kill()
+        process.wait()
 
 
 @pytest.fixture(scope="module")
