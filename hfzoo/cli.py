@@ -1,5 +1,5 @@
-"""The `hfzoo` command: `hfzoo presets`, `hfzoo convert`, `hfzoo generate`, `hfzoo quickstart`, and the recipes as
-subcommands.
+"""The `hfzoo` command: `hfzoo presets`, `hfzoo convert`, `hfzoo generate`, `hfzoo serve`, `hfzoo quickstart`, and the
+recipes as subcommands.
 
 A refused run (a config key, a file, a row or a checkpoint hfzoo cannot use) ends with one line saying what is wrong
 and exit status 2; add --debug anywhere on the command line (or set HFZOO_DEBUG=1) for the traceback instead.
@@ -7,6 +7,7 @@ and exit status 2; add --debug anywhere on the command line (or set HFZOO_DEBUG=
 
 import argparse
 import importlib
+import importlib.util
 import sys
 
 from .core.presets import PRESETS, count_preset_parameters, list_presets, preset_config, preset_family
@@ -237,6 +238,64 @@ def _add_generate(commands) -> None:
     generate.set_defaults(func=_generate)
 
 
+SERVE_EPILOG = """examples:
+  hfzoo serve runs/pretrain --adapter a=runs/a-lora --adapter b=runs/b-lora --port 8000
+  curl localhost:8000/v1/completions -H 'Content-Type: application/json' \
+      -d '{"model": "a", "prompt": "The module", "max_tokens": 20, "temperature": 0}'"""
+
+
+def _serve(args: argparse.Namespace) -> None:
+    missing = [name for name in ("fastapi", "uvicorn") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise ValueError(f"hfzoo serve needs the serve extra ({' and '.join(missing)} missing): "
+                         "pip install 'hfzoo[serve]'")  # fmt: skip
+    for key in ("max_batch_size", "max_queue"):
+        if getattr(args, key) < 1:
+            raise ValueError(f"--{key} is {getattr(args, key)}: it must be at least 1")
+    if args.max_wait_ms < 0:
+        raise ValueError(f"--max_wait_ms is {args.max_wait_ms}: it must be 0 or more")
+    import uvicorn
+
+    from .generation import load_for_generation, parse_adapters
+    from .serving.app import create_app
+    from .serving.scheduler import BatchingEngine
+
+    adapters = parse_adapters(args.adapter)
+    if args.model in adapters:
+        raise ValueError(f"--adapter name {args.model!r} is the base model's name: name the adapter otherwise")
+    model, tokenizer, family = load_for_generation(args.model, adapters, device=args.device)
+    if family != "decoder":
+        raise ValueError(f"{args.model} is an encoder-decoder model: hfzoo serve serves decoder-only models for now")
+    context = getattr(model.config, "max_position_embeddings", None) or tokenizer.model_max_length
+    engine = BatchingEngine(model, tokenizer, adapters, args.max_batch_size, args.max_wait_ms, args.max_queue)
+    print(f"hfzoo serve: {args.model} with adapters {list(adapters)} on http://{args.host}:{args.port}", flush=True)
+    uvicorn.run(create_app(engine, args.model, context), host=args.host, port=args.port, log_level="warning")
+
+
+def _add_serve(commands) -> None:
+    serve = commands.add_parser(
+        "serve",
+        help="serve a causal LM and its adapters over HTTP (OpenAI-style completions), batched across adapters",
+        description="An OpenAI-style /v1/completions endpoint whose `model` field names the base or an adapter; "
+        "requests for different adapters are decoded together, one forward per step. Needs `pip install "
+        "'hfzoo[serve]'`.",
+        epilog=SERVE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    serve.add_argument("model", help="model folder or Hub name (a causal LM with its tokenizer); also its served name")
+    serve.add_argument("--adapter", action="append", default=[], metavar="NAME=PATH",
+                       help="a PEFT adapter folder (LoRA, IA3, bottleneck) served under NAME (repeat for several)")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--max_batch_size", type=int, default=16, help="most prompts decoded together")
+    serve.add_argument("--max_wait_ms", type=float, default=10.0,
+                       help="how long an idle server waits for more requests to batch with the first")
+    serve.add_argument("--max_queue", type=int, default=256,
+                       help="most prompts queued or decoding; more are answered 429")
+    serve.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
+    serve.set_defaults(func=_serve)
+
+
 # Subcommands that run a recipe with all remaining arguments (`hfzoo pretrain --help` lists its keys).
 RECIPES = {
     "pretrain": ("hfzoo.commands.pretrain", "pretrain a preset from scratch (recipes/pretrain.py)"),
@@ -262,6 +321,7 @@ def main(argv: list[str] | None = None) -> None:
     commands.add_parser("presets", help="list the model presets").set_defaults(func=_presets)
     _add_convert(commands)
     _add_generate(commands)
+    _add_serve(commands)
     quickstart = commands.add_parser("quickstart", help="the end-to-end tour on the embedded default corpus")
     quickstart.add_argument("--output_dir", default="runs/quickstart")
     quickstart.add_argument("--scale", default="full", choices=["full", "smoke"], help="smoke: a few steps per stage, a wiring check")

@@ -114,14 +114,36 @@ def load_for_generation(
         tokenizer.padding_side = "left"  # every row's continuation starts at the same position
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
+    if composition:
+        base = base_identity(model)
+        composed = load_composition(model, composition)
+        check_adapter_bases(composed, base, allow_other_base)
+        return composed, tokenizer, family
+    return compose_fixed(model, adapters or {}, allow_other_base), tokenizer, family
+
+
+def compose_fixed(
+    model: PreTrainedModel, adapters: Mapping[str, str], allow_other_base: bool = False
+) -> PreTrainedModel | ComposedModel:
+    """`model` with `adapters` composed for fixed routing (each row names its adapter), or `model` itself without
+    adapters; an adapter that does not fit `model` (its shapes, or a recorded base of other weights unless
+    `allow_other_base`) is refused with `model` left as it was, so a server can try an adapter and keep serving."""
+    if not adapters:
+        return model
     base = base_identity(model)
-    if adapters:
-        model = compose(model, dict(adapters), strategy="fixed")
-    elif composition:
-        model = load_composition(model, composition)
-    for adapter in model.adapters if isinstance(model, ComposedModel) else []:
+    composed = compose(model, dict(adapters), strategy="fixed")
+    try:
+        check_adapter_bases(composed, base, allow_other_base)
+    except ValueError:
+        composed.unload()
+        raise
+    return composed
+
+
+def check_adapter_bases(model: ComposedModel, base: dict, allow_other_base: bool) -> None:
+    """Refuse an adapter whose record names another base than `base` (`check_base_files`)."""
+    for adapter in model.adapters:
         check_base_files(adapter.name, adapter.folder, adapter.base, base, allow_other_base)
-    return model, tokenizer, family
 
 
 def check_device(device: str) -> None:

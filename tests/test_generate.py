@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from peft import LoraConfig, PeftModel, get_peft_model
+from peft import PeftModel
+from tests.helpers.tiny_checkpoints import random_lora
 from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSeq2SeqLM, GPT2Config, GPT2LMHeadModel
 
 from hfzoo.cli import main
@@ -17,24 +18,14 @@ from hfzoo.core.refusals import Refusal
 PROMPT = "Return a new list"
 
 
-def _lora(model, folder: Path, seed: int) -> Path:
-    """A LoRA with random (non-zero) B, so that it visibly changes the continuation."""
-    torch.manual_seed(seed)
-    peft_model = get_peft_model(model, LoraConfig(r=4, lora_alpha=32, init_lora_weights=False))
-    peft_model.save_pretrained(folder)
-    peft_model.unload()
-    return folder
-
-
 @pytest.fixture(scope="module")
 def decoder_with_adapters(tmp_path_factory, tiny_model, tokenizer, tokenizer_overrides) -> tuple[Path, dict[str, Path]]:
     root = tmp_path_factory.mktemp("generate")
     model = tiny_model("gpt-tiny", **tokenizer_overrides)
     model.save_pretrained(root / "model")
     tokenizer.save_pretrained(root / "model")
-    adapters = {
-        name: _lora(tiny_model("gpt-tiny", **tokenizer_overrides), root / name, seed) for seed, name in enumerate("ab")
-    }
+    adapters = {name: random_lora(tiny_model("gpt-tiny", **tokenizer_overrides), root / name, seed)
+                for seed, name in enumerate("ab")}  # fmt: skip
     return root / "model", adapters
 
 

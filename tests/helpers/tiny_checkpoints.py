@@ -12,6 +12,7 @@ import pytest
 import torch
 import transformers
 from tests.helpers.paths import SHARED_DATA
+from peft import LoraConfig, get_peft_model
 from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSeq2SeqLM, AutoTokenizer
 
 import hfzoo
@@ -102,4 +103,14 @@ def gpt_tiny_checkpoint(tmp_path_factory, tokenizer) -> Path:
     config = hfzoo.preset_config("gpt-tiny", vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id)
     AutoModelForCausalLM.from_config(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
+    return folder
+
+
+def random_lora(model, folder: Path, seed: int) -> Path:
+    """A LoRA of `model` saved in `folder`, with random (non-zero) B, so that it visibly changes the continuation;
+    `model` is left without it."""
+    torch.manual_seed(seed)
+    peft_model = get_peft_model(model, LoraConfig(r=4, lora_alpha=32, init_lora_weights=False))
+    peft_model.save_pretrained(folder)
+    peft_model.unload()
     return folder

@@ -1,0 +1,241 @@
+"""`hfzoo serve` as a user runs it: a real server process on a free port, queried with a real HTTP client.
+
+Each greedy completion is checked against `hfzoo generate` with that adapter alone, so batching requests of different
+adapters together (and joining the batch between decoding steps) changes nothing but the speed.
+"""
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from tests.helpers.tiny_checkpoints import random_lora
+
+from hfzoo.cli import main
+from hfzoo.core.refusals import Refusal
+from hfzoo.generation import GenerationRequest, generate_text, load_for_generation
+
+ROOT = Path(__file__).resolve().parents[1]
+ADAPTERS = ("a", "b", "c")
+CONTEXT = 64  # the served model's max_position_embeddings
+MAX_QUEUE = 20
+PROMPTS = ("Return a new list", "The module")
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory, tiny_model, tokenizer, tokenizer_overrides) -> dict[str, Path]:
+    """The base model folder ("base"), three LoRAs of it, a fourth added at run time ("d"), and a LoRA of a wider
+    model that does not fit it ("wide")."""
+    root = tmp_path_factory.mktemp("serve")
+    sizes = {**tokenizer_overrides, "max_position_embeddings": CONTEXT}
+    tiny_model("gpt-tiny", **sizes).save_pretrained(root / "base")
+    tokenizer.save_pretrained(root / "base")
+    paths = {"base": root / "base"}
+    for seed, name in enumerate((*ADAPTERS, "d"), 1):
+        paths[name] = random_lora(tiny_model("gpt-tiny", **sizes), root / name, seed)
+    wide = tiny_model("gpt-tiny", **sizes, hidden_size=64, intermediate_size=128)
+    paths["wide"] = random_lora(wide, root / "wide", 0)
+    return paths
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server_process(folders) -> subprocess.Popen:
+    """`hfzoo serve` over the base and adapters a, b, c in its own process, started before the reference generations
+    (`expected`) so that its start-up overlaps them."""
+    port = _free_port()
+    command = [sys.executable, "-m", "hfzoo.cli", "serve", str(folders["base"]), "--port", str(port),
+               "--max_batch_size", "8", "--max_wait_ms", "20", "--max_queue", str(MAX_QUEUE),
+               *[arg for name in ADAPTERS for arg in ("--adapter", f"{name}={folders[name]}")]]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    process.url = f"http://127.0.0.1:{port}"
+    yield process
+    process.terminate()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:  # uvicorn waits for requests still open; a hung one must not outlive the tests
+        process.kill()
+        process.wait()
+
+
+@pytest.fixture(scope="module")
+def server(server_process, expected) -> str:
+    """The URL of the running server, once it answers /health."""
+    deadline = time.monotonic() + 60
+    while True:
+        assert server_process.poll() is None, f"hfzoo serve exited:\n{server_process.stdout.read()}"
+        try:
+            if httpx.get(f"{server_process.url}/health").status_code == 200:
+                return server_process.url
+        except httpx.TransportError:
+            assert time.monotonic() < deadline, "hfzoo serve did not answer /health within 60 s"
+            time.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def expected(folders, server_process) -> dict[tuple[str, str], str]:
+    """(model, prompt) -> the greedy completion (12 new tokens) `hfzoo generate` gives with that adapter alone."""
+    answers = {}
+    for name in ("base", *ADAPTERS, "d"):
+        adapters = {} if name == "base" else {name: str(folders[name])}
+        model, tokenizer, family = load_for_generation(str(folders["base"]), adapters)
+        for prompt in PROMPTS:
+            request = GenerationRequest(prompts=[prompt], max_new_tokens=12)
+            answers[name, prompt] = generate_text(model, tokenizer, family, request, stream=False)[0]
+        if adapters:
+            model.unload()
+    return answers
+
+
+def _model(name: str, folders) -> str:
+    return str(folders["base"]) if name == "base" else name
+
+
+def _complete(url: str, **body) -> httpx.Response:
+    return httpx.post(f"{url}/v1/completions", json={"max_tokens": 12, "temperature": 0, **body}, timeout=60)
+
+
+def test_models_lists_the_base_and_its_adapters(server, folders):
+    listed = [model["id"] for model in httpx.get(f"{server}/v1/models").json()["data"]]
+    assert listed == [str(folders["base"]), *ADAPTERS]
+
+
+def test_greedy_completion_of_each_adapter_equals_generate_alone(server, folders, expected):
+    texts = {name: expected[name, PROMPTS[0]] for name in ("base", *ADAPTERS)}
+    assert len(set(texts.values())) == 4, f"the adapters must change the continuation: {texts}"
+    for name in ("base", *ADAPTERS):
+        response = _complete(server, model=_model(name, folders), prompt=list(PROMPTS))
+        assert response.status_code == 200, response.text
+        body = response.json()
+        assert [choice["text"] for choice in body["choices"]] == [expected[name, prompt] for prompt in PROMPTS]
+        assert body["usage"]["completion_tokens"] > 0
+
+
+def test_a_stop_string_ends_the_completion_before_it(server, expected):
+    text = expected["a", PROMPTS[0]]
+    stop = text[3:6]
+    choice = _complete(server, model="a", prompt=PROMPTS[0], stop=[stop]).json()["choices"][0]
+    assert (choice["text"], choice["finish_reason"]) == (text[: text.index(stop)], "stop")
+
+
+def test_sixteen_concurrent_clients_each_get_their_own_adapters_answer(server, folders, expected):
+    cases = [(name, prompt) for name in ("base", *ADAPTERS) for prompt in PROMPTS] * 2
+
+    async def ask(client: httpx.AsyncClient, name: str, prompt: str) -> dict:
+        body = {"model": _model(name, folders), "prompt": prompt, "max_tokens": 12, "temperature": 0}
+        response = await client.post(f"{server}/v1/completions", json=body, timeout=60)
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    async def all_at_once() -> list[dict]:
+        async with httpx.AsyncClient() as client:
+            return await asyncio.gather(*(ask(client, name, prompt) for name, prompt in cases))
+
+    assert len(cases) == 16
+    steps = httpx.get(f"{server}/health").json()["forward_steps"]
+    answers = asyncio.run(all_at_once())
+    assert [answer["choices"][0]["text"] for answer in answers] == [expected[case] for case in cases]
+    one_at_a_time = sum(answer["usage"]["completion_tokens"] for answer in answers)  # a forward per token and row
+    forwards = httpx.get(f"{server}/health").json()["forward_steps"] - steps
+    assert forwards <= one_at_a_time / 2, f"{forwards} forwards for {one_at_a_time} tokens: rows were not batched"
+
+
+def _events(url: str, **body) -> list[str]:
+    with httpx.stream("POST", f"{url}/v1/completions", timeout=60,
+                      json={"max_tokens": 12, "temperature": 0, "stream": True, **body}) as response:  # fmt: skip
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        return [line.removeprefix("data: ") for line in response.iter_lines() if line]
+
+
+def test_streaming_gives_the_same_text_and_ends_with_done(server, expected):
+    events = _events(server, model="b", prompt=PROMPTS[1])
+    assert events[-1] == "[DONE]"
+    choices = [json.loads(event)["choices"][0] for event in events[:-1]]
+    assert "".join(choice["text"] for choice in choices) == expected["b", PROMPTS[1]]
+    assert choices[-1]["finish_reason"] in ("stop", "length")
+
+
+def _forwards_once_idle(url: str) -> int:
+    """The server's forward count once no row is decoding or waiting."""
+    deadline = time.monotonic() + 30
+    while True:
+        health = httpx.get(f"{url}/health").json()
+        if health["decoding"] == health["waiting"] == 0:
+            return health["forward_steps"]
+        assert time.monotonic() < deadline, f"rows still decoding after 30 s: {health}"
+        time.sleep(0.05)
+
+
+def test_a_client_gone_mid_stream_leaves_the_batch_and_the_server_serving(server, expected):
+    max_tokens = CONTEXT - 16
+    body = {"model": "c", "prompt": [PROMPTS[0]] * 8, "max_tokens": max_tokens, "temperature": 0, "stream": True}
+    before = _forwards_once_idle(server)
+    with httpx.stream("POST", f"{server}/v1/completions", json=body, timeout=60) as response:
+        next(response.iter_lines())  # one event, then the client hangs up
+    assert _forwards_once_idle(server) - before < max_tokens, "the rows of a client gone decoded to the end"
+    assert _complete(server, model="c", prompt=PROMPTS[0]).json()["choices"][0]["text"] == expected["c", PROMPTS[0]]
+
+
+def _refused(response: httpx.Response, status: int, field: str | None) -> str:
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert error["field"] == field and error["message"]
+    return error["message"]
+
+
+def test_bad_requests_are_refused_naming_the_field_and_the_server_keeps_serving(server, folders, expected):
+    assert "'z'" in _refused(_complete(server, model="z", prompt="x"), 404, "model")
+    assert "context" in _refused(_complete(server, model="a", prompt="word " * (2 * CONTEXT)), 400, "prompt")
+    _refused(_complete(server, model="a", prompt="x", max_tokens=0), 400, "max_tokens")
+    _refused(_complete(server, model="a", prompt="x", max_tokens=CONTEXT), 400, "max_tokens")
+    _refused(_complete(server, model="a", prompt="x", top_p=2), 400, "top_p")
+    _refused(_complete(server, model="a", prompt="x", best_of=2), 400, "best_of")
+    _refused(_complete(server, prompt="x"), 400, "model")
+    json_header = {"content-type": "application/json"}
+    malformed = httpx.post(f"{server}/v1/completions", content=b"{not json", headers=json_header)
+    assert malformed.status_code == 400 and "error" in malformed.json()
+    _refused(_complete(server, model="a", prompt=["x"] * (MAX_QUEUE + 1)), 429, None)
+    assert _complete(server, model="a", prompt=PROMPTS[0]).json()["choices"][0]["text"] == expected["a", PROMPTS[0]]
+
+
+def test_adapters_are_added_and_removed_at_run_time(server, folders, expected):
+    models = f"{server}/v1/models"
+    added = httpx.post(f"{server}/v1/adapters", json={"name": "d", "path": str(folders["d"])}, timeout=60)
+    assert added.status_code == 200, added.text
+    assert [model["id"] for model in httpx.get(models).json()["data"]][-1] == "d"
+    assert _complete(server, model="d", prompt=PROMPTS[0]).json()["choices"][0]["text"] == expected["d", PROMPTS[0]]
+    wide = httpx.post(f"{server}/v1/adapters", json={"name": "wide", "path": str(folders["wide"])}, timeout=60)
+    _refused(wide, 409, "path")
+    _refused(httpx.post(f"{server}/v1/adapters", json={"name": "a", "path": str(folders["d"])}), 409, "name")
+    assert len(httpx.get(models).json()["data"]) == 5  # unchanged by the refusals
+    assert httpx.delete(f"{server}/v1/adapters/d", timeout=60).status_code == 200
+    _refused(_complete(server, model="d", prompt="x"), 404, "model")
+    _refused(httpx.delete(f"{server}/v1/adapters/d"), 404, "name")
+    for name in ADAPTERS:  # the others still answer as before
+        text = _complete(server, model=name, prompt=PROMPTS[1]).json()["choices"][0]["text"]
+        assert text == expected[name, PROMPTS[1]]
+
+
+def test_sampling_answers_within_max_tokens(server):
+    body = _complete(server, model="b", prompt=PROMPTS[0], temperature=1.0, top_p=0.9, max_tokens=5).json()
+    assert body["usage"]["completion_tokens"] <= 5 and body["choices"][0]["finish_reason"] in ("stop", "length")
+
+
+def test_serve_without_its_extra_is_refused_naming_it(monkeypatch, folders, capsys):
+    monkeypatch.setitem(sys.modules, "uvicorn", None)  # what importlib finds where uvicorn is not installed
+    with pytest.raises(Refusal):
+        main(["serve", str(folders["base"])])
+    assert "pip install 'hfzoo[serve]'" in capsys.readouterr().err
