@@ -28,7 +28,6 @@ from transformers.generation.streamers import BaseStreamer, TextStreamer
 
 from .adapters import compose, load_composition
 from .adapters.composition import BASE, ComposedModel
-from .adapters.composition.task_adapter import base_identity, check_base_files
 from .core.cpu_layout import tune_for_cpu
 from .data.corpus import missing_local_path
 from .integrations.transformers import compile_on_every_device
@@ -82,7 +81,7 @@ def load_for_generation(
     The weights load as `finetune` and `convert` load them (`load_checked`): from safetensors only, and refused when
     they do not match the config (an edited `num_hidden_layers` would load random layers or drop some). An adapter
     whose record says it was trained on another base of the same shape is refused unless `allow_other_base`
-    (`check_base_files`)."""
+    (`ComposedModel.check_base_weights`)."""
     if adapters and composition:
         raise ValueError("give either --adapter NAME=PATH (fixed routing) or --composition PATH, not both")
     check_device(device)
@@ -114,13 +113,12 @@ def load_for_generation(
         tokenizer.padding_side = "left"  # every row's continuation starts at the same position
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    base = base_identity(model)
     if adapters:
         model = compose(model, dict(adapters), strategy="fixed")
     elif composition:
         model = load_composition(model, composition)
-    for adapter in model.adapters if isinstance(model, ComposedModel) else []:
-        check_base_files(adapter.name, adapter.folder, adapter.base, base, allow_other_base)
+    if isinstance(model, ComposedModel):
+        model.check_base_weights(allow_other_base)
     return model, tokenizer, family
 
 
