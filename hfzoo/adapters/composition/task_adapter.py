@@ -189,13 +189,15 @@ def base_identity(model: nn.Module) -> dict:
 
 def recorded_base(folder: Path, config: dict) -> dict | None:
     """The adapter's base identity: its `BASE_RECORD`, else read from the `config.json` of the local folder PEFT
-    recorded as `base_model_name_or_path` (when it still exists), else None."""
+    recorded as `base_model_name_or_path` (when it still exists; as hfzoo writes it, relative to the adapter folder,
+    `hfzoo convert`'s adapters too), else None."""
     if (folder / BASE_RECORD).is_file():
         recorded = read_json_file(folder / BASE_RECORD)
         if isinstance(recorded.get("base_model"), str):  # relative to the adapter folder, wherever it now is
             recorded["base_model"] = resolve_recorded(recorded["base_model"], folder)
         return recorded
-    return folder_identity(config.get("base_model_name_or_path"))
+    base = config.get("base_model_name_or_path")
+    return folder_identity(resolve_recorded(base, folder) if isinstance(base, str) else None)
 
 
 def folder_identity(base: str | None) -> dict | None:
