@@ -88,6 +88,9 @@ class FinetuneConfig:
         check_task_run(data, training, self.checkpoints, self.do_train)
         if self.adapter is not None and self.do_train:
             raise ValueError("config key 'adapter' names a trained adapter to evaluate: use it with --do_train false.")
+        if data.allow_other_base and self.adapter is None:
+            raise ValueError("config key 'allow_other_base' lets --adapter run on another base; without --adapter "
+                             "there is none: drop it.")  # fmt: skip
         if tuning.from_scratch and not self.do_train:
             raise ValueError("config key 'from_scratch': an evaluation-only run (do_train false) would score random "
                              "weights; drop from_scratch.")  # fmt: skip
