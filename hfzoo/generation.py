@@ -28,7 +28,7 @@ from transformers.generation.streamers import BaseStreamer, TextStreamer
 
 from .adapters import compose, load_composition
 from .adapters.composition import BASE, ComposedModel
-from .adapters.composition.task_adapter import base_identity, check_base_files
+from .adapters.composition.task_adapter import base_identity
 from .core.cpu_layout import tune_for_cpu
 from .data.corpus import missing_local_path
 from .integrations.transformers import compile_on_every_device
@@ -82,7 +82,7 @@ def load_for_generation(
     The weights load as `finetune` and `convert` load them (`load_checked`): from safetensors only, and refused when
     they do not match the config (an edited `num_hidden_layers` would load random layers or drop some). An adapter
     whose record says it was trained on another base of the same shape is refused unless `allow_other_base`
-    (`check_base_files`)."""
+    (`ComposedModel.check_base_weights`)."""
     if adapters and composition:
         raise ValueError("give either --adapter NAME=PATH (fixed routing) or --composition PATH, not both")
     check_device(device)
@@ -115,9 +115,9 @@ def load_for_generation(
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     if composition:
-        base = base_identity(model)
+        base = base_identity(model)  # read before the composition's heads change the model
         composed = load_composition(model, composition)
-        check_adapter_bases(composed, base, allow_other_base)
+        composed.check_base_weights(allow_other_base, base)
         return composed, tokenizer, family
     return compose_fixed(model, adapters or {}, allow_other_base), tokenizer, family
 
@@ -133,17 +133,11 @@ def compose_fixed(
     base = base_identity(model)
     composed = compose(model, dict(adapters), strategy="fixed")
     try:
-        check_adapter_bases(composed, base, allow_other_base)
+        composed.check_base_weights(allow_other_base, base)
     except ValueError:
         composed.unload()
         raise
     return composed
-
-
-def check_adapter_bases(model: ComposedModel, base: dict, allow_other_base: bool) -> None:
-    """Refuse an adapter whose record names another base than `base` (`check_base_files`)."""
-    for adapter in model.adapters:
-        check_base_files(adapter.name, adapter.folder, adapter.base, base, allow_other_base)
 
 
 def check_device(device: str) -> None:

@@ -92,19 +92,18 @@ def test_the_installed_minilm_is_recorded_by_its_package_and_loads_by_that_name(
 def test_runs_given_absolute_paths_write_none_of_them_and_still_find_their_base_when_moved(finetuned, tmp_path):
     """A LoRA fine-tuning and a composition of its adapter, given absolute paths for model, data, adapters and output:
     metrics.json and hfzoo_base.json held the base's (issue 27); PEFT's adapter_config.json (also the composition's
-    copy and composition.json), training_config.yaml, log.jsonl, the checkpoints' configs and predictions.jsonl held
-    them all (issue 37). Recorded now relative to the run (base, adapters, checkpoints) or as a config names paths
-    (relative to the working directory, else by name); the base is still found from each adapter, also when moved."""
+    copy and composition.json), training_config.yaml, log.jsonl, the checkpoints' configs and inputs.json and
+    predictions.jsonl held them all (issue 37). Recorded now relative to the run (base, adapters, checkpoints' inputs)
+    or as a config names paths (relative to the working directory, else by name); the base is still found from each
+    adapter, also when moved."""
     base, run = finetuned
     composed = run_recipe(compose.main, "--model", base["base"], "--task", "sequence-classification", "--train_file",
                           base["train"], "--validation_file", base["validation"], "--adapters", f"area={run}",
                           "--strategy", "average", *SMALL, "--max_steps", "2", "--save_every", "2",
                           "--output_dir", tmp_path / "composed")  # fmt: skip
-    # A checkpoint's inputs.json names the data files it hashed by their paths here (its own resume check's record).
-    written = [path for folder in (run, composed) for path in folder.rglob("*")
-               if path.is_file() and path.name != "inputs.json"]  # fmt: skip
+    written = [path for folder in (run, composed) for path in folder.rglob("*") if path.is_file()]
     assert {"adapter_config.json", "composition.json", "training_config.yaml", "run_config.json", "log.jsonl",
-            "predictions.jsonl", "README.md"} <= {path.name for path in written}  # fmt: skip
+            "predictions.jsonl", "README.md", "inputs.json"} <= {path.name for path in written}  # fmt: skip
     for prefix in (str(tmp_path), str(REPO)):
         found = [path.relative_to(tmp_path).as_posix() for path in written if prefix.encode() in path.read_bytes()]
         assert not found, f"{prefix} in {found}"

@@ -171,13 +171,15 @@ tokenizer = AutoTokenizer.from_pretrained(path)
 {use}
 ```
 
-Without hfzoo: the modeling code is saved next to the weights, so transformers runs it when you allow it:
+Without hfzoo: the modeling code is saved next to the weights, so transformers runs it when you allow it. The
+tokenizer needs no model code, but `AutoTokenizer` reads the model's config first and, unless allowed too, asks
+whether to run its code:
 
 ```python
 from transformers import {model_class}, AutoTokenizer
 
 model = {model_class}.from_pretrained("{name}", trust_remote_code=True)
-tokenizer = AutoTokenizer.from_pretrained("{name}")
+tokenizer = AutoTokenizer.from_pretrained("{name}", trust_remote_code=True)
 ```"""
 
 

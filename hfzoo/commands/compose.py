@@ -235,6 +235,7 @@ def run_composition(config: ComposeConfig, accelerator: Accelerator, baseline: d
         composed = compose_for_task(model, config, head_modules(model, missing) if task.trains_head else [])
     else:
         composed = load_composition(model, config.composition)
+    composed.check_base_weights(data.allow_other_base)
     strategy, method = composed.strategy, f"{composed.strategy}-composition"
     parameters = count_trainable_parameters(composed)
     log_trainable(f"{strategy} composition of {', '.join(a.name for a in composed.adapters)} on {data.model}",

@@ -40,8 +40,8 @@ from torch import nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ..adapters.composition.task_adapter import (
-    ADAPTER_CONFIG, adapter_weights_file, base_identity, check_adapter_fits, check_recorded_base, describe_base,
-    recorded_base, recorded_base_path, save_base_identity,
+    ADAPTER_CONFIG, adapter_weights_file, base_identity, check_adapter_fits, check_base_files, check_recorded_base,
+    describe_base, recorded_base, recorded_base_path, save_base_identity,
 )  # fmt: skip
 from ..adapters.methods import MethodOptions, apply_method, count_trainable_parameters, head_modules, peft_config_for
 from ..adapters.peft_warnings import building_peft_model
@@ -88,6 +88,9 @@ class FinetuneConfig:
         check_task_run(data, training, self.checkpoints, self.do_train)
         if self.adapter is not None and self.do_train:
             raise ValueError("config key 'adapter' names a trained adapter to evaluate: use it with --do_train false.")
+        if data.allow_other_base and self.adapter is None:
+            raise ValueError("config key 'allow_other_base' lets --adapter run on another base; without --adapter "
+                             "there is none: drop it.")  # fmt: skip
         if tuning.from_scratch and not self.do_train:
             raise ValueError("config key 'from_scratch': an evaluation-only run (do_train false) would score random "
                              "weights; drop from_scratch.")  # fmt: skip
@@ -161,7 +164,7 @@ def finetune(config: FinetuneConfig) -> Path:
         model = apply_method(model, peft_config_for(tuning, task.peft_task_types[family], heads))
         method = tuning.peft_config or tuning.method
     else:
-        model, method = load_trained(model, missing, data.model, config.adapter)
+        model, method = load_trained(model, missing, data.model, config.adapter, data.allow_other_base)
     parameters = count_trainable_parameters(model)
     log_trainable(f"{task.name} on {data.model} ({family}), method {method}", parameters)
 
@@ -274,7 +277,7 @@ def save_trained(accelerator: Accelerator, tokenizer: PreTrainedTokenizerBase, m
 
 
 def load_trained(
-    model: PreTrainedModel, missing: list[str], model_name: str, adapter: str | None
+    model: PreTrainedModel, missing: list[str], model_name: str, adapter: str | None, allow_other_base: bool = False
 ) -> tuple[nn.Module, str]:
     """(`do_train: false`) the model to evaluate and its method: `model` itself (`model_name`: a fine-tuned
     checkpoint, which must hold every weight: a head initialised at random would be scored), or `adapter` on it,
@@ -291,7 +294,9 @@ def load_trained(
     folder = Path(adapter)
     adapter_config = read_json_file(folder / ADAPTER_CONFIG)  # names the file when missing or broken
     adapter_weights_file(folder)  # safetensors only, and whole: PEFT would unpickle adapter_model.bin
-    check_recorded_base(folder.name, folder, recorded_base(folder, adapter_config), model)
+    recorded = recorded_base(folder, adapter_config)
+    check_recorded_base(folder.name, folder, recorded, model)
+    check_base_files(folder.name, folder, recorded, base_identity(model), allow_other_base)
     saved = adapter_config.get("modules_to_save") or []
     untrained = [key for key in missing if not _saved_by(key, saved)]
     if untrained:

@@ -284,7 +284,7 @@ def pretrain(config: PretrainConfig) -> Path:
     # --- Tokenizer, then the corpus as examples of at most block_size tokens: packed into fixed-length blocks, or
     # (next-sentence prediction) pairs of consecutive segments of each document.
     tokenizer = _tokenizer(config, family, train_texts, output_dir, accelerator, resuming=resume_from is not None)
-    inputs = run_inputs(_tokenizer_folder(config, output_dir), tokenizer_file_names(tokenizer),
+    inputs = run_inputs(output_dir, _tokenizer_folder(config, output_dir), tokenizer_file_names(tokenizer),
                         (data.dataset, data.data_files))  # what each checkpoint records, to check on resume
     with accelerator.main_process_first():
         train_blocks = None if data.streaming else objective.examples(train_texts, tokenizer, data.block_size)

@@ -38,6 +38,7 @@ from ..adapters.composition.task_adapter import (
     check_base_files, folder_identity, load_safetensors, recorded_base,
 )  # fmt: skip
 from ..core.files import check_output_folder, staged
+from ..core.recorded_paths import recorded_path
 from ..integrations.transformers import model_from_config
 from ..models.checkpoint_files import read_json_file
 from .api import FAMILIES, TOKENIZER_FILES, native_family, zoo_source
@@ -199,21 +200,24 @@ def _map_adapter(
         raise ValueError(f"{adapter_dir}: the saved module copies map to {outside[0]}, which the target model lacks.")
     tensors.update(copies)
     new_config["modules_to_save"] = sorted({key.rpartition(".")[0] for key in copies}) or None
-    new_config["base_model_name_or_path"] = _target_base_path(base, to_native)
+    new_config["base_model_name_or_path"] = _target_base_path(base, to_native, out_dir)
     _write(adapter_dir, out_dir, new_config, tensors, command)
     return out_dir
 
 
-def _target_base_path(base, to_native: bool) -> str | None:
+def _target_base_path(base, to_native: bool, out_dir: Path) -> str | None:
     """Where the mapped adapter's base loads from (PEFT's `base_model_name_or_path`): the folder of `base` when that
-    folder holds a model of the target side (for a model `from_native` made, the native folder it was imported from);
-    else unknown (None)."""
+    folder holds a model of the target side (for a model `from_native` made, the native folder it was imported from),
+    relative to `out_dir` as hfzoo records an adapter's base (`recorded_path`: no path of the machine; a Hub name as
+    it is); else unknown (None). hfzoo's readers resolve it against the adapter folder (`recorded_base`); PEFT's
+    `AutoPeftModel` would read it from the working directory: give `PeftModel.from_pretrained` the base model."""
     path = str(zoo_source(base) if isinstance(base, PreTrainedModel) else base)
     try:
         config = AutoConfig.from_pretrained(path) if path else None
     except (OSError, ValueError):  # a model built in memory, a folder since moved, a Hub name offline
         return None
-    return path if config is not None and (config.model_type in FAMILIES) == to_native else None
+    target_side = config is not None and (config.model_type in FAMILIES) == to_native
+    return recorded_path(path, out_dir) if target_side else None
 
 
 def _split(tensors: dict[str, Tensor], prefix: str, parts: set[str]) -> tuple[dict[str, dict[str, Tensor]], dict]:

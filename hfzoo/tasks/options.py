@@ -25,6 +25,8 @@ class TaskOptions:
     import_native: bool = key(False, "true = --model is a native transformers checkpoint (GPT-2, Llama, BERT, "
                               "RoBERTa, T5, BART): import it into hfzoo's family on the fly (hfzoo.convert."
                               "from_native), keep its tokenizer, train and save the hfzoo model")  # fmt: skip
+    allow_other_base: bool = key(False, "use an adapter (--adapter, --adapters) on a base of its kind and sizes but "
+                                 "with other weights or config than the one it recorded, with a warning")  # fmt: skip
     # Data.
     dataset: str | None = key(None, "a local folder with train/validation (dev, valid, val) files, or a Hub name")
     dataset_config: str | None = key(None, "the Hub dataset's configuration name, e.g. sst2 for glue")

@@ -98,11 +98,13 @@ def check_resumable(
     check_resumed_inputs(resume_from, folder, data_sources(data), map(installed_model_path, models))
 
 
-def task_run_inputs(tokenizer: PreTrainedTokenizerBase, data: TaskOptions, models: Sequence[str]) -> dict:
-    """What each checkpoint records of the run's inputs (the tokenizer's files, the data files, the files of the
-    `models` folders it starts from), for `check_resumable` to compare on resume."""
-    return run_inputs(_local_folder(tokenizer.name_or_path), tokenizer_file_names(tokenizer), data_sources(data),
-                      map(installed_model_path, models))  # fmt: skip
+def task_run_inputs(
+    output_dir: str | Path, tokenizer: PreTrainedTokenizerBase, data: TaskOptions, models: Sequence[str]
+) -> dict:
+    """What each checkpoint of the run in `output_dir` records of its inputs (the tokenizer's files, the data files,
+    the files of the `models` folders it starts from), for `check_resumable` to compare on resume."""
+    return run_inputs(output_dir, _local_folder(tokenizer.name_or_path), tokenizer_file_names(tokenizer),
+                      data_sources(data), map(installed_model_path, models))  # fmt: skip
 
 
 def write_run_config(output_dir: str, config_values: dict[str, Any], accelerator: Accelerator) -> None:

@@ -12,7 +12,10 @@ each checkpoint records their sizes and SHA-256 (`inputs.json`, listed in the ma
 or trained: a run on other inputs is another run, not the same one resumed.
 
 A Hub dataset or a tokenizer given by its Hub name is recorded by name only (in the config): it has no local file to
-hash here.
+hash here. Data and model files are named relative to the run folder (`recorded_path`: no path of the machine in what a
+run writes, however it was given), which the file says (`PATHS`); a checkpoint of an older hfzoo names them as they
+were given (absolute when given absolute, else from the working directory) and says nothing: it is still checked, its
+names read as such (`_run_relative`).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from transformers.tokenization_utils_base import (
 )  # fmt: skip
 
 from ..adapters.composition.task_adapter import ADAPTER_CONFIG
+from ..core.recorded_paths import recorded_path, resolve_recorded
 from .checkpointing import INPUTS_FILE, CheckpointError
 
 logger = logging.getLogger(__name__)
@@ -43,6 +47,8 @@ _TOKENIZER_FILES = (TOKENIZER_CONFIG_FILE, SPECIAL_TOKENS_MAP_FILE, ADDED_TOKENS
 _MODEL_FILE_PATTERNS = (CONFIG_NAME, ADAPTER_CONFIG, "*.safetensors")
 # What `inputs.json` records, by section, and how a refusal names a file of each.
 _FILE_KINDS = {"data": "data file", "models": "model file"}
+# `inputs.json`'s "paths": how it names data and model files. An older one has no "paths": as the run was given them.
+PATHS = "relative to the run folder"
 
 
 def _fingerprint(path: Path) -> dict[str, Any] | None:
@@ -90,19 +96,31 @@ def model_files(folders: Iterable[str | os.PathLike | None]) -> list[Path]:
 
 
 def run_inputs(
-    tokenizer_folder: str | os.PathLike | None, tokenizer_names: Iterable[str], data: Iterable[Any],
-    models: Iterable[str | os.PathLike | None] = (),
+    run_folder: str | os.PathLike, tokenizer_folder: str | os.PathLike | None, tokenizer_names: Iterable[str],
+    data: Iterable[Any], models: Iterable[str | os.PathLike | None] = (),
 ) -> dict:  # fmt: skip
-    """What `inputs.json` records: the tokenizer files named `tokenizer_names` that exist in `tokenizer_folder` (None:
-    the tokenizer has no local folder) by name, the local data files of the `data` sources by path, and the
-    `model_files` of the `models` folders (the base model and adapters the run starts from) by path."""
+    """What `inputs.json` records in the checkpoints of the run in `run_folder`: the tokenizer files named
+    `tokenizer_names` that exist in `tokenizer_folder` (None: the tokenizer has no local folder) by name, the local data
+    files of the `data` sources and the `model_files` of the `models` folders (the base model and adapters the run
+    starts from) by their paths relative to `run_folder` (`recorded_path`)."""
     tokenizer = {}
     if tokenizer_folder is not None:
         for name in tokenizer_names:
             if (found := _fingerprint(Path(tokenizer_folder) / name)) is not None:
                 tokenizer[name] = found
-    return {"tokenizer": tokenizer, "data": {path.as_posix(): _fingerprint(path) for path in local_data_files(data)},
-            "models": {path.as_posix(): _fingerprint(path) for path in model_files(models)}}  # fmt: skip
+    files = {"data": local_data_files(data), "models": model_files(models)}
+    named = {section: {recorded_path(path, run_folder): _fingerprint(path) for path in paths}
+             for section, paths in files.items()}  # fmt: skip
+    return {"tokenizer": tokenizer, "paths": PATHS, **named}
+
+
+def _run_relative(saved: dict, section: str, run_folder: Path) -> dict[str, Any] | None:
+    """A section of files of a saved `inputs.json` named as `run_inputs` names them now (relative to `run_folder`):
+    an older file's paths as given (absolute, or from the working directory) recorded again; None: no such section."""
+    files = saved.get(section)
+    if files is None or saved.get("paths") == PATHS:
+        return files
+    return {recorded_path(name, run_folder): fingerprint for name, fingerprint in files.items()}
 
 
 def _what_changed(saved: dict[str, Any], now: dict[str, Any] | None) -> str | None:
@@ -123,8 +141,10 @@ def check_resumed_inputs(
     of the `data` sources or a model file of the `models` folders is missing, changed, or new since it was saved,
     naming the file and what changed. Reads only the files' bytes: call it before loading the tokenizer, the data or
     the models. A checkpoint without `inputs.json` (an older hfzoo) is resumed with a warning; one whose
-    `inputs.json` has no models' section (also older) resumes without comparing them."""
+    `inputs.json` has no models' section (also older) resumes without comparing them. Files are compared by their
+    paths relative to the checkpoint's run folder (`<run>/checkpoints/step-N`), as `run_inputs` names them."""
     checkpoint = Path(checkpoint)
+    run_folder = checkpoint.parent.parent
     if not (checkpoint / INPUTS_FILE).is_file():
         logger.warning("%s records no tokenizer and data fingerprints (%s): resuming unchecked", checkpoint,
                        INPUTS_FILE)
@@ -138,16 +158,16 @@ def check_resumed_inputs(
             file = Path(tokenizer_folder) / name
             if (what := _what_changed(recorded, _fingerprint(file))) is not None:
                 problems.append(f"tokenizer file {file} {what}")
-    now = run_inputs(None, (), data, models)
+    now = run_inputs(run_folder, None, (), data, models)
     for section, kind in _FILE_KINDS.items():
-        recorded_files, current = saved.get(section), now[section]
+        recorded_files, current = _run_relative(saved, section, run_folder), now[section]
         if recorded_files is None:
             continue
-        for path, recorded in recorded_files.items():
+        for path, recorded in recorded_files.items():  # named in a refusal from the working directory, as given
             if (what := _what_changed(recorded, current.get(path))) is not None:
-                problems.append(f"{kind} {path} {what}")
-        problems += [f"{kind} {path} is new (not read by the checkpointed run)" for path in current
-                     if path not in recorded_files]  # fmt: skip
+                problems.append(f"{kind} {resolve_recorded(path, run_folder)} {what}")
+        problems += [f"{kind} {resolve_recorded(path, run_folder)} is new (not read by the checkpointed run)"
+                     for path in current if path not in recorded_files]  # fmt: skip
     if problems:
         raise CheckpointError(
             f"resume: the run's inputs differ from those {checkpoint} was trained on: {'; '.join(problems)}. Resuming "

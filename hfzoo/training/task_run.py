@@ -133,7 +133,7 @@ class TaskTraining:
         saves = checkpoints.save_every is not None
         self.resume_from, self.progress = resume_state(accelerator, output_dir, checkpoints.resume, saves)
         # What each checkpoint records of the tokenizer, data, base and adapters, to check on resume.
-        self.inputs = task_run_inputs(task.tokenizer, config.data, config.model_folders())
+        self.inputs = task_run_inputs(output_dir, task.tokenizer, config.data, config.model_folders())
         self.metrics: dict[str, float] = {}
         self.records: list[dict] = []
 

@@ -13,6 +13,7 @@ import pytest
 import yaml
 from huggingface_hub import ModelCard
 from tests.helpers.recipe_runs import finetune_on
+from tests.helpers.remote_code import run_without_hfzoo
 
 from hfzoo.card_writing import (
     CARD,
@@ -118,6 +119,24 @@ def test_pretraining_card():
     assert "| step 3 | loss 5.0000, perplexity 148.41 |" in card and f"![loss curve]({LOSS_CURVE})" in card
     assert "```yaml\npreset: llama-tiny\n" in card  # the resolved config
     assert 'AutoModelForCausalLM.from_pretrained("llama-run", trust_remote_code=True)' in card
+    assert 'AutoTokenizer.from_pretrained("llama-run", trust_remote_code=True)' in card
+
+
+def test_the_pretraining_cards_code_without_hfzoo_loads_model_and_tokenizer_asking_nothing(
+    tiny_model, tokenizer, tokenizer_overrides, tmp_path
+):
+    """The card's "Without hfzoo" code, run where hfzoo is not installed, beside the saved folder: `AutoTokenizer`
+    reads the model's config (its `auto_map`) before any tokenizer file, so without `trust_remote_code=True` it printed
+    transformers' prompt to run the model's code (issue 37 item 10), which no tokenizer file can avoid."""
+    tiny_model("llama-tiny", **tokenizer_overrides).save_pretrained(tmp_path / "llama-run")
+    tokenizer.save_pretrained(tmp_path / "llama-run")
+    config = {"preset": "llama-tiny", "dataset": "wikitext", "data_files": None, "block_size": 32}
+    record = RunRecord("llama-run", config, LOG, OBJECTIVE, preset_config("llama-tiny").to_dict())
+    card = render_card(record, PRETRAINING_SECTIONS, pretraining_metadata(record))
+    code = card.split("Without hfzoo")[1].split("```python\n")[1].split("```")[0]
+    process = run_without_hfzoo(code + "print(type(model).__module__, type(tokenizer).__name__)\n", tmp_path)
+    assert process.returncode == 0, process.stderr[-3000:]
+    assert process.stdout.startswith("transformers_modules.") and "custom code" not in process.stdout + process.stderr
 
 
 @pytest.mark.parametrize("method", ["lora", "full"])

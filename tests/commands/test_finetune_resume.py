@@ -215,6 +215,7 @@ def test_checkpoints_of_adalora_are_refused_before_training(base, tmp_path):
         (["--save_best", "false", "--best_metric", "f1"], "'best_metric' ranks the evaluations for save_best"),
         (["--do_train", "false"], "'do_train' is false: .* drop resume, save_every and save_best"),
         (["--adapter", "x"], "'adapter' names a trained adapter to evaluate: use it with --do_train false"),
+        (["--allow_other_base", "true"], "'allow_other_base' lets --adapter run on another base; without --adapter"),
     ],
 )
 def test_contradictory_settings_are_named(base, tmp_path, extra, message):

@@ -73,7 +73,8 @@ def test_a_lora_trained_on_the_imported_model_gives_equal_logits_on_the_native_m
     native = AutoModelForSequenceClassification.from_pretrained(folder, **kwargs).eval()
     zoo = PeftModel.from_pretrained(from_native(native), out).eval()
     mapped = adapter_to_native(out, tmp_path / "native-lora", native)
-    assert json.loads((mapped / "adapter_config.json").read_text())["base_model_name_or_path"] == str(folder)
+    recorded = json.loads((mapped / "adapter_config.json").read_text())["base_model_name_or_path"]
+    assert recorded.startswith("../") and Path(resolve_recorded(recorded, mapped)) == folder  # relative to the adapter
     adapted = PeftModel.from_pretrained(native, mapped).eval()  # plain PEFT on transformers' own class
     tokenizer = AutoTokenizer.from_pretrained(out)
     batch = tokenizer(["a gripping , funny film", "dull and far too long"], padding=True, return_tensors="pt")

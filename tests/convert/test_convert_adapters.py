@@ -17,6 +17,7 @@ from tests.helpers.conversion_checks import TOLERANCE, check_on_native, gap, log
 from tests.helpers.native_models import model_inputs, native_model
 
 from hfzoo.adapters import BottleneckConfig
+from hfzoo.adapters.composition.task_adapter import recorded_base
 from hfzoo.cli import main as cli
 from hfzoo.convert import adapter_from_native, adapter_to_native, from_native, minilm_model_path
 
@@ -63,7 +64,8 @@ def test_lora_trained_on_hfzoo_gives_the_same_outputs_on_the_native_model(family
 def test_an_adapter_on_a_model_imported_from_a_folder_saves_with_plain_peft(family, tmp_path):
     """`from_native(<folder>)`, `get_peft_model`, `save_pretrained` with PEFT's defaults: PEFT re-reads the base's
     `config.json` with the model's config class to look for a resized vocabulary, which a native folder named as the
-    hfzoo model's own path broke (Llama's `head_dim`). The mapped adapter names that native folder as its base."""
+    hfzoo model's own path broke (Llama's `head_dim`). The mapped adapter names that native folder as its base,
+    relative to itself as hfzoo records an adapter's base (issue 37 item 11: it wrote the absolute path)."""
     head, task_type, targets, classifier = CASES[family]
     native_model(family, head).save_pretrained(tmp_path / "native-base")
     zoo = from_native(tmp_path / "native-base")
@@ -71,9 +73,9 @@ def test_an_adapter_on_a_model_imported_from_a_folder_saves_with_plain_peft(fami
     adapted = get_peft_model(zoo, lora(targets, task_type, classifier)).eval()
     adapted.save_pretrained(tmp_path / "zoo")  # PEFT's defaults, save_embedding_layers="auto" included
     mapped = adapter_to_native(tmp_path / "zoo", tmp_path / "native", zoo)
-    assert json.loads((mapped / "adapter_config.json").read_text())["base_model_name_or_path"] == str(
-        tmp_path / "native-base"
-    )
+    config = json.loads((mapped / "adapter_config.json").read_text())
+    assert config["base_model_name_or_path"] == "../native-base"  # relative to the adapter: no path of the machine
+    assert recorded_base(mapped, config)["base_model"] == str(tmp_path / "native-base")  # as hfzoo reads it
 
 
 @pytest.mark.parametrize("targets", [None, "all-linear"], ids=["peft-default", "all-linear"])

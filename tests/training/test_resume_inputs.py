@@ -7,9 +7,12 @@ the pretraining and fine-tuning recipes, each with a checkpoint, edited, then re
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import json
+import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -17,6 +20,7 @@ from tests.helpers.area_task import short_lora_args
 from tests.helpers.recipe_runs import run_finetune, run_pretrain
 from tests.helpers.run_outputs import replace_with_other_weights
 
+from hfzoo.core.recorded_paths import resolve_recorded
 from hfzoo.training import list_checkpoints
 from hfzoo.training.logging import read_log
 
@@ -121,3 +125,36 @@ def test_finetuning_resume_refuses_changed_inputs_naming_the_file(finetuned, edi
     with pytest.raises(SystemExit, match=rf"finetune: resume: the run's inputs differ .*{message}"):
         run_finetune(*short_lora_args(base, run, "--max_steps", "6", "--resume", "true"))
     assert _untouched(run) == before
+
+
+def _write_inputs_as_given(checkpoint: Path, inputs: dict, given: Callable[[str], str]) -> None:
+    """Write `inputs` (the checkpoint's inputs.json as saved) naming the files as an older hfzoo did, by the path the
+    run was given (`given` of the file's path from here), and list the file again in the manifest as it did."""
+    older = {section: {given(resolve_recorded(name, checkpoint.parent.parent)): fingerprint
+                       for name, fingerprint in inputs[section].items()} for section in ("data", "models")}  # fmt: skip
+    older["tokenizer"] = inputs["tokenizer"]  # and no "paths", which says how they are named now
+    (checkpoint / "inputs.json").write_text(json.dumps(older))
+    manifest = json.loads((checkpoint / "manifest.json").read_text())
+    data = (checkpoint / "inputs.json").read_bytes()
+    manifest["files"]["inputs.json"] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    (checkpoint / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_an_older_checkpoint_naming_its_inputs_as_given_is_still_checked(finetuned):
+    """inputs.json names the data and model files relative to the run folder (issue 37 item 11); an older one named
+    them as the run was given them (absolute, or from the working directory): a resume still compares them."""
+    base, run = finetuned
+    saved = {checkpoint: json.loads((checkpoint / "inputs.json").read_text()) for checkpoint in list_checkpoints(run)}
+    names = [name for inputs in saved.values() for section in ("data", "models") for name in inputs[section]]
+    assert names and all(name.startswith("../") for name in names)  # relative to the run folder
+    resume = short_lora_args(base, run, "--max_steps", "6", "--resume", "true")
+    train = base["train"].read_bytes()
+    for given in (os.path.abspath, os.path.relpath):
+        for checkpoint, inputs in saved.items():
+            _write_inputs_as_given(checkpoint, inputs, given)
+        _edit_in_place(base["train"])
+        with pytest.raises(SystemExit, match=r"finetune: resume: the run's inputs differ .*data/train.csv has changed"):
+            run_finetune(*resume)
+        base["train"].write_bytes(train)
+    run_finetune(*resume)  # the unchanged files, named the older way, are the ones recorded
+    assert [r["step"] for r in read_log(run) if r["event"] == "start"] == [0, 4]

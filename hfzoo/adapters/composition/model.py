@@ -41,8 +41,8 @@ from .stacked import StackedAdapters
 from .stacking import linear_shape, output_width
 from .strategies import STRATEGIES
 from .task_adapter import (
-    ADAPTER_CONFIG, ADAPTER_WEIGHTS, BASE_RECORD, TaskAdapter, check_base, check_fits, copied_records,
-    load_safetensors, read_adapter,
+    ADAPTER_CONFIG, ADAPTER_WEIGHTS, BASE_RECORD, TaskAdapter, base_identity, check_base, check_base_files, check_fits,
+    copied_records, load_safetensors, read_adapter,
 )
 
 BASE = "__base__"  # the adapter name meaning "no adapter" in `adapter_names`
@@ -319,6 +319,16 @@ class ComposedModel(Wrapper):
                 f"unknown adapter(s) {unknown} in adapter_names; composed: {self.adapter_names} (and {BASE!r})"
             )
         return torch.tensor([index[name] for name in adapter_names], device=self.base_model.device)
+
+    def check_base_weights(self, allow_other_base: bool = False, base: dict | None = None) -> None:
+        """Refuse the base model when its `config.json` or weights are not those each adapter recorded it was
+        trained on (`check_base_files`: a base of the same kind and sizes, another seed's), or with
+        `allow_other_base` say so in one line. Not part of `compose()`, whose callers may compose on a model built in
+        memory on purpose: the commands (`hfzoo generate`, `compose`) call it on what the user gave them. `base`: the
+        base's `base_identity` as read before a saved composition loaded its heads onto it, else read now."""
+        base = base or base_identity(self.base_model)
+        for adapter in self.adapters:
+            check_base_files(adapter.name, adapter.folder, adapter.base, base, allow_other_base)
 
     def get_nb_trainable_parameters(self) -> tuple[int, int]:
         """(trainable, all) parameter counts; the stacked adapters count as frozen parameters."""

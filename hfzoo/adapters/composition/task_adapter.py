@@ -4,18 +4,18 @@ A PEFT adapter folder (`adapter_config.json` + `adapter_model.safetensors`) is p
 through pickle (`read_adapter`): the method (by `peft_type`) says which tensors are its factors and which options
 it supports; every other tensor must be a `modules_to_save` copy of a module (a head, e.g. a classifier).
 
-The families' models share module names (`model.layers.0.self_attn.qkv_proj` on a decoder and on an encoder), so
-an adapter's tensors alone may fit a base it was not trained on. hfzoo therefore saves the base's identity beside
-PEFT's files (`hfzoo_base.json`, `save_base_identity`: model type, sizes, path, hashes of its `config.json` and of
-its safetensors weights) and `check_base` refuses another kind of base naming both. A base of the same kind and
-sizes with other weights (another seed) or another config (another dropout) is only told apart by the hashes:
-`check_base_files` refuses it, or with `allow_other_base` says so in one line, for `hfzoo generate` and `hfzoo
-convert adapter-to-native`. PEFT's own `PeftModel.from_pretrained` offers no hook to check it
-(it reads the files it knows), so loading an hfzoo adapter with plain PEFT does not check the base: compare
-`hfzoo_base.json` with the base's config, or load the adapter through `compose` or `hfzoo finetune --adapter`, which
-also check an adapter without the record (a plain PEFT save) by its keys and shapes (`check_fits`,
-`check_adapter_fits`). Where two families share module names and sizes (hfzoo's decoder and encoder do), keys and
-shapes cannot tell them apart: only the record, or the config of the base PEFT names, can.
+The families' models share module names (`model.layers.0.self_attn.qkv_proj` on a decoder and on an encoder), so an
+adapter's tensors alone may fit a base it was not trained on. hfzoo therefore saves the base's identity beside PEFT's
+files (`hfzoo_base.json`, `save_base_identity`: model type, sizes, path, hashes of its `config.json` and of its
+safetensors weights) and `check_base` refuses another kind of base naming both. A base of the same kind and sizes with
+other weights (another seed) or another config (another dropout) is only told apart by the hashes: `check_base_files`
+refuses it, or with `allow_other_base` says so in one line, for `hfzoo generate`, `hfzoo convert adapter-to-native`,
+`hfzoo finetune --adapter` and `hfzoo compose` (`ComposedModel.check_base_weights`). PEFT's own
+`PeftModel.from_pretrained` offers no hook to check it (it reads the files it knows), so loading an hfzoo adapter with
+plain PEFT does not check the base: compare `hfzoo_base.json` with the base's config, or load the adapter through
+`compose` or `hfzoo finetune --adapter`, which also check an adapter without the record (a plain PEFT save) by its keys
+and shapes (`check_fits`, `check_adapter_fits`). Where two families share module names and sizes (hfzoo's decoder and
+encoder do), keys and shapes cannot tell them apart: only the record, or the config of the base PEFT names, can.
 
 Adapter weights are read from `adapter_model.safetensors` only (`adapter_weights_file`): a folder holding PEFT's
 pickled `adapter_model.bin` instead is refused, naming it.
@@ -189,13 +189,15 @@ def base_identity(model: nn.Module) -> dict:
 
 def recorded_base(folder: Path, config: dict) -> dict | None:
     """The adapter's base identity: its `BASE_RECORD`, else read from the `config.json` of the local folder PEFT
-    recorded as `base_model_name_or_path` (when it still exists), else None."""
+    recorded as `base_model_name_or_path` (when it still exists; as hfzoo writes it, relative to the adapter folder,
+    `hfzoo convert`'s adapters too), else None."""
     if (folder / BASE_RECORD).is_file():
         recorded = read_json_file(folder / BASE_RECORD)
         if isinstance(recorded.get("base_model"), str):  # relative to the adapter folder, wherever it now is
             recorded["base_model"] = resolve_recorded(recorded["base_model"], folder)
         return recorded
-    return folder_identity(config.get("base_model_name_or_path"))
+    base = config.get("base_model_name_or_path")
+    return folder_identity(resolve_recorded(base, folder) if isinstance(base, str) else None)
 
 
 def folder_identity(base: str | None) -> dict | None:
