@@ -60,6 +60,8 @@ def render_result_file(path: Path) -> str:
         return render_compile_file(path, data)
     if data["benchmark"] == "scaling":
         return render_scaling_file(path, data)
+    if data["benchmark"] == "serve":
+        return render_serve_file(path, data)
     lines = [
         f"## {data['benchmark']}",
         "",
@@ -136,12 +138,32 @@ def render_scaling_file(path: Path, data: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def render_serve_file(path: Path, data: dict) -> str:
+    """bench_serve's throughput per scenario and its two ratios against issue 38's targets."""
+    settings = data["settings"]
+    lines = [f"## serve ({path.stem})", "", _provenance(path, data), "",
+             f"`hfzoo serve` on {settings['preset']} with {settings['adapters']} LoRA adapters, its own process on "
+             f"{settings['threads']} thread(s); {settings['requests']} greedy completions of {settings['max_tokens']} "
+             f"tokens per scenario and round, {settings['clients']} concurrent clients (one for one at a time); "
+             f"medians of {settings['rounds']} rounds.", "",
+             "| scenario | requests/s | generated tokens/s |", "|---|---|---|"]  # fmt: skip
+    for name, row in data["scenarios"].items():
+        lines.append(f"| {name} | {row['requests_per_s']:.2f} | {row['tokens_per_s']:.1f} |")
+    lines += [f"\n{note}" for note in data.get("notes", [])]
+    return "\n".join(lines) + "\n"
+
+
 def headline(results: dict[Path, dict]) -> str:
     """One line per model and figure with its target: the speed ratios, the adapter latency targets, Shakespeare."""
     lines = ["## Headline", "", "| benchmark | model | figure | result | target | met |", "|---|---|---|---|---|---|"]
     for path, data in results.items():
         name = path.stem
         if data["benchmark"] == "scaling":  # no target: its table is the result
+            continue
+        if data["benchmark"] == "serve":
+            for figure, ratio in data["ratios"].items():
+                shown = figure.replace("_", " ") + ", tokens/s"
+                lines.append(_headline_row(name, data["settings"]["preset"], shown, ratio["median"], ratio["target"]))
             continue
         if data["benchmark"] == "compile":
             for row in data["results"]:

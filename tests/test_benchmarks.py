@@ -261,6 +261,7 @@ def test_scaling_benchmark_runs_the_recipe_on_one_and_two_processes(scaling_resu
     assert "load_average_end" in payload["environment"]
 
 
+@pytest.mark.slow  # shares the scaling benchmark run above
 def test_scaling_benchmark_measures_checkpoints_against_model_size(scaling_results):
     [checkpoint] = [row for row in scaling_results["json"]["results"] if row["figure"] == "checkpoint"]
     assert checkpoint["model"] == "gpt-tiny"
@@ -275,3 +276,16 @@ def test_scaling_benchmark_shards_with_fsdp_on_one_and_two_processes(tmp_path):
     fsdp = train_rows(payload, "fsdp")
     assert [(row["processes"], row["num_processes"]) for row in fsdp] == [(1, 1), (2, 2)]
     assert all(0 < row["tokens_per_s"]["median"] for row in fsdp) and fsdp[0]["scaling_efficiency"] == 1.0
+
+
+BENCH_SERVE = REPO_ROOT / "benchmarks" / "bench_serve.py"
+
+
+@pytest.mark.slow  # a server process and three scenarios: 30 s; tests/test_serve.py covers the server in `make test`
+def test_serve_benchmark_measures_every_scenario_and_both_targets(tmp_path):
+    payload = run_tiny_benchmark(BENCH_SERVE, ["--tiny"], tmp_path / "serve.json")["json"]
+    assert set(payload["scenarios"]) == {"one_adapter", "spread", "one_at_a_time"}
+    assert all(row["requests_per_s"] > 0 and row["tokens_per_s"] > 0 for row in payload["scenarios"].values())
+    assert {name: ratio["target"] for name, ratio in payload["ratios"].items()} == \
+        {"spread_vs_one_adapter": 0.8, "batched_vs_one_at_a_time": 3.0}  # fmt: skip
+    assert payload["command"] == "python benchmarks/bench_serve.py --tiny" and payload["settings"]["adapters"] == 2
