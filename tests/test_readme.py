@@ -4,7 +4,8 @@ Blocks run in document order in one workspace (later examples use what earlier o
 exactly as written; recipe launches (`.venv/bin/python recipes/...`, `.venv/bin/torchrun ...`,
 `.venv/bin/accelerate launch ...`) run as written
 plus overrides that shrink the run (any config key can be overridden on the command line). `make quickstart` and
-`make test` are run by tests/test_quickstart.py and by CI itself.
+`make test` are run by tests/test_quickstart.py and by CI itself. `hfzoo serve` runs in the background until the end of
+its block, and the block's `curl` commands query it.
 """
 
 import os
@@ -13,6 +14,7 @@ import shlex
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -46,21 +48,53 @@ def _execute(kind: str, body: str, workdir: Path) -> None:
         result = _run([sys.executable, "-c", body], workdir, workdir)
         assert result.returncode == 0, f"README block failed:\n{body}\n{result.stderr[-3000:]}"
         return
-    for command in _commands(body):
-        if command in SETUP_COMMANDS:
-            continue
-        args = shlex.split(command)
-        if command.startswith(".venv/bin/hfzoo"):
-            result = _run([str(BIN / "hfzoo"), *args[1:]], workdir, workdir)
-        elif command.startswith(RECIPE_PREFIXES):
-            args[0] = str(BIN / Path(args[0]).name)  # .venv/bin/X: the X of the environment running the tests
-            output_dir = Path(tempfile.mkdtemp(prefix="recipe-launch-", dir=workdir))  # a new folder per launch
-            shrink = SHRINK_FINETUNE if any(arg.endswith("finetune.py") for arg in args) else SHRINK
-            result = _run([*args, *shrink, "--output_dir", str(output_dir)], ROOT, workdir)
-            assert (output_dir / "model.safetensors").is_file(), result.stderr[-3000:]
-        else:
-            raise AssertionError(f"README command that no test knows how to run: {command}")
-        assert result.returncode == 0, f"README command failed: {command}\n{result.stdout[-1500:]}{result.stderr[-3000:]}"
+    server = None
+    try:
+        for command in _commands(body):
+            server = _execute_command(command, workdir) or server
+    finally:
+        if server is not None:
+            server.terminate()
+            server.wait(timeout=30)
+
+
+def _start_server(args: list[str], workdir: Path) -> subprocess.Popen:
+    """`hfzoo serve` as written, in the background until its block ends; returned once it answers /health."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(workdir / "modules")}
+    server = subprocess.Popen([str(BIN / "hfzoo"), *args[1:]], cwd=workdir, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    port = args[args.index("--port") + 1]
+    deadline = time.monotonic() + 120
+    while subprocess.run(["curl", "-sf", f"localhost:{port}/health"], capture_output=True).returncode != 0:
+        assert server.poll() is None, f"README server exited:\n{server.stdout.read()[-3000:]}"
+        assert time.monotonic() < deadline, "the README's hfzoo serve did not answer /health within 120 s"
+        time.sleep(0.5)
+    return server
+
+
+def _execute_command(command: str, workdir: Path) -> subprocess.Popen | None:
+    """Run one README command (a server it starts is returned, to be stopped at the end of its block)."""
+    if command in SETUP_COMMANDS:
+        return None
+    args = shlex.split(command)
+    if command.startswith(".venv/bin/hfzoo serve"):
+        return _start_server(args, workdir)
+    if command.startswith("curl "):
+        result = _run(args, workdir, workdir)
+        assert result.returncode == 0 and '"error"' not in result.stdout, f"{command}\n{result.stdout}{result.stderr}"
+        return None
+    if command.startswith(".venv/bin/hfzoo"):
+        result = _run([str(BIN / "hfzoo"), *args[1:]], workdir, workdir)
+    elif command.startswith(RECIPE_PREFIXES):
+        args[0] = str(BIN / Path(args[0]).name)  # .venv/bin/X: the X of the environment running the tests
+        output_dir = Path(tempfile.mkdtemp(prefix="recipe-launch-", dir=workdir))  # a new folder per launch
+        shrink = SHRINK_FINETUNE if any(arg.endswith("finetune.py") for arg in args) else SHRINK
+        result = _run([*args, *shrink, "--output_dir", str(output_dir)], ROOT, workdir)
+        assert (output_dir / "model.safetensors").is_file(), result.stderr[-3000:]
+    else:
+        raise AssertionError(f"README command that no test knows how to run: {command}")
+    assert result.returncode == 0, f"README command failed: {command}\n{result.stdout[-1500:]}{result.stderr[-3000:]}"
+    return None
 
 
 @pytest.fixture(scope="module")
