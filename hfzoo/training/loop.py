@@ -25,7 +25,7 @@ from torch import nn
 from torch.distributed.tensor import DTensor
 from torch.optim.lr_scheduler import LambdaLR
 from torch.utils.data import DataLoader
-from transformers import get_cosine_with_min_lr_schedule_with_warmup
+from transformers import get_cosine_with_min_lr_schedule_with_warmup, get_wsd_schedule
 
 from ..data.streaming import StreamedBatches
 from .checkpointing import Progress
@@ -57,8 +57,22 @@ def build_optimizer(
     return torch.optim.AdamW([g for g in groups if g["params"]], lr=learning_rate, betas=betas, eps=eps)
 
 
-def build_scheduler(optimizer: torch.optim.Optimizer, warmup_steps: int, max_steps: int, min_lr_ratio: float):
-    """Linear warmup to the peak, then cosine decay to `min_lr_ratio` x peak at `max_steps`."""
+def build_scheduler(
+    optimizer: torch.optim.Optimizer,
+    warmup_steps: int,
+    max_steps: int,
+    min_lr_ratio: float,
+    schedule: str = "cosine",
+    decay_fraction: float = 0.2,
+) -> LambdaLR:
+    """Linear warmup to the peak, then to `min_lr_ratio` x peak at `max_steps`: `cosine` decays all the way, `wsd`
+    (warmup-stable-decay, Hu et al., 2024; the modded-nanoGPT speedrun) holds the peak and decays linearly over the
+    last `decay_fraction` of the steps, so a run can be extended from its stable phase. transformers' `wsd` warms
+    up from `min_lr_ratio` x peak, not from 0."""
+    if schedule == "wsd":
+        decay_steps = max(1, round(decay_fraction * max_steps))
+        return get_wsd_schedule(optimizer, min(warmup_steps, max_steps - decay_steps), decay_steps, max_steps,
+                                decay_type="linear", min_lr_ratio=min_lr_ratio)  # fmt: skip
     return get_cosine_with_min_lr_schedule_with_warmup(
         optimizer, num_warmup_steps=warmup_steps, num_training_steps=max_steps, min_lr_rate=min_lr_ratio
     )
