@@ -1,5 +1,5 @@
-"""Warmup then cosine to the minimum, or warmup-stable-decay; evaluation shards that cover every example once; the eval loss is the model's
-token-weighted loss.
+"""Warmup then cosine to the minimum, or warmup-stable-decay; evaluation shards that cover every example once; the
+eval loss is the model's token-weighted loss.
 """
 
 from __future__ import annotations
