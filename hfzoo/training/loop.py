@@ -31,6 +31,7 @@ from ..data.streaming import StreamedBatches
 from .checkpointing import Progress
 from .length_grouping import train_sampling
 from .logging import RunLogger
+from .muon import MuonWithAdamW, muon_parameters
 from .options import RunOptions, TaskTrainingOptions, ULMFiTOptions
 
 
@@ -41,20 +42,35 @@ def build_optimizer(
     betas: tuple[float, float],
     eps: float,
     layers: Sequence[tuple[Sequence[nn.Parameter], float]] | None = None,
-) -> torch.optim.AdamW:
+    optimizer: str = "adamw",
+    muon_learning_rate: float = 0.02,
+) -> torch.optim.Optimizer:
     """AdamW with weight decay on matrices only: decaying biases and norm gains only hurts (GPT-2, nanoGPT).
 
     `layers`: (parameters, learning rate) pairs for learning rates per layer group (ULMFiT's discriminative
     fine-tuning, `hfzoo.training.ulmfit`), in the order of the optimizer's groups; none = all at `learning_rate`.
-    Only parameters that require gradients are optimized."""
-    groups = []
+    `optimizer="muon"`: the hidden matrices go to Muon at `muon_learning_rate` (scaled like `learning_rate` in each
+    layer group), the rest to AdamW, as one `MuonWithAdamW`. Only parameters that require gradients are optimized."""
+    groups, muon_groups = [], []
     for parameters, lr in layers if layers is not None else [(list(model.parameters()), learning_rate)]:
         trainable = [p for p in parameters if p.requires_grad]
+        if optimizer == "muon":
+            if any(isinstance(p, DTensor) for p in trainable):
+                raise ValueError("--optimizer muon cannot run with --sharding fsdp: Muon orthogonalises whole "
+                                 "matrices and each process holds a shard of each; use --optimizer adamw.")  # fmt: skip
+            hidden = muon_parameters(model, trainable)
+            muon_groups.append({"params": [p for p in trainable if p in hidden], "weight_decay": weight_decay,
+                                "lr": muon_learning_rate * lr / learning_rate})  # fmt: skip
+            trainable = [p for p in trainable if p not in hidden]
         groups += [
             {"params": [p for p in trainable if p.ndim >= 2], "weight_decay": weight_decay, "lr": lr},
             {"params": [p for p in trainable if p.ndim < 2], "weight_decay": 0.0, "lr": lr},
         ]
-    return torch.optim.AdamW([g for g in groups if g["params"]], lr=learning_rate, betas=betas, eps=eps)
+    groups = [g for g in groups if g["params"]]
+    if optimizer == "muon":
+        adamw_options = dict(lr=learning_rate, betas=betas, eps=eps)
+        return MuonWithAdamW([g for g in muon_groups if g["params"]], groups, adamw_options)
+    return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, eps=eps)
 
 
 def build_scheduler(
