@@ -50,7 +50,8 @@ def build_optimizer(
     `layers`: (parameters, learning rate) pairs for learning rates per layer group (ULMFiT's discriminative
     fine-tuning, `hfzoo.training.ulmfit`), in the order of the optimizer's groups; none = all at `learning_rate`.
     `optimizer="muon"`: the hidden matrices go to Muon at `muon_learning_rate` (scaled like `learning_rate` in each
-    layer group), the rest to AdamW, as one `MuonWithAdamW`. Only parameters that require gradients are optimized."""
+    layer group), the rest to AdamW, as one `MuonWithAdamW` (Muon alone where nothing is left for AdamW). Only
+    parameters that require gradients are optimized."""
     groups, muon_groups = [], []
     for parameters, lr in layers if layers is not None else [(list(model.parameters()), learning_rate)]:
         trainable = [p for p in parameters if p.requires_grad]
@@ -67,9 +68,11 @@ def build_optimizer(
             {"params": [p for p in trainable if p.ndim < 2], "weight_decay": 0.0, "lr": lr},
         ]
     groups = [g for g in groups if g["params"]]
-    if optimizer == "muon":
-        adamw_options = dict(lr=learning_rate, betas=betas, eps=eps)
-        return MuonWithAdamW([g for g in muon_groups if g["params"]], groups, adamw_options)
+    muon_groups = [g for g in muon_groups if g["params"]]
+    if muon_groups and groups:
+        return MuonWithAdamW(muon_groups, groups, dict(lr=learning_rate, betas=betas, eps=eps))
+    if muon_groups:  # nothing for AdamW (LoRA matrices and a task head, say)
+        return torch.optim.Muon(muon_groups)
     return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, eps=eps)
 
 
