@@ -5,6 +5,9 @@ layers only, so embeddings, the language-model head, norms and biases stay with 
 schedulers, accelerate and hfzoo's checkpoints all expect one optimizer with one `state_dict` in torch's format:
 `MuonWithAdamW` is that optimizer. Its groups are Muon's then AdamW's, its state holds both (keyed by parameter,
 which the two never share), and each inner optimizer steps its own groups, so saving and loading it is torch's own.
+
+torch's Muon runs its Newton-Schulz iterations in bfloat16, as the speedrun does on GPUs: on a CPU without bfloat16
+matrix units that costs more than the step's forward and backward of a small model, so measure before using it there.
 """
 
 from __future__ import annotations
