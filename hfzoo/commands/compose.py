@@ -264,7 +264,8 @@ def run_composition(config: ComposeConfig, accelerator: Accelerator, baseline: d
     # unsharded on a CPU, the CPU layouts (hfzoo.core.cpu_layout).
     composed = ready_for_training(composed, accelerator, run.sharding)
     batches = train_loader(train_features, training.per_device_batch_size, run.seed, training.group_by_length)
-    optimizer = build_optimizer(composed, learning_rate, training.weight_decay, (0.9, 0.999), 1e-8)
+    optimizer = build_optimizer(composed, learning_rate, training.weight_decay, (0.9, 0.999), 1e-8,
+                                optimizer=training.optimizer, muon_learning_rate=training.muon_learning_rate)
     composed, optimizer, batches = prepare(accelerator, composed, optimizer, batches)
     steps_per_epoch, max_steps, warmup_steps = run_length(len(batches), training, run.gradient_accumulation_steps)
     scheduler = build_scheduler(optimizer, warmup_steps, max_steps, 0.0)

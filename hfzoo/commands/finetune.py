@@ -194,7 +194,8 @@ def finetune(config: FinetuneConfig) -> Path:
     layers = None
     if ulmfit.discriminative_lr_decay is not None:
         layers = discriminative_learning_rates(groups, learning_rate, ulmfit.discriminative_lr_decay)
-    optimizer = build_optimizer(model, learning_rate, training.weight_decay, (0.9, 0.999), 1e-8, layers)
+    optimizer = build_optimizer(model, learning_rate, training.weight_decay, (0.9, 0.999), 1e-8, layers,
+                                training.optimizer, training.muon_learning_rate)  # fmt: skip
     model, optimizer, batches = prepare(accelerator, model, optimizer, batches)
     steps_per_epoch, max_steps, warmup_steps = run_length(len(batches), training, run.gradient_accumulation_steps)
     scheduler = build_task_scheduler(optimizer, ulmfit, max_steps, warmup_steps)

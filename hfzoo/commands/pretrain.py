@@ -58,7 +58,7 @@ from ..training.checkpointing import (
 from ..training.evaluation import EvalShard, evaluate, parameter_checksum
 from ..training.logging import RunLogger, read_log, start_recipe
 from ..training.loop import TrainingSteps, build_optimizer, build_scheduler
-from ..training.options import RunOptions
+from ..training.options import OPTIMIZERS, RunOptions
 from ..training.run_folder import check_something_to_resume
 from ..training.run_inputs import check_resumed_inputs, run_inputs, tokenizer_file_names
 from ..training.run_lock import holding_run_folder
@@ -98,8 +98,14 @@ class PretrainTrainingOptions:
     adam_beta1: float = key(0.9, "AdamW beta1")
     adam_beta2: float = key(0.95, "AdamW beta2")
     adam_epsilon: float = key(1e-8, "AdamW epsilon")
+    optimizer: str = key("adamw", "adamw; or muon: Muon on the hidden matrices, AdamW on embeddings, head, norms and "
+                         "biases (the modded-nanoGPT speedrun; hfzoo.training.muon)", choices=OPTIMIZERS)  # fmt: skip
+    muon_learning_rate: float = key(0.02, "peak learning rate of Muon (optimizer muon)")
     warmup_steps: int = key(100, "linear warmup steps", minimum=0)
-    min_lr_ratio: float = key(0.1, "final learning rate of the cosine decay, as a fraction of the peak")
+    min_lr_ratio: float = key(0.1, "final learning rate of the decay, as a fraction of the peak")
+    lr_schedule: str = key("cosine", "after the warmup, cosine: decay to min_lr_ratio; wsd: hold the peak, then decay "
+                           "linearly over the last decay_fraction of the steps", choices=("cosine", "wsd"))  # fmt: skip
+    decay_fraction: float = key(0.2, "wsd: the fraction of max_steps spent decaying")
     max_steps: int = key(1000, "optimizer steps to train for", minimum=1)
     eval_every: int = key(200, "optimizer steps between evaluations (and one at the end)", minimum=1)
     eval_batches: int | None = key(None, "evaluate on at most this many batches per process; none = all", minimum=1)
@@ -110,6 +116,8 @@ class PretrainTrainingOptions:
             raise ValueError(f"config key 'min_lr_ratio' must be in [0, 1], got {self.min_lr_ratio}.")
         if self.learning_rate <= 0:
             raise ValueError(f"config key 'learning_rate' must be > 0, got {self.learning_rate}.")
+        if not 0.0 < self.decay_fraction <= 1.0:
+            raise ValueError(f"config key 'decay_fraction' must be in (0, 1], got {self.decay_fraction}.")
 
 
 @dataclass
@@ -336,9 +344,10 @@ def pretrain(config: PretrainConfig) -> Path:
     # (accelerate would step a prepared one once per process) and registered so checkpoints include it.
     optimizer = build_optimizer(
         model, training.learning_rate, training.weight_decay, (training.adam_beta1, training.adam_beta2),
-        training.adam_epsilon,
+        training.adam_epsilon, optimizer=training.optimizer, muon_learning_rate=training.muon_learning_rate,
     )
-    scheduler = build_scheduler(optimizer, training.warmup_steps, training.max_steps, training.min_lr_ratio)
+    scheduler = build_scheduler(optimizer, training.warmup_steps, training.max_steps, training.min_lr_ratio,
+                                training.lr_schedule, training.decay_fraction)  # fmt: skip
     if stream is not None:  # a stream splits and batches itself (hfzoo.data.streaming)
         model, optimizer = prepare(accelerator, model, optimizer)
         train_loader = stream

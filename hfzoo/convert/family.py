@@ -30,6 +30,11 @@ class Head:
     encoder_only: bool = False
 
 
+# The speedrun's decoder switches no native class has (transformers' GPT-2, Llama, Mistral, Qwen2 and Gemma lack
+# QK-norm and a logit cap; each family's activation list refuses ReLU²).
+SPEEDRUN_SWITCHES_OFF = {"qk_norm": False, "logit_softcap": None}
+
+
 @dataclass(frozen=True)
 class ConfigMap:
     """A native family's config correspondence, stated once for both directions.
@@ -50,7 +55,7 @@ class ConfigMap:
         return {**self.fixed, **copied, **labels(native_config)}
 
     def native_config(self, zoo_config: PreTrainedConfig, what: str, **computed) -> PreTrainedConfig:
-        require(zoo_config, what, **self.fixed)
+        require(zoo_config, what, **SPEEDRUN_SWITCHES_OFF, **self.fixed)
         copied = {native: getattr(zoo_config, zoo) for zoo, native in self.fields.items()}
         return self.native_class(**{**copied, **labels(zoo_config), **computed})
 

@@ -21,8 +21,9 @@ class ZooTransformerConfig(PreTrainedConfig):
         num_key_value_heads (`int`, *optional*): key/value heads; fewer than the query heads gives grouped-query
             attention (Ainslie et al., 2023), 1 gives multi-query attention (Shazeer, 2019). Defaults to the query heads.
         intermediate_size (`int`, defaults to 1024): inner width of the feed-forward block.
-        activation (`str`, defaults to `"gelu"`): `gelu`, `gelu_new` (GPT-2's tanh approximation), `relu`, `silu`, or
-            the gated `swiglu` / `geglu` (Shazeer, 2020) / `geglu_tanh` (gated by GPT-2's tanh GELU: T5 v1.1, mT5).
+        activation (`str`, defaults to `"gelu"`): `gelu`, `gelu_new` (GPT-2's tanh approximation), `relu`, `relu2`
+            (ReLU squared, So et al., 2021; the modded-nanoGPT speedrun's MLP), `silu`, or the gated `swiglu` /
+            `geglu` (Shazeer, 2020) / `geglu_tanh` (gated by GPT-2's tanh GELU: T5 v1.1, mT5).
         norm_type (`str`, defaults to `"layernorm"`): `layernorm` (Ba et al., 2016) or `rmsnorm` (Zhang & Sennrich, 2019).
         norm_position (`str`, defaults to `"pre"`): `pre` (GPT-2, Llama, T5) or `post` (the original Transformer, BERT).
         norm_eps (`float`, defaults to 1e-5): epsilon of every norm.
@@ -60,6 +61,12 @@ class ZooTransformerConfig(PreTrainedConfig):
             (Switch Transformer, Fedus et al., 2021; GShard, Lepikhin et al., 2020).
         num_experts_per_tok (`int`, defaults to 2): experts each token is routed to (top-k).
         router_aux_loss_coef (`float`, defaults to 0.01): weight of the load-balancing loss added to `loss`.
+        qk_norm (`bool`, defaults to `False`): an RMSNorm over each query and key head before the rotation and the
+            scores (Dehghani et al., 2023; OLMo 2, Qwen3, the speedrun): bounded attention logits. Decoder only.
+        logit_softcap (`float`, *optional*): the language-model logits become `cap * tanh(logits / cap)` before the
+            loss and in the output (Gemma 2; the speedrun uses 30); `None` leaves them as they are. Decoder only.
+        zero_init_projections (`bool`, defaults to `False`): attention output and feed-forward down projections start
+            at zero, so every block starts as the identity (the speedrun; Fixup-like). Only a fresh model's start.
     """
 
     vocab_size: int = 8192
@@ -95,6 +102,9 @@ class ZooTransformerConfig(PreTrainedConfig):
     num_experts: int = 0
     num_experts_per_tok: int = 2
     router_aux_loss_coef: float = 0.01
+    qk_norm: bool = False
+    logit_softcap: float | None = None
+    zero_init_projections: bool = False
     use_cache: bool = True
     pad_token_id: int | None = None
     bos_token_id: int | None = None

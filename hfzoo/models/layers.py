@@ -228,6 +228,7 @@ class FeedForward(nn.Module):
         width = config.intermediate_size * (2 if self.gated else 1)
         self.up_proj = nn.Linear(config.hidden_size, width, bias=config.mlp_bias)
         self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=config.mlp_bias)
+        self.down_proj.starts_at_zero = config.zero_init_projections  # read by `_init_weights`
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         hidden_states = self.up_proj(hidden_states)
@@ -341,6 +342,10 @@ class Attention(nn.Module):
         else:
             self.qkv_proj = nn.Linear(config.hidden_size, q_width + 2 * kv_width, bias=config.attention_bias)
         self.o_proj = nn.Linear(q_width, config.hidden_size, bias=config.attention_output_bias)
+        self.o_proj.starts_at_zero = config.zero_init_projections  # read by `_init_weights`
+        if config.qk_norm and not is_cross_attention:
+            self.q_norm = RMSNorm(self.head_dim, config.norm_eps)
+            self.k_norm = RMSNorm(self.head_dim, config.norm_eps)
         # What flash kernels, which take no mask, are told of a window; a local encoder layer sets its own.
         self.sliding_window = None if is_cross_attention else config.sliding_window
 
@@ -372,6 +377,9 @@ class Attention(nn.Module):
             heads = heads.view(*heads.shape[:-1], -1, self.head_dim)  # [batch, seq, q + k + v heads, head_dim]
             q_heads, kv_heads = self.num_heads, self.num_key_value_heads
             query_key, value = heads.split((q_heads + kv_heads, kv_heads), dim=-2)
+            if self.config.qk_norm:
+                query, key = query_key.split((q_heads, kv_heads), dim=-2)
+                query_key = torch.cat((self.q_norm(query), self.k_norm(key)), dim=-2)
             if position_signals is not None and position_signals.rotary is not None:
                 # Query and key heads are adjacent in the fused projection: one rotation covers both.
                 query_key = apply_rotary(query_key, *position_signals.rotary)

@@ -171,6 +171,8 @@ class ZooDecoderForCausalLM(ZooDecoderTaskModel, GenerationMixin):
         # Only the positions asked for reach the vocabulary projection (generate asks for the last one).
         keep = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep
         logits = self.lm_head(hidden_states[:, keep, :])
+        if self.config.logit_softcap is not None:
+            logits = self.config.logit_softcap * torch.tanh(logits / self.config.logit_softcap)
         loss = None
         if labels is not None:
             loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs)

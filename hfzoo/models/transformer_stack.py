@@ -81,9 +81,12 @@ class ZooTransformerPreTrainedModel(ZooPreTrainedModel):
 
     def _init_weights(self, module: nn.Module) -> None:
         """transformers' initialisation, except an RMSNorm stored as an offset from 1 (`norm_unit_offset`) starts
-        at 0, the identity, as every other norm starts."""
+        at 0, the identity, as every other norm starts, and `zero_init_projections` zeroes the branches' outputs."""
         super()._init_weights(module)
         if isinstance(module, RMSNorm) and module.unit_offset:
+            init.zeros_(module.weight)
+        # Marked by the branch that owns it: a Linear does not know its name here.
+        if getattr(module, "starts_at_zero", False):
             init.zeros_(module.weight)
 
     def code_module(self) -> str:

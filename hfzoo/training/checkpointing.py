@@ -428,6 +428,11 @@ RESUMABLE_KEYS = frozenset(
 )  # fmt: skip
 
 
+# Keys added after checkpoints were first written, with the value that computes what those checkpoints' runs did: a
+# saved config without the key was saved by such a run, and resuming it with this value changes nothing.
+ADDED_KEY_DEFAULTS = {"lr_schedule": "cosine", "decay_fraction": 0.2, "optimizer": "adamw", "muon_learning_rate": 0.02}
+
+
 def check_resumed_config(path: str | os.PathLike, config: dict[str, Any], resumable=RESUMABLE_KEYS) -> Progress:
     """Refuse to resume checkpoint `path` with a config that differs from the saved one in a key outside
     `resumable` (batch size, seed, preset, data... would make the resumed run inexact or fail in torch), naming
@@ -436,6 +441,7 @@ def check_resumed_config(path: str | os.PathLike, config: dict[str, Any], resuma
     verify_checkpoint(path)
     if (path / RUN_CONFIG_FILE).is_file():
         saved, current = _read_json(path / RUN_CONFIG_FILE), json.loads(json.dumps(config))
+        saved = {**{key: value for key, value in ADDED_KEY_DEFAULTS.items() if key in current}, **saved}
         changed = [key for key in sorted({*saved, *current} - resumable) if saved.get(key) != current.get(key)]
         if changed:
             differences = "; ".join(f"{key!r} was {saved.get(key)!r}, now {current.get(key)!r}" for key in changed)

@@ -25,12 +25,13 @@ from torch import nn
 from torch.distributed.tensor import DTensor
 from torch.optim.lr_scheduler import LambdaLR
 from torch.utils.data import DataLoader
-from transformers import get_cosine_with_min_lr_schedule_with_warmup
+from transformers import get_cosine_with_min_lr_schedule_with_warmup, get_wsd_schedule
 
 from ..data.streaming import StreamedBatches
 from .checkpointing import Progress
 from .length_grouping import train_sampling
 from .logging import RunLogger
+from .muon import MuonWithAdamW, muon_parameters
 from .options import RunOptions, TaskTrainingOptions, ULMFiTOptions
 
 
@@ -41,24 +42,56 @@ def build_optimizer(
     betas: tuple[float, float],
     eps: float,
     layers: Sequence[tuple[Sequence[nn.Parameter], float]] | None = None,
-) -> torch.optim.AdamW:
+    optimizer: str = "adamw",
+    muon_learning_rate: float = 0.02,
+) -> torch.optim.Optimizer:
     """AdamW with weight decay on matrices only: decaying biases and norm gains only hurts (GPT-2, nanoGPT).
 
     `layers`: (parameters, learning rate) pairs for learning rates per layer group (ULMFiT's discriminative
     fine-tuning, `hfzoo.training.ulmfit`), in the order of the optimizer's groups; none = all at `learning_rate`.
-    Only parameters that require gradients are optimized."""
-    groups = []
+    `optimizer="muon"`: the hidden matrices go to Muon at `muon_learning_rate` (scaled like `learning_rate` in each
+    layer group), the rest to AdamW, as one `MuonWithAdamW` (Muon alone where nothing is left for AdamW). Only
+    parameters that require gradients are optimized."""
+    groups, muon_groups = [], []
     for parameters, lr in layers if layers is not None else [(list(model.parameters()), learning_rate)]:
         trainable = [p for p in parameters if p.requires_grad]
+        if optimizer == "muon":
+            if any(isinstance(p, DTensor) for p in trainable):
+                raise ValueError("--optimizer muon cannot run with --sharding fsdp: Muon orthogonalises whole "
+                                 "matrices and each process holds a shard of each; use --optimizer adamw.")  # fmt: skip
+            hidden = muon_parameters(model, trainable)
+            muon_groups.append({"params": [p for p in trainable if p in hidden], "weight_decay": weight_decay,
+                                "lr": muon_learning_rate * lr / learning_rate})  # fmt: skip
+            trainable = [p for p in trainable if p not in hidden]
         groups += [
             {"params": [p for p in trainable if p.ndim >= 2], "weight_decay": weight_decay, "lr": lr},
             {"params": [p for p in trainable if p.ndim < 2], "weight_decay": 0.0, "lr": lr},
         ]
-    return torch.optim.AdamW([g for g in groups if g["params"]], lr=learning_rate, betas=betas, eps=eps)
+    groups = [g for g in groups if g["params"]]
+    muon_groups = [g for g in muon_groups if g["params"]]
+    if muon_groups and groups:
+        return MuonWithAdamW(muon_groups, groups, dict(lr=learning_rate, betas=betas, eps=eps))
+    if muon_groups:  # nothing for AdamW (LoRA matrices and a task head, say)
+        return torch.optim.Muon(muon_groups)
+    return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, eps=eps)
 
 
-def build_scheduler(optimizer: torch.optim.Optimizer, warmup_steps: int, max_steps: int, min_lr_ratio: float):
-    """Linear warmup to the peak, then cosine decay to `min_lr_ratio` x peak at `max_steps`."""
+def build_scheduler(
+    optimizer: torch.optim.Optimizer,
+    warmup_steps: int,
+    max_steps: int,
+    min_lr_ratio: float,
+    schedule: str = "cosine",
+    decay_fraction: float = 0.2,
+) -> LambdaLR:
+    """Linear warmup to the peak, then to `min_lr_ratio` x peak at `max_steps`: `cosine` decays all the way, `wsd`
+    (warmup-stable-decay, Hu et al., 2024; the modded-nanoGPT speedrun) holds the peak and decays linearly over the
+    last `decay_fraction` of the steps, so a run can be extended from its stable phase. transformers' `wsd` warms
+    up from `min_lr_ratio` x peak, not from 0."""
+    if schedule == "wsd":
+        decay_steps = max(1, round(decay_fraction * max_steps))
+        return get_wsd_schedule(optimizer, min(warmup_steps, max_steps - decay_steps), decay_steps, max_steps,
+                                decay_type="linear", min_lr_ratio=min_lr_ratio)  # fmt: skip
     return get_cosine_with_min_lr_schedule_with_warmup(
         optimizer, num_warmup_steps=warmup_steps, num_training_steps=max_steps, min_lr_rate=min_lr_ratio
     )

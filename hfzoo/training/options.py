@@ -24,6 +24,7 @@ from .compilation import CompilingAccelerator
 from .sharding import SHARDING, check_launch
 
 LR_SCHEDULES = ("cosine", "slanted_triangular", "inverse_sqrt")
+OPTIMIZERS = ("adamw", "muon")
 
 
 @dataclass
@@ -85,6 +86,10 @@ class TaskTrainingOptions:
     learning_rate: float | None = key(None, "peak learning rate; none = a default for what trains (fine-tuning: "
                                       "per method, full 5e-5 to prefix 1e-2; composition: 1e-3)")  # fmt: skip
     weight_decay: float = key(0.01, "AdamW weight decay (not applied to biases and norms)")
+    optimizer: str = key("adamw", "adamw; or muon: Muon on the hidden matrices, AdamW on embeddings, heads, "
+                         "norms and biases (the modded-nanoGPT speedrun; hfzoo.training.muon)",
+                         choices=OPTIMIZERS)  # fmt: skip
+    muon_learning_rate: float = key(0.02, "peak learning rate of Muon (optimizer muon)")
     warmup_ratio: float = key(0.06, "fraction of the steps spent in linear warmup (RoBERTa: 6%)")
     warmup_steps: int | None = key(None, "optimizer steps of linear warmup (the Transformer: 4000); overrides "
                                    "warmup_ratio", minimum=1)  # fmt: skip

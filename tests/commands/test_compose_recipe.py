@@ -125,6 +125,18 @@ def test_soft_router_without_baseline(setup, tmp_path):
     assert reloaded_predictions(setup, out, metrics, texts) == [p["prediction"] for p in predictions]
 
 
+def test_muon_trains_a_soft_router_and_the_head(setup, tmp_path):
+    """`--optimizer muon` in composition: the routers' matrices under Muon, the biases under AdamW."""
+    out = tmp_path / "soft-muon"
+    run_recipe(recipe.main, *compose_args(setup, out, "--strategy", "soft", "--baseline", "false",
+                                          "--optimizer", "muon"))  # fmt: skip
+    metrics, _ = read_run(out)
+    assert metrics["reload_check"] == {"parameters_equal": True, "predictions_equal": True}
+    own = assert_only_trainable_parts_changed(setup, out, metrics, "soft")
+    routers = [trained for k, (trained, _) in own.items() if k.endswith("combiner.proj.weight")]
+    assert len(routers) == 8 and all(r.abs().sum() > 0 for r in routers)  # zero-initialised, now trained
+
+
 def test_average_trains_the_head_alone(setup, tmp_path):
     out = tmp_path / "average"
     run_recipe(hfzoo_main, "compose", *compose_args(setup, out, "--strategy", "average"))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import os
 import subprocess
 import sys
@@ -106,6 +107,16 @@ def test_sequence_classification_decoder_lora_reloads_to_the_same_predictions(ch
     torch.testing.assert_close(logits[0], logits[1], rtol=0, atol=0)  # the head came from the adapter, not the seed
     labels = model.base_model.model.config.id2label
     assert [labels[i] for i in logits[0].argmax(-1).tolist()] == [p["prediction"] for p in predictions]
+
+
+def test_muon_trains_the_lora_matrices_and_the_task_head(checkpoints, tmp_path):
+    """Every trainable parameter is a matrix here (no biases, no embeddings): Muon alone trains them."""
+    out = tmp_path / "sst2-lora-muon"
+    args = ["--model", str(checkpoints["gpt-tiny"]), *SST2, "--method", "lora", "--optimizer", "muon"]
+    metrics, predictions = finetune(out, *args)
+    assert_run_outputs(out, metrics, CLASSIFICATION_KEYS, adapter=True)
+    losses = [r["loss"] for r in read_log(out) if r["event"] == "train"]
+    assert len(losses) == 8 and all(math.isfinite(loss) for loss in losses)
 
 
 def test_token_classification_encoder_bottleneck_reloads_to_the_same_predictions(checkpoints, tmp_path):

@@ -160,6 +160,22 @@ def _copy_of(reference: Path, tmp_path: Path) -> Path:
     return out
 
 
+def test_muon_with_the_wsd_schedule_resumes_bit_exactly(tmp_path):
+    """Muon's momentum, AdamW's moments (embeddings, head, norms, biases) and the schedule's stable-to-decay turn
+    (step 16 of 20) all come back from a checkpoint: resumed from step 8, the run ends on the same bits."""
+    speedrun = ["--optimizer", "muon", "--lr_schedule", "wsd", "--keep_checkpoints", "5"]
+    reference = run_in_process("--output_dir", str(tmp_path / "reference"), *speedrun)
+    out = Path(shutil.copytree(reference, tmp_path / "run"))
+    for step in (12, 16, 20):
+        shutil.rmtree(out / "checkpoints" / f"step-{step:08d}")
+    run_in_process("--output_dir", str(out), *speedrun, "--resume")
+    assert [r["step"] for r in read_log(out) if r["event"] == "start"] == [0, 8]
+    assert max_weight_difference(out, reference) == 0.0
+    assert train_losses(out) == train_losses(reference)
+    lrs = [r["lr"] for r in read_log(reference) if r["event"] == "train"]
+    assert lrs[3:16] == [lrs[3]] * 13 and lrs[16] < lrs[15]  # warmup 3, stable, decay over the last 4 steps
+
+
 def test_a_new_run_into_a_finished_runs_folder_is_refused_unless_overwrite(reference, tmp_path):
     """Without checkpoints to resume, a new run silently replaced a finished run's model, log and card."""
     out = _copy_of(reference, tmp_path)

@@ -47,6 +47,11 @@ def test_preset_models_export_with_equal_outputs_and_tokens(preset, tmp_path):
     ("bert-tiny", {"embedding_size": 16}, "bert", "embedding_size=16"),
     ("roberta-tiny", {"embedding_size": 16}, None, "type_vocab_size=0.*embedding_size=16"),  # every family's refusal
     ("bert-tiny", {"activation": "relu"}, "electra", "activation='relu'"),  # ELECTRA's generator head is GELU
+    # The speedrun's switches (issue 36), which no native decoder has.
+    ("llama-tiny", {"qk_norm": True}, None, "qk_norm=True"),
+    ("gpt-tiny", {"logit_softcap": 30.0}, "gpt2", "logit_softcap=30.0"),
+    ("gpt-tiny", {"activation": "relu2"}, "gpt2", "activation='relu2'"),
+    ("llama-tiny", {"activation": "relu2"}, "llama", "activation='relu2'"),
 ])
 def test_components_the_native_class_cannot_express_are_refused(preset, overrides, native_type, named, tmp_path):
     with pytest.raises(ValueError, match=named):

@@ -32,6 +32,7 @@ INVALID = {
     "a unit offset on a LayerNorm": ({"norm_unit_offset": True, "norm_type": "layernorm"}, ["norm_unit_offset"]),
     "an empty sliding window": ({"sliding_window": 0}, ["sliding_window"]),
     "a sliding window over ALiBi": ({"sliding_window": 4, "position_embedding": "alibi"}, ["sliding_window", "alibi"]),
+    "a zero logit cap": ({"logit_softcap": 0.0}, ["logit_softcap", "positive"]),
 }
 
 
@@ -39,6 +40,14 @@ INVALID = {
 def test_a_sliding_window_is_a_decoder_switch(preset):
     with pytest.raises(ValueError, match="sliding_window=4 is a decoder switch"):
         hfzoo.preset_config(preset, sliding_window=4)
+
+
+@pytest.mark.parametrize("preset", ["bert-tiny", "t5-tiny"])
+@pytest.mark.parametrize("switch", [{"qk_norm": True}, {"logit_softcap": 30.0}])
+def test_qk_norm_and_logit_softcap_are_decoder_switches(preset, switch):
+    ((name, value),) = switch.items()
+    with pytest.raises(ValueError, match=f"{name}={value!r} is a decoder switch"):
+        hfzoo.preset_config(preset, **switch)
 
 
 @pytest.mark.parametrize("overrides, words", INVALID.values(), ids=INVALID.keys())

@@ -20,7 +20,13 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM
 
-PRESETS = ("gpt-tiny", "llama-tiny", "llama-moe-tiny")
+# checkpoint name -> (preset, config overrides); "speedrun" has every switch of issue 36 on.
+PRESETS = {
+    "gpt-tiny": ("gpt-tiny", {}),
+    "llama-tiny": ("llama-tiny", {}),
+    "llama-moe-tiny": ("llama-moe-tiny", {}),
+    "speedrun": ("llama-tiny", dict(qk_norm=True, activation="relu2", logit_softcap=2.0, zero_init_projections=True)),
+}
 INPUT_IDS = torch.tensor([[0, 0, 11, 12, 13], [21, 22, 23, 24, 25]])
 ATTENTION_MASK = (INPUT_IDS != 0).long()
 NEW_TOKENS = 6
@@ -97,8 +103,8 @@ def remote_code_run(tmp_path_factory, tiny_model) -> tuple[dict, Path]:
     results.mkdir()
     save_file({"input_ids": INPUT_IDS, "attention_mask": ATTENTION_MASK}, root / "inputs.safetensors")
     expected = {}
-    for preset in PRESETS:
-        model = tiny_model(preset, pad_token_id=0)
+    for preset, (base, overrides) in PRESETS.items():
+        model = tiny_model(base, pad_token_id=0, **overrides)
         model.save_pretrained(checkpoints / preset)
         # The reference runs the same weights file through the installed hfzoo code. (Weights loaded from
         # safetensors sit at other memory alignments than freshly initialised ones, and MKL's GEMM may then round

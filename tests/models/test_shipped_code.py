@@ -30,13 +30,13 @@ ENCODER_DECODER = TRANSFORMER | {"configuration_encoder_decoder.py", "modeling_e
 DISENTANGLED = {"disentangled_attention.py"}
 # preset -> (its LM head's Auto class, the files its checkpoint ships, their lines today)
 SHIPPED = {
-    "gpt-tiny": (AutoModelForCausalLM, DECODER, 1736),
-    "llama-tiny": (AutoModelForCausalLM, DECODER, 1736),
-    "bert-tiny": (AutoModelForMaskedLM, ENCODER, 2175),
-    "modernbert-tiny": (AutoModelForMaskedLM, ENCODER, 2175),
-    "deberta-tiny": (AutoModelForMaskedLM, ENCODER | DISENTANGLED | {"modeling_encoder_disentangled.py"}, 2291),
-    "t5-tiny": (AutoModelForSeq2SeqLM, ENCODER_DECODER, 1998),
-    "bart-tiny": (AutoModelForSeq2SeqLM, ENCODER_DECODER, 1998),
+    "gpt-tiny": (AutoModelForCausalLM, DECODER, 1764),
+    "llama-tiny": (AutoModelForCausalLM, DECODER, 1764),
+    "bert-tiny": (AutoModelForMaskedLM, ENCODER, 2202),
+    "modernbert-tiny": (AutoModelForMaskedLM, ENCODER, 2202),
+    "deberta-tiny": (AutoModelForMaskedLM, ENCODER | DISENTANGLED | {"modeling_encoder_disentangled.py"}, 2318),
+    "t5-tiny": (AutoModelForSeq2SeqLM, ENCODER_DECODER, 2024),
+    "bart-tiny": (AutoModelForSeq2SeqLM, ENCODER_DECODER, 2024),
     "elmo-tiny": (AutoModelForPreTraining, BASE | {"configuration_bilm.py", "modeling_bilm.py"}, 784),
 }
 # Issue 34's targets for the lines one checkpoint ships, by family.

@@ -211,3 +211,12 @@ def test_the_units_sharded_are_each_models_transformer_blocks(build, blocks):
     model = build()
     assert block_class_names(model) == blocks
     assert sum(type(m).__name__ in blocks for m in model.modules()) >= 2
+
+
+def test_muon_under_fsdp_is_refused_saying_why(tmp_path):
+    """Muon orthogonalises a whole matrix; sharded on two processes, each would hold rows of it (one process is not
+    sharded, and Muon runs there as unsharded)."""
+    command = torchrun(tmp_path / "out", "--optimizer", "muon")
+    result = subprocess.run(command, env=recipe_env(threads=1), capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0
+    assert "--optimizer muon cannot run with --sharding fsdp: Muon orthogonalises whole matrices" in result.stderr

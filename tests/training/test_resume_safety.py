@@ -136,3 +136,11 @@ def test_a_changed_config_is_refused_naming_the_key(accelerator, tmp_path):
     # Run length and logging may change: they do not change what the steps up to the checkpoint computed.
     assert check_resumed_config(path, CONFIG | {"max_steps": 40, "log_every": 5}).step == 2
     assert json.loads((path / "run_config.json").read_text()) == CONFIG
+
+
+def test_a_checkpoint_saved_before_a_key_existed_resumes_with_its_default(accelerator, tmp_path):
+    """CONFIG has no lr_schedule or decay_fraction, as a checkpoint written before issue 36 added them."""
+    _, path, _ = _saved(accelerator, tmp_path)
+    assert check_resumed_config(path, CONFIG | {"lr_schedule": "cosine", "decay_fraction": 0.2}).step == 2
+    with pytest.raises(CheckpointError, match=r"'lr_schedule' was 'cosine', now 'wsd'"):
+        check_resumed_config(path, CONFIG | {"lr_schedule": "wsd", "decay_fraction": 0.2})

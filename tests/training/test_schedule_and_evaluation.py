@@ -1,5 +1,5 @@
-"""Warmup then cosine to the minimum; evaluation shards that cover every example once; the eval loss is the model's
-token-weighted loss.
+"""Warmup then cosine to the minimum, or warmup-stable-decay; evaluation shards that cover every example once; the
+eval loss is the model's token-weighted loss.
 """
 
 from __future__ import annotations
@@ -27,6 +27,35 @@ def test_warmup_then_cosine_to_the_minimum():
     assert lrs[12] == pytest.approx(1e-4 + 0.9e-3 * 0.5)  # half way through the decay
     assert lrs[20] == pytest.approx(1e-4)
     assert all(a >= b for a, b in zip(lrs[4:], lrs[5:]))
+
+
+def _wsd_learning_rates(optimizer, scheduler, steps: int) -> list[float]:
+    lrs = []
+    for _ in range(steps):
+        lrs.append(scheduler.get_last_lr()[0])
+        optimizer.step()
+        scheduler.step()
+    return lrs
+
+
+def test_wsd_holds_the_peak_then_decays_linearly_and_resumes_exactly():
+    def fresh():
+        optimizer = build_optimizer(torch.nn.Linear(2, 2), 1e-3, 0.1, (0.9, 0.95), 1e-8)
+        return optimizer, build_scheduler(optimizer, 4, 20, 0.1, schedule="wsd", decay_fraction=0.25)
+
+    optimizer, scheduler = fresh()
+    lrs = _wsd_learning_rates(optimizer, scheduler, 21)
+    assert lrs[:5] == pytest.approx([1e-4 + 0.9e-3 * i / 4 for i in range(5)])  # transformers' wsd warms from the min
+    assert lrs[4:16] == pytest.approx([1e-3] * 12)  # stable until the last quarter (5 steps) of 20
+    assert lrs[15:21] == pytest.approx([1e-3 - 0.9e-3 * i / 5 for i in range(6)])  # linear down to min_lr_ratio
+    # Resumed from a state dict after 9 steps, the rest of the schedule is the same to the bit.
+    optimizer, scheduler = fresh()
+    _wsd_learning_rates(optimizer, scheduler, 9)
+    states = optimizer.state_dict(), scheduler.state_dict()
+    optimizer, scheduler = fresh()
+    optimizer.load_state_dict(states[0])
+    scheduler.load_state_dict(states[1])
+    assert _wsd_learning_rates(optimizer, scheduler, 12) == lrs[9:]
 
 
 def test_eval_shards_cover_every_example_once_with_equal_lengths():

@@ -1,0 +1,60 @@
+"""Muon for the hidden matrices, AdamW for the rest, as one optimizer (the modded-nanoGPT speedrun's split).
+
+Muon (Jordan et al., 2024; `torch.optim.Muon`) orthogonalises each update of a 2-D weight; it is meant for hidden
+layers only, so embeddings, the language-model head, norms and biases stay with AdamW. The loop, the learning-rate
+schedulers, accelerate and hfzoo's checkpoints all expect one optimizer with one `state_dict` in torch's format:
+`MuonWithAdamW` is that optimizer. Its groups are Muon's then AdamW's, its state holds both (keyed by parameter,
+which the two never share), and each inner optimizer steps its own groups, so saving and loading it is torch's own.
+
+torch's Muon runs its Newton-Schulz iterations in bfloat16, as the speedrun does on GPUs: on a CPU without bfloat16
+matrix units that costs more than the step's forward and backward of a small model, so measure before using it there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+
+class MuonWithAdamW(torch.optim.Optimizer):
+    """`muon_groups` stepped by `torch.optim.Muon`, `adamw_groups` by `torch.optim.AdamW`, as one optimizer."""
+
+    def __init__(self, muon_groups: list[dict], adamw_groups: list[dict], adamw_options: dict[str, Any]):
+        self.muon = torch.optim.Muon(muon_groups)
+        self.adamw = torch.optim.AdamW(adamw_groups, **adamw_options)
+        # The inner optimizers' group dicts themselves: a scheduler setting a group's lr sets it for the inner one.
+        super().__init__([*self.muon.param_groups, *self.adamw.param_groups], {})
+        self._share_groups_and_state()
+
+    def _share_groups_and_state(self) -> None:
+        split = len(self.muon.param_groups)
+        self.muon.param_groups, self.adamw.param_groups = self.param_groups[:split], self.param_groups[split:]
+        self.muon.state = self.adamw.state = self.state
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        self.muon.step()
+        self.adamw.step()
+        return loss
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """torch's loading, which replaces the group dicts and the state: the inner optimizers are pointed at the
+        new ones."""
+        super().load_state_dict(state_dict)
+        self._share_groups_and_state()
+
+
+def muon_parameters(model: nn.Module, parameters: Sequence[nn.Parameter]) -> set[nn.Parameter]:
+    """Those of `parameters` Muon trains: 2-D weights that are neither an embedding table nor the output head."""
+    kept_for_adamw = {id(module.weight) for module in model.modules() if isinstance(module, nn.Embedding)}
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if head is not None:
+        kept_for_adamw.add(id(head.weight))
+    return {p for p in parameters if p.ndim == 2 and id(p) not in kept_for_adamw}

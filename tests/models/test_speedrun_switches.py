@@ -1,0 +1,59 @@
+"""The modded-nanoGPT speedrun's model switches (issue 36): each changes the forward the way its paper says, and
+each is off by default, so no preset's math changes."""
+
+import pytest
+import torch
+from transformers import AutoModel
+
+import hfzoo
+
+INPUT_IDS = torch.randint(0, 64, (2, 7), generator=torch.Generator().manual_seed(0))
+
+
+def test_every_switch_is_off_in_every_preset():
+    for preset in hfzoo.list_presets():
+        config = hfzoo.preset_config(preset)
+        switches = [getattr(config, name, None) for name in ("qk_norm", "logit_softcap", "zero_init_projections")]
+        assert switches in ([False, None, False], [None, None, None]), preset  # ELMo's config has none
+        assert getattr(config, "activation", None) != "relu2", preset
+
+
+@pytest.mark.parametrize("position_embedding", ["rotary", "learned"])
+def test_qk_norm_normalises_each_query_and_key_head_before_the_scores(tiny_model, position_embedding):
+    model = tiny_model("llama-tiny", vocab_size=64, qk_norm=True, position_embedding=position_embedding)
+    attention = model.model.layers[0].self_attn
+    seen = {}
+    attention.q_norm.register_forward_hook(lambda module, args, output: seen.setdefault("query", output))
+    attention.k_norm.register_forward_hook(lambda module, args, output: seen.setdefault("key", output))
+    loss = model(INPUT_IDS, labels=INPUT_IDS).loss
+    loss.backward()
+    for states in seen.values():  # unit RMS per head (the norm's weight starts at 1)
+        torch.testing.assert_close(states.pow(2).mean(-1), torch.ones(states.shape[:-1]), rtol=1e-4, atol=1e-4)
+    assert attention.q_norm.weight.grad is not None and attention.k_norm.weight.grad is not None
+
+
+def test_relu2_squares_the_relu(tiny_model):
+    model = tiny_model("gpt-tiny", vocab_size=64, activation="relu2")
+    states = torch.linspace(-2, 2, 9)
+    assert torch.equal(model.model.layers[0].mlp.act_fn(states), torch.relu(states) ** 2)
+    assert torch.isfinite(model(INPUT_IDS, labels=INPUT_IDS).loss)
+
+
+def test_logit_softcap_bounds_the_logits_the_loss_sees(tiny_model):
+    plain = tiny_model("gpt-tiny", vocab_size=64)
+    capped = tiny_model("gpt-tiny", vocab_size=64, logit_softcap=0.5)
+    capped.load_state_dict(plain.state_dict())
+    with torch.no_grad():
+        logits, out = plain(INPUT_IDS).logits, capped(INPUT_IDS, labels=INPUT_IDS)
+    torch.testing.assert_close(out.logits, 0.5 * torch.tanh(logits / 0.5))
+    expected = torch.nn.functional.cross_entropy(out.logits[:, :-1].flatten(0, 1), INPUT_IDS[:, 1:].flatten())
+    torch.testing.assert_close(out.loss, expected)
+
+
+@pytest.mark.parametrize("preset", ["gpt-tiny", "llama-moe-tiny", "t5-tiny"])
+def test_zero_init_projections_start_every_block_as_the_identity(tiny_model, preset):
+    model = tiny_model(preset, AutoModel, vocab_size=64, zero_init_projections=True)
+    zeroed = {name: p for name, p in model.named_parameters() if name.endswith(("o_proj.weight", "down_proj.weight"))}
+    assert zeroed and all(not p.any() for p in zeroed.values())
+    others = [p for name, p in model.named_parameters() if name.endswith("proj.weight") and name not in zeroed]
+    assert others and all(p.any() for p in others)
