@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from transformers import PreTrainedConfig, PreTrainedModel
 
+from ..models.component_options import DECODER_SWITCHES_OFF
 from .mapping import Rule, shares_weight
 
 
@@ -28,11 +29,6 @@ class Head:
     native_prefix: str
     rules: Callable[[PreTrainedConfig, PreTrainedConfig], list[Rule]] = lambda zoo_config, native_config: []
     encoder_only: bool = False
-
-
-# The speedrun's decoder switches no native class has (transformers' GPT-2, Llama, Mistral, Qwen2 and Gemma lack
-# QK-norm and a logit cap; each family's activation list refuses ReLU²).
-SPEEDRUN_SWITCHES_OFF = {"qk_norm": False, "logit_softcap": None}
 
 
 @dataclass(frozen=True)
@@ -55,7 +51,9 @@ class ConfigMap:
         return {**self.fixed, **copied, **labels(native_config)}
 
     def native_config(self, zoo_config: PreTrainedConfig, what: str, **computed) -> PreTrainedConfig:
-        require(zoo_config, what, **SPEEDRUN_SWITCHES_OFF, **self.fixed)
+        # transformers' GPT-2, Llama, Mistral, Qwen2 and Gemma have no QK-norm and no logit cap (each family's
+        # activation list refuses ReLU²)
+        require(zoo_config, what, **DECODER_SWITCHES_OFF, **self.fixed)
         copied = {native: getattr(zoo_config, zoo) for zoo, native in self.fields.items()}
         return self.native_class(**{**copied, **labels(zoo_config), **computed})
 

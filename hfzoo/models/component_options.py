@@ -14,6 +14,8 @@ NORM_POSITIONS = ("pre", "post")
 # `geglu_tanh` with GPT-2's tanh approximation (`gelu_new`), as T5 v1.1, Flan-T5 and mT5 do.
 GATED_ACTIVATIONS = {"swiglu": "silu", "geglu": "gelu", "geglu_tanh": "gelu_new"}
 ACTIVATIONS = ("gelu", "gelu_new", "relu", "relu2", "silu", *GATED_ACTIVATIONS)
+# Switches only the decoder takes (the modded-nanoGPT speedrun's), with the value that leaves them off.
+DECODER_SWITCHES_OFF = {"qk_norm": False, "logit_softcap": None}
 POSITION_EMBEDDINGS = ("learned", "sinusoidal", "rotary", "alibi", "relative", "disentangled", "none")
 # DeBERTa's position terms of disentangled attention: content-to-position, position-to-content.
 POSITION_ATTENTION_TERMS = ("c2p|p2c", "c2p", "p2c")
@@ -97,7 +99,7 @@ def validate_components(config) -> None:
         raise ValueError(f"norm_unit_offset=True is an RMSNorm switch; norm_type={config.norm_type!r} has none.")
     if config.sliding_window is not None:
         _validate_sliding_window(config)
-    for name, off in (("qk_norm", False), ("logit_softcap", None)):
+    for name, off in DECODER_SWITCHES_OFF.items():
         if getattr(config, name) != off and config.model_type != "hfzoo_decoder":
             raise ValueError(f"{name}={getattr(config, name)!r} is a decoder switch; {config.model_type} has none.")
     if config.logit_softcap is not None and config.logit_softcap <= 0:
