@@ -76,6 +76,9 @@ class PretrainDataOptions:
     dataset: str | None = key(None, "corpus: none = embedded default corpus; a local file/folder; or a Hub name")
     data_files: str | list | dict | None = key(None, "local files (path, glob, list, or split -> paths)")
     text_column: str = key("text", "column holding the text")
+    exclude_titles: list | None = key(None, "WikiExtractor corpus: leave out these articles, by title (a list, e.g. an "
+                                      "evaluation set's articles); each must be in the corpus")  # fmt: skip
+    keep_titles: bool = key(False, "WikiExtractor corpus: keep each article's title line at the start of its text")
     max_train_samples: int | None = key(None, "keep only the first N training texts (before packing)", minimum=1)
     max_eval_samples: int | None = key(None, "keep only the first N validation texts (before packing); none = all "
                                        f"(streaming: the first {HELD_OUT_TEXTS})", minimum=1)  # fmt: skip
@@ -279,7 +282,7 @@ def pretrain(config: PretrainConfig) -> Path:
     with accelerator.main_process_first():  # the main process fills datasets' cache, the others read it
         corpus = load_corpus(
             data.dataset, data_files=data.data_files, text_column=data.text_column, seed=run.seed,
-            streaming=data.streaming,
+            streaming=data.streaming, exclude_titles=[str(title) for title in data.exclude_titles or ()], keep_titles=data.keep_titles,
         )  # fmt: skip
     train_texts = _first(corpus["train"], data.max_train_samples)
     if data.streaming:  # a fixed held-out set: the validation split's first texts, kept in memory

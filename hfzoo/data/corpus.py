@@ -12,7 +12,9 @@ fails with the file and line in the message instead of deep inside pyarrow:
   ``datasets`` "text" convention; put multi-line documents in ``.jsonl``);
 * ``.jsonl`` / ``.json``: JSON Lines, one object per line with a string ``text_column``;
 * ``.csv`` / ``.tsv``: a header row naming the columns, then one example per row;
-* ``.parquet``: a table with a string ``text_column``.
+* ``.parquet``: a table with a string ``text_column``;
+* WikiExtractor output (files such as ``AA/wiki_00`` whose first line opens a ``<doc``): **one example per
+  article**, markup dropped (``hfzoo.data.wikiextractor``).
 
 Text files must be UTF-8 (a leading byte-order mark is accepted). Only the text is kept from local
 files (the default corpus and Hub datasets keep their other columns, e.g. labels); examples whose
@@ -40,6 +42,8 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from .default_corpus import load_default_corpus
+from .text_files import CorpusError, decoded_lines
+from .wikiextractor import check_titles_present, is_wikiextractor_file, read_articles
 
 logger = logging.getLogger(__name__)
 
@@ -47,26 +51,9 @@ FORMATS = {".txt": "txt", ".jsonl": "json", ".json": "json", ".csv": "csv", ".ts
 _SPLIT_WORDS = {"train": "train", "validation": "validation", "valid": "validation", "val": "validation",
                 "dev": "validation", "test": "test"}  # fmt: skip
 # Bump when the readers change, so datasets' cache of an unchanged file is not reused.
-_READER_VERSION = 1
+_READER_VERSION = 2
 
 Corpus = datasets.DatasetDict | datasets.Dataset | datasets.IterableDatasetDict | datasets.IterableDataset
-
-
-class CorpusError(ValueError):
-    """Malformed corpus input; the message names the file (and the line, where there is one)."""
-
-
-def decoded_lines(path: str) -> Iterator[tuple[int, str]]:
-    """(line number, line with its terminator) for a UTF-8 file, checked line by line."""
-    with open(path, "rb") as f:
-        for lineno, raw in enumerate(f, 1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise CorpusError(
-                    f"{path}, line {lineno}: not valid UTF-8 (byte 0x{raw[e.start]:02x} at column {e.start + 1})"
-                ) from None
-            yield lineno, line.removeprefix("\ufeff") if lineno == 1 else line
 
 
 def _missing_column(where: str, text_column: str, columns: Iterable) -> CorpusError:
@@ -136,8 +123,18 @@ def _read_parquet(path: str, text_column: str) -> Iterator[dict]:
                 yield example
 
 
-def _read_file(path: str, text_column: str) -> Iterator[dict]:
-    fmt = FORMATS[Path(path).suffix.lower()]
+def format_of(path: str) -> str | None:
+    """The reader a local file takes: by its suffix, or by its content for WikiExtractor's suffix-less files."""
+    if (fmt := FORMATS.get(Path(path).suffix.lower())) is not None:
+        return fmt
+    return "wikiextractor" if os.path.isfile(path) and is_wikiextractor_file(path) else None
+
+
+def _read_file(path: str, text_column: str, exclude_titles: frozenset[str], keep_titles: bool) -> Iterator[dict]:
+    fmt = format_of(path)
+    if fmt == "wikiextractor":  # a file of stub or excluded articles is still WikiExtractor output, not a mistake
+        yield from read_articles(path, exclude_titles, keep_titles)
+        return
     if fmt == "txt":
         examples = _read_txt(path)
     elif fmt == "json":
@@ -154,10 +151,12 @@ def _read_file(path: str, text_column: str) -> Iterator[dict]:
         raise CorpusError(f"{path}: empty corpus (no non-blank text in the file)")
 
 
-def _generate(files: list[tuple[str, int, int]], text_column: str) -> Iterator[dict]:
+def _generate(
+    files: list[tuple[str, int, int]], text_column: str, exclude_titles: tuple[str, ...], keep_titles: bool
+) -> Iterator[dict]:
     # Each file comes with its size and mtime so that datasets' cache key changes with it.
     for path, _size, _mtime in files:
-        yield from _read_file(path, text_column)
+        yield from _read_file(path, text_column, frozenset(exclude_titles), keep_titles)
 
 
 def split_of(relative: str) -> str:
@@ -181,10 +180,10 @@ def _local_splits(
     """Split name -> files, from a file, a folder, or ``data_files``."""
     if dataset is not None and os.path.isdir(dataset):
         root = Path(dataset)
-        found = sorted(p for p in root.rglob("*") if p.suffix.lower() in FORMATS and p.is_file()
+        found = sorted(p for p in root.rglob("*") if p.is_file() and format_of(str(p)) is not None
                        and not any(part.startswith(".") for part in p.relative_to(root).parts))  # fmt: skip
         if not found:
-            raise CorpusError(f"{root}: no corpus files ({', '.join(FORMATS)}) in this folder")
+            raise CorpusError(f"{root}: no corpus files ({', '.join(FORMATS)}, or WikiExtractor output) in this folder")
         splits: dict[str, list[str]] = {}
         for p in found:
             splits.setdefault(split_of(p.relative_to(root).as_posix()), []).append(str(p))
@@ -201,23 +200,27 @@ def _local_splits(
         files = [f for p in patterns for f in _expand(str(p))]
         if not files:
             raise FileNotFoundError(f"no corpus files match {patterns} (split {name!r})")
-        if unsupported := [f for f in files if Path(f).suffix.lower() not in FORMATS]:
-            raise CorpusError(f"{unsupported[0]}: unsupported file type; expected one of {', '.join(FORMATS)}")
+        if unsupported := [f for f in files if format_of(f) is None]:
+            raise CorpusError(f"{unsupported[0]}: unsupported file type; expected one of {', '.join(FORMATS)}, or "
+                              "WikiExtractor output")  # fmt: skip
         splits.setdefault(_SPLIT_WORDS.get(name, name), []).extend(files)
     return splits
 
 
 def _load_local(
-    splits: dict[str, list[str]], text_column: str, streaming: bool
+    splits: dict[str, list[str]], text_column: str, streaming: bool, exclude_titles: tuple[str, ...], keep_titles: bool
 ) -> datasets.DatasetDict | datasets.IterableDatasetDict:
     loaded = {}
     for name, paths in splits.items():
         files = [(os.path.abspath(p), os.stat(p).st_size, os.stat(p).st_mtime_ns) for p in paths]
-        gen_kwargs = {"files": files, "text_column": text_column}
+        # `files` is the one list: datasets shards over lists (streaming: each process reads whole files).
+        gen_kwargs = {"files": files, "text_column": text_column, "exclude_titles": exclude_titles,
+                      "keep_titles": keep_titles}  # fmt: skip
         if streaming:
             loaded[name] = datasets.IterableDataset.from_generator(_generate, gen_kwargs=gen_kwargs, split=name)
             continue
-        key = hashlib.sha1(repr((_READER_VERSION, name, files, text_column)).encode()).hexdigest()
+        key = hashlib.sha1(repr((_READER_VERSION, name, files, text_column, sorted(exclude_titles), keep_titles))
+                           .encode()).hexdigest()  # fmt: skip
         try:
             loaded[name] = datasets.Dataset.from_generator(
                 _generate, gen_kwargs=gen_kwargs, split=name, fingerprint=key
@@ -310,6 +313,8 @@ def load_corpus(
     streaming: bool = False,
     validation_fraction: float = 0.05,
     seed: int = 0,
+    exclude_titles: Sequence[str] = (),
+    keep_titles: bool = False,
 ) -> Corpus:
     """Load a corpus with a ``text`` column and ``train``/``validation`` splits.
 
@@ -323,6 +328,8 @@ def load_corpus(
         streaming: return ``IterableDataset``s that read lazily.
         validation_fraction, seed: how a validation split is held out of ``train`` when the
             source has none.
+        exclude_titles: WikiExtractor input: articles to leave out, by title (each must be in the corpus).
+        keep_titles: WikiExtractor input: keep each article's title line at the start of its text.
 
     Raises:
         CorpusError: malformed local input (the message names the file and line).
@@ -338,9 +345,18 @@ def load_corpus(
         if dataset is not None and data_files is not None:
             raise ValueError("pass a local path or data_files, not both")
         name = str(dataset if dataset is not None else data_files)
-        corpus = _load_local(_local_splits(dataset, data_files), text_column, streaming)
+        splits = _local_splits(dataset, data_files)
+        if exclude_titles:
+            articles = [path for paths in splits.values() for path in paths if format_of(path) == "wikiextractor"]
+            if not articles:
+                raise CorpusError(f"{name}: exclude_titles leaves out articles of WikiExtractor output, and this "
+                                  "corpus has none")  # fmt: skip
+            check_titles_present(articles, exclude_titles, name)
+        corpus = _load_local(splits, text_column, streaming, tuple(exclude_titles), keep_titles)
     else:
         name = dataset
+        if exclude_titles:
+            raise CorpusError(f"{name}: exclude_titles applies to a local folder of WikiExtractor output")
         corpus = load_hub_dataset(dataset, data_files=data_files, streaming=streaming)
         corpus = corpus.__class__({_SPLIT_WORDS.get(k, k): v for k, v in corpus.items()})
         for split_name, part in corpus.items():

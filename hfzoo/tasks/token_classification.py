@@ -20,7 +20,7 @@ from peft import TaskType
 from torch import nn
 from transformers import AutoModelForTokenClassification, PreTrainedTokenizerBase
 
-from ..data.corpus import decoded_lines
+from ..data.text_files import decoded_lines
 from ..metrics import load_metric
 from .records import DataError, Record, column, read_table
 from .task import Task, natural_sort_key
