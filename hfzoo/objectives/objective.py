@@ -28,6 +28,7 @@ from ..data.collators.electra import ELECTRA_MASKING
 from ..data.packing import pack
 from ..data.sentence_pairs import sentence_pairs
 from .electra import ElectraPreTraining
+from .spanbert import SpanBertPreTraining
 
 
 @dataclass(frozen=True)
@@ -128,6 +129,14 @@ OBJECTIVES: dict[str, Objective] = {o.name: o for o in (
         "discriminator_weight x the discriminator's binary cross-entropy over every token",
         fixed_collator_options={"next_sentence_prediction": False, **ELECTRA_MASKING},
         training_model=ElectraPreTraining, perplexity_of="generator_loss",
+    ),
+    Objective(
+        "spanbert", "encoder", AutoModelForMaskedLM, MaskedLMCollator, "fill-mask",
+        "Span masking and the span-boundary objective (SpanBERT)", shifts_labels=False,
+        scored_targets="the masked spans' tokens: the masked-LM loss (the perplexity's) plus the span-boundary "
+        "head's cross-entropy of the same tokens",
+        fixed_collator_options={"next_sentence_prediction": False, "masking": "span"},
+        training_model=SpanBertPreTraining, perplexity_of="masked_lm_loss",
     ),
     Objective(
         "span_corruption", "encoder_decoder", AutoModelForSeq2SeqLM, SpanCorruptionCollator, "text2text-generation",
