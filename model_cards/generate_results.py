@@ -9,7 +9,8 @@ Three subcommands, in the order a result is made:
 
     # 2. A pretraining run of recipes/pretrain.py under `nice -n 10` with the malloc thresholds, recording the exact
     #    command, the machine and its load average (sampled every 15 s) in `run_record.json`, then the unigram
-    #    baseline in `baseline.json`. Everything after `--` goes to the recipe unchanged.
+    #    baseline in `baseline.json`. Everything after `--` goes to the recipe unchanged. With `--max_minutes N`
+    #    before the run folder (or at SIGTERM) the run stops keeping its checkpoints; the same command continues it.
     python model_cards/generate_results.py record runs/results/gpt-small-clm-tinyshakespeare -- \
         --config recipes/configs/gpt-small-clm.yaml --dataset runs/data/tinyshakespeare --max_steps 150
 
@@ -33,6 +34,7 @@ import math
 import os
 import shlex
 import shutil
+import signal
 import statistics
 import sys
 from pathlib import Path
@@ -40,13 +42,15 @@ from typing import Any
 
 import torch
 import yaml
-from recording import LOAD_SAMPLE_SECONDS, RECORDER_ARGS, REPO_ROOT, RUN_RECORD, run_recorded, shown
+from grid_runs import STOPPED_EXIT
+from recording import LOAD_SAMPLE_SECONDS, RECORDER_ARGS, REPO_ROOT, RUN_RECORD, Budget, run_recorded, shown
 
 from hfzoo.card_writing import (
     CARD, DEFAULT_CORPUS, Curve, RunRecord, Section, architecture_rows, markdown_table, model_card_data, plot_losses,
     render_card, training_data,
 )  # fmt: skip
 from hfzoo.core.files import write_atomic
+from hfzoo.training.checkpointing import latest_checkpoint
 
 BASELINE = "baseline.json"
 SPLIT_INFO = "split.yaml"  # beside the split files; not a corpus format, so load_corpus ignores it
@@ -94,18 +98,28 @@ def split_text(source: Path, out_dir: Path, train_fraction: float) -> dict[str, 
 
 
 
-def record(run_dir: Path, recipe_args: list[str]) -> int:
-    """Run recipes/pretrain.py with `recipe_args` into `run_dir`, recording command, machine and load; its exit code."""
+def record(run_dir: Path, recipe_args: list[str], budget: Budget) -> int:
+    """Run recipes/pretrain.py with `recipe_args` into `run_dir`, recording command, machine and load; its exit code,
+    or `STOPPED_EXIT` when `budget` stopped it. A folder whose run was stopped (it has a checkpoint and no finished
+    record) continues from its latest checkpoint with the same arguments; its record sums the segments."""
     from hfzoo.commands.pretrain import parse_args
 
     recipe_args = [*recipe_args, "--output_dir", shown(str(run_dir))]
     config = parse_args(recipe_args)  # the recipe's own parser: a bad key fails here, before anything runs
-    if (run_dir / "log.jsonl").exists():
-        raise SystemExit(f"record: {run_dir} already holds a run (log.jsonl); choose a new folder.")
+    checkpoint = latest_checkpoint(run_dir) if run_dir.is_dir() else None
+    if (run_dir / "log.jsonl").exists() and checkpoint is None:
+        raise SystemExit(f"record: {run_dir} already holds a run (log.jsonl) and no checkpoint to continue from; "
+                         "choose a new folder.")  # fmt: skip
     run_dir.mkdir(parents=True, exist_ok=True)
     if config.data.dataset and (Path(config.data.dataset) / SPLIT_INFO).is_file():
         shutil.copyfile(Path(config.data.dataset) / SPLIT_INFO, run_dir / DATA_SPLIT)
-    returncode = run_recorded(run_dir, "recipes/pretrain.py", recipe_args)
+    if checkpoint is not None:
+        print(f"{run_dir}: continuing from {checkpoint.name}", flush=True)
+    returncode = run_recorded(run_dir, "recipes/pretrain.py", [*recipe_args, *(["--resume", "true"] if checkpoint
+                              else [])], budget=budget, resumed=checkpoint is not None)  # fmt: skip
+    if returncode is None:
+        print(f"{run_dir}: stopped by the time budget; the same command continues it", flush=True)
+        return STOPPED_EXIT
     if returncode == 0:
         unigram_baseline(run_dir)
     return returncode
@@ -420,6 +434,8 @@ def main(argv: list[str] | None = None) -> None:
     split.add_argument("--train-fraction", type=float, default=0.9)
     run = commands.add_parser("record", help="run recipes/pretrain.py, recording command, machine, load, baseline")
     run.add_argument("run_dir", type=Path)
+    run.add_argument("--max_minutes", type=float, help="stop the run after this many minutes (or at SIGTERM), keeping "
+                     "its checkpoints; the same command continues it")  # fmt: skip
     run.add_argument("recipe_args", nargs=argparse.REMAINDER, help="after --: the recipe's arguments")
     make = commands.add_parser("card", help="README.md, PNG and results.json from a finished run folder")
     make.add_argument("run_dir", type=Path)
@@ -433,7 +449,10 @@ def main(argv: list[str] | None = None) -> None:
     os.chdir(REPO_ROOT)  # the recipe runs in the repository root, so its relative paths are read from there
     if args.command == "record":
         recipe_args = args.recipe_args[1:] if args.recipe_args[:1] == ["--"] else args.recipe_args
-        sys.exit(record(run_dir, recipe_args))
+        budget = Budget(args.max_minutes)
+        for stop in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(stop, budget.stop)
+        sys.exit(record(run_dir, recipe_args, budget))
     print(card(run_dir, card_dir))
 
 
