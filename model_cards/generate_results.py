@@ -98,7 +98,7 @@ def split_text(source: Path, out_dir: Path, train_fraction: float) -> dict[str, 
 
 
 
-def record(run_dir: Path, recipe_args: list[str], budget: Budget) -> int:
+def record(run_dir: Path, recipe_args: list[str], budget: Budget | None = None) -> int:
     """Run recipes/pretrain.py with `recipe_args` into `run_dir`, recording command, machine and load; its exit code,
     or `STOPPED_EXIT` when `budget` stopped it. A folder whose run was stopped (it has a checkpoint and no finished
     record) continues from its latest checkpoint with the same arguments; its record sums the segments."""
