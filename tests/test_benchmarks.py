@@ -33,6 +33,7 @@ def decoder_results(tmp_path_factory) -> dict:
     return {"json": json.loads(output.read_text()), "stdout": completed.stdout}
 
 
+@pytest.mark.slow  # a 38 s tiny run; make test runs a benchmark side by side in test_bench_shakespeare.py
 def test_decoder_benchmark_compares_every_figure_of_both_models(decoder_results):
     results = decoder_results["json"]["results"]
     expected = {
@@ -56,6 +57,7 @@ def test_decoder_benchmark_compares_every_figure_of_both_models(decoder_results)
                 assert peak["min"] == peak["max"], "the tensor peak of a warm call is deterministic"
 
 
+@pytest.mark.slow  # shares the tiny run above
 def test_decoder_benchmark_models_have_identical_size(decoder_results):
     parameters = decoder_results["json"]["parameters"]
     assert parameters["gpt-tiny"]["native_class"] == "GPT2LMHeadModel"
@@ -65,6 +67,7 @@ def test_decoder_benchmark_models_have_identical_size(decoder_results):
         assert f"{counts['hfzoo']:,}" in decoder_results["stdout"]
 
 
+@pytest.mark.slow  # shares the tiny run above
 def test_decoder_benchmark_records_how_it_was_measured(decoder_results):
     payload = decoder_results["json"]
     environment = payload["environment"]
@@ -197,6 +200,7 @@ def adapters_results(tmp_path_factory) -> dict:
     return run_tiny_benchmark(BENCH_ADAPTERS, ADAPTERS_TINY_RUN, tmp_path_factory.mktemp("bench") / "adapters.json")
 
 
+@pytest.mark.slow  # a 21 s tiny run; tests/adapters time nothing but check every method's outputs
 def test_adapters_benchmark_times_every_method_beside_base_and_single_adapters(adapters_results):
     payload = adapters_results["json"]
     timed = [row for row in payload["results"] if row["unit"] == "tokens/s"]
@@ -216,6 +220,7 @@ def test_adapters_benchmark_times_every_method_beside_base_and_single_adapters(a
     assert all(row["hfzoo"]["peak_tensor_mib"] > 0 for row in payload["results"] if "memory" in row["figure"])
 
 
+@pytest.mark.slow  # shares the tiny run above
 def test_adapters_benchmark_checks_the_issue_targets_and_records_the_run(adapters_results):
     payload = adapters_results["json"]
     checked = {(c["variant"], c["reference"], c["kind"]) for c in payload["targets"]}

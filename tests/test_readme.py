@@ -115,6 +115,9 @@ def _needs_shared_data(body: str) -> bool:
     return "../shared" in body or any("../shared" in (ROOT / config).read_text(encoding="utf-8") for config in configs)
 
 
+# About 6 minutes of one worker (26 blocks, each a fresh process): CI's slow tier runs the README as written; each
+# command it shows is tested in `make test` by the tests of its recipe or command.
+@pytest.mark.slow
 @pytest.mark.parametrize("index", range(len(BLOCKS)))
 def test_block_runs_in_order(index: int, workdir: Path):
     shared_absent = not (ROOT.parent / "shared").is_dir()

@@ -84,6 +84,7 @@ def test_compiled_decoding_with_a_static_cache_generates_what_eager_does(name: s
     _assert_same(dynamic, compiled)
 
 
+@pytest.mark.slow  # 43 s of compiling; make test keeps the eager static-cache decoding tests above
 def test_compiled_decoding_recompiles_for_a_new_batch_size_without_a_graph_break():
     """A second batch size makes dynamo retrace with symbolic shapes (automatic dynamic): every shape test in the
     model's code must still hold for a symbol (found on a GPU, where the benchmark decodes at batch 1, then 8). The
