@@ -1,0 +1,45 @@
+"""model_cards/generate_pretraining_study.py at a tiny scale: two objectives pretrained and recorded, then each base
+(and random weights) fine-tuned at every learning rate with the first seed and at its best rate with the others; a
+second invocation keeps every finished run."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+from tests.helpers.paths import REPO
+
+sys.path.insert(0, str(REPO / "model_cards"))
+import generate_pretraining_study as study  # noqa: E402
+
+PRETRAINING = ["--preset", "bert-tiny", "--tokenizer_kind", "wordpiece", "--vocab_size", "384", "--dataset",
+               "../shared/data/enwiki/AA/wiki_00", "--max_train_samples", "20", "--max_eval_samples", "4",
+               "--block_size", "32", "--per_device_batch_size", "4", "--eval_every", "2", "--save_every", "100",
+               "--tensorboard", "false"]  # fmt: skip
+FINETUNING = ["--max_steps", "2", "--per_device_batch_size", "8", "--max_train_samples", "32",
+              "--max_eval_samples", "16"]  # fmt: skip
+
+
+@pytest.mark.slow  # 2 pretraining and 9 fine-tuning processes; the recipes' own tests cover each run in make test
+def test_every_base_is_fine_tuned_at_each_rate_then_at_its_best_with_every_seed(shared_data, tmp_path, monkeypatch):
+    monkeypatch.setitem(study.TASKS, "sst2-1k", (study.TASKS["sst2-1k"][0], FINETUNING, "accuracy"))
+    runs = tmp_path / "runs"
+    argv = ["run", str(runs), "--steps", "mlm=2", "spanbert=3", "--tasks", "sst2-1k", "--learning-rates", "1e-4",
+            "3e-3", "--seeds", "42", "43", "--", *PRETRAINING]  # fmt: skip
+    assert study.main(argv) == 0
+    for objective, steps in (("mlm", 2), ("spanbert", 3)):
+        record = json.loads((runs / f"pretrain-{objective}" / "run_record.json").read_text())
+        assert f"--objective {objective} --max_steps {steps}" in record["command"]
+    for base in ("mlm", "spanbert", "scratch"):
+        accuracy = {rate: json.loads((runs / f"sst2-1k-{base}-lr{rate}-seed42" / "metrics.json").read_text())
+                    ["accuracy"] for rate in ("1e-4", "3e-3")}  # fmt: skip
+        best = max(accuracy, key=accuracy.get)
+        other = "1e-4" if best == "3e-3" else "3e-3"
+        assert (runs / f"sst2-1k-{base}-lr{best}-seed43" / "metrics.json").is_file()
+        assert not (runs / f"sst2-1k-{base}-lr{other}-seed43").exists()
+    command = json.loads((runs / "sst2-1k-scratch-lr1e-4-seed42" / "run_record.json").read_text())["command"]
+    assert "--from_scratch true" in command and "pretrain-mlm" in command
+    finished = {path: path.stat().st_mtime_ns for path in runs.glob("*/run_record.json")}
+    assert study.main(argv) == 0  # nothing left to do: every finished run kept as it is
+    assert {path: path.stat().st_mtime_ns for path in runs.glob("*/run_record.json")} == finished
