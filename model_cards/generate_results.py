@@ -143,7 +143,8 @@ def _targets(blocks, collator, batch_size: int, shifts_labels: bool, max_batches
 
 
 def unigram_baseline(run_dir: Path) -> dict[str, Any]:
-    """Unigram perplexity on the run's validation targets (see the module docstring); written to baseline.json."""
+    """Unigram perplexity on the run's validation targets (see the module docstring), and the accuracy of always
+    predicting the most frequent fitted target; written to baseline.json."""
     from transformers import AutoTokenizer
 
     from hfzoo.data.corpus import load_corpus
@@ -158,7 +159,8 @@ def unigram_baseline(run_dir: Path) -> dict[str, Any]:
     objective = get_objective(config.objective, config.preset)
     tokenizer = AutoTokenizer.from_pretrained(config.data.tokenizer or run_dir)
     data = config.data
-    corpus = load_corpus(data.dataset, data_files=data.data_files, text_column=data.text_column, seed=config.run.seed)
+    corpus = load_corpus(data.dataset, data_files=data.data_files, text_column=data.text_column, seed=config.run.seed,
+                         exclude_titles=[str(title) for title in data.exclude_titles or ()], keep_titles=data.keep_titles)
     splits = {}
     for name, limit in (("train", config.data.max_train_samples), ("validation", config.data.max_eval_samples)):
         texts = corpus[name] if limit is None else corpus[name].select(range(min(limit, len(corpus[name]))))
@@ -183,10 +185,13 @@ def unigram_baseline(run_dir: Path) -> dict[str, Any]:
             f"{run_dir}: the baseline found {len(validation)} validation targets, the run scored "
             f"{scored[-1]['eval_targets']}; the data or collator differ from the run's"
         )
-    perplexity = unigram_perplexity(torch.cat(fitted), validation, len(tokenizer))
+    fitted = torch.cat(fitted)
+    perplexity = unigram_perplexity(fitted, validation, len(tokenizer))
+    most_frequent = torch.bincount(fitted, minlength=len(tokenizer)).argmax()
     baseline = {
         "unigram_perplexity": perplexity,
         "unigram_loss": math.log(perplexity),
+        "unigram_accuracy": (validation == most_frequent).double().mean().item(),
         "smoothing": "add-one",
         "vocab_size": len(tokenizer),
         "fit_targets": sum(len(t) for t in fitted),

@@ -242,6 +242,7 @@ def _validate(model, loader, objective: Objective, tokenizer, config: PretrainCo
         model, loader, collator, accelerator, shifts_labels=objective.shifts_labels,
         max_batches=config.training.eval_batches,
         perplexity_of=objective.perplexity_of, accuracy_of=objective.accuracy_of,
+        token_accuracy_of=objective.token_accuracy_of,
     )  # fmt: skip
 
 

@@ -56,6 +56,8 @@ class Objective:
     perplexity_of: str = "loss"
     # A sequence-level prediction whose validation accuracy is reported: (metric name, logits field, label key).
     accuracy_of: tuple[str, str, str] | None = None
+    # The logits field whose most likely token at each target is scored right or wrong (a masked LM's accuracy).
+    token_accuracy_of: str | None = None
 
     def check_collator_options(self, options: dict) -> None:
         """Raise if `options` (config key `collator`) holds an argument the collator does not take, or changes one
@@ -112,7 +114,7 @@ OBJECTIVES: dict[str, Objective] = {o.name: o for o in (
     Objective(
         "mlm", "encoder", AutoModelForMaskedLM, MaskedLMCollator, "fill-mask", "Masked language modeling",
         shifts_labels=False, scored_targets="the masked positions only",
-        fixed_collator_options={"next_sentence_prediction": False},
+        fixed_collator_options={"next_sentence_prediction": False}, token_accuracy_of="logits",
     ),
     Objective(
         "mlm_nsp", "encoder", AutoModelForPreTraining, MaskedLMCollator, "fill-mask",
@@ -121,6 +123,7 @@ OBJECTIVES: dict[str, Objective] = {o.name: o for o in (
         examples=sentence_pairs, fixed_collator_options={"next_sentence_prediction": True},
         perplexity_of="masked_lm_loss",
         accuracy_of=("next_sentence_accuracy", "seq_relationship_logits", "next_sentence_label"),
+        token_accuracy_of="prediction_logits",
     ),
     Objective(
         "electra", "encoder", AutoModelForPreTraining, MaskedLMCollator, "feature-extraction",
@@ -128,7 +131,7 @@ OBJECTIVES: dict[str, Objective] = {o.name: o for o in (
         scored_targets="the generator's masked positions: its masked-LM loss (the perplexity's) plus "
         "discriminator_weight x the discriminator's binary cross-entropy over every token",
         fixed_collator_options={"next_sentence_prediction": False, **ELECTRA_MASKING},
-        training_model=ElectraPreTraining, perplexity_of="generator_loss",
+        training_model=ElectraPreTraining, perplexity_of="generator_loss", token_accuracy_of="generator_logits",
     ),
     Objective(
         "spanbert", "encoder", AutoModelForMaskedLM, MaskedLMCollator, "fill-mask",
@@ -136,7 +139,7 @@ OBJECTIVES: dict[str, Objective] = {o.name: o for o in (
         scored_targets="the masked spans' tokens: the masked-LM loss (the perplexity's) plus the span-boundary "
         "head's cross-entropy of the same tokens",
         fixed_collator_options={"next_sentence_prediction": False, "masking": "span"},
-        training_model=SpanBertPreTraining, perplexity_of="masked_lm_loss",
+        training_model=SpanBertPreTraining, perplexity_of="masked_lm_loss", token_accuracy_of="logits",
     ),
     Objective(
         "span_corruption", "encoder_decoder", AutoModelForSeq2SeqLM, SpanCorruptionCollator, "text2text-generation",

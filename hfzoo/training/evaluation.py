@@ -29,6 +29,16 @@ def task_loss(model: nn.Module, outputs) -> torch.Tensor:
     return outputs.loss - model.config.router_aux_loss_coef * aux_loss
 
 
+def _right_targets(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """[right predictions, targets] of one batch; `logits` cover every position or only the labelled ones (in the
+    order of `labels[labels != -100]`, as the masked LMs' training outputs and ELECTRA's generator give them)."""
+    labelled = labels != -100
+    predicted = logits.argmax(-1)
+    if predicted.shape == labels.shape:
+        predicted = predicted[labelled]
+    return torch.stack([(predicted == labels[labelled]).sum(), labelled.sum()]).double()
+
+
 class EvalShard(torch.utils.data.Dataset):
     """This process's share of the validation examples, padded so every process has the same count.
 
@@ -62,10 +72,13 @@ def evaluate(
     max_batches: int | None = None,
     perplexity_of: str = "loss",
     accuracy_of: tuple[str, str, str] | None = None,
+    token_accuracy_of: str | None = None,
 ) -> dict[str, float]:
     """Validation loss (mean over target tokens, all processes), its parts, a perplexity and, with
     `accuracy_of=(name, logits field, label key)`, the accuracy of a sequence-level prediction (`eval_<name>`: e.g.
-    next-sentence prediction, whose loss alone cannot say whether the pairs are told apart).
+    next-sentence prediction, whose loss alone cannot say whether the pairs are told apart) and, with
+    `token_accuracy_of` (a logits field), the share of target tokens whose most likely token is right
+    (`eval_token_accuracy`: a masked LM's accuracy at its masked positions).
 
     `dataloader` yields lists of (example, real) from an `EvalShard`. Each batch's mean loss is
     weighted by its number of targets (labels != -100; a causal LM has no target at the first
@@ -79,6 +92,7 @@ def evaluate(
     unwrapped = accelerator.unwrap_model(model)
     parts, sums = [], None  # sums: loss x targets, each part x targets, targets
     correct = torch.zeros(2, dtype=torch.float64, device=accelerator.device)  # right predictions, real examples
+    right_tokens = torch.zeros(2, dtype=torch.float64, device=accelerator.device)  # right targets, targets
     for index, items in enumerate(dataloader):
         if max_batches is not None and index >= max_batches:
             break
@@ -91,6 +105,8 @@ def evaluate(
             _, logits_field, label_key = accuracy_of
             right = outputs[logits_field].argmax(-1) == batch[label_key]
             correct += torch.stack([(right & real).sum(), real.sum()]).double()
+        if token_accuracy_of is not None:
+            right_tokens += _right_targets(outputs[token_accuracy_of], batch["labels"])
         if sums is None:
             parts = [name for name in outputs.keys() if name.endswith("_loss") and name != "aux_loss"]
             sums = torch.zeros(len(parts) + 2, dtype=torch.float64, device=accelerator.device)
@@ -107,6 +123,9 @@ def evaluate(
     if accuracy_of is not None:
         right, examples = accelerator.reduce(correct, reduction="sum").tolist()
         metrics[f"eval_{accuracy_of[0]}"] = right / max(examples, 1)
+    if token_accuracy_of is not None:
+        right, targets_scored = accelerator.reduce(right_tokens, reduction="sum").tolist()
+        metrics["eval_token_accuracy"] = right / max(targets_scored, 1)
     return {**metrics, "perplexity": perplexity, "eval_targets": int(targets)}
 
 

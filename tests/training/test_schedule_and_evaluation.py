@@ -9,6 +9,7 @@ import math
 import pytest
 import torch
 
+import hfzoo
 from hfzoo.training import get_objective
 from hfzoo.training.evaluation import EvalShard, evaluate
 from hfzoo.training.loop import build_optimizer, build_scheduler
@@ -84,3 +85,26 @@ def test_evaluate_is_the_token_weighted_loss_of_the_model(accelerator, tokenizer
     assert metrics["eval_loss"] == pytest.approx(total / metrics["eval_targets"], abs=1e-5)
     assert metrics["perplexity"] == pytest.approx(math.exp(metrics["eval_loss"]))
     assert model.training  # evaluate restores the mode it found
+
+
+@pytest.mark.parametrize("objective", ["mlm", "electra"])
+def test_token_accuracy_scores_each_target_by_its_most_likely_token(accelerator, objective):
+    """Full-width logits (a masked LM in eval mode) and labelled-rows-only logits (ELECTRA's generator) alike: the
+    targets are labelled with the model's own prediction on one half and another token on the other, so 0.5."""
+    torch.manual_seed(0)
+    model = get_objective(objective, "bert-tiny").build_model(hfzoo.preset_config("bert-tiny"), {}).eval()
+    input_ids = torch.randint(5, 1000, (4, 12))
+    masked = torch.zeros_like(input_ids, dtype=torch.bool)
+    masked[:, 2:6] = True
+    field = get_objective(objective, "bert-tiny").token_accuracy_of
+    with torch.no_grad():
+        logits = model(input_ids=input_ids, labels=input_ids.masked_fill(~masked, -100))[field]
+    predicted = logits.argmax(-1)
+    predicted = predicted[masked] if predicted.shape == input_ids.shape else predicted
+    wrong = (predicted + 1) % logits.shape[-1]
+    targets = torch.where(torch.arange(len(predicted)) % 2 == 0, predicted, wrong)
+    labels = torch.full_like(input_ids, -100).masked_scatter(masked, targets)
+    batch = {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids), "labels": labels}
+    loader = torch.utils.data.DataLoader(EvalShard([0, 1, 2, 3], 0, 1), batch_size=4, collate_fn=list)
+    metrics = evaluate(model, loader, lambda _: dict(batch), accelerator, shifts_labels=False, token_accuracy_of=field)
+    assert metrics["eval_token_accuracy"] == 0.5 and metrics["eval_targets"] == 16
