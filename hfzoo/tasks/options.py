@@ -38,6 +38,9 @@ class TaskOptions:
     label_column: str | None = key(None, "label column (token-classification jsonl: the tag-list column)")
     target_column: str | None = key(None, "seq2seq target column (parallel text: its file suffix)")
     max_train_samples: int | None = key(None, "keep only the first N training examples", minimum=1)
+    train_subset_seed: int | None = key(None, "with max_train_samples: keep N training examples drawn at random with "
+                                        "this seed (in file order; the same subset whatever the run's seed) instead "
+                                        "of the first N", minimum=0)  # fmt: skip
     max_eval_samples: int | None = key(None, "keep only the first N validation examples", minimum=1)
     # Formatting.
     max_length: int = key(128, "tokens per input (longer inputs are truncated; QA: split into windows)", minimum=1)
@@ -57,6 +60,9 @@ class TaskOptions:
             raise ValueError("give a data source: --dataset (a folder or a Hub name) or --train_file.")
         if self.dataset is not None and self.train_file is not None:
             raise ValueError("give --dataset or --train_file/--validation_file, not both.")
+        if self.train_subset_seed is not None and self.max_train_samples is None:
+            raise ValueError("config key 'train_subset_seed' draws the max_train_samples examples to keep: give "
+                             "--max_train_samples too.")  # fmt: skip
         if self.validation_split is not None and not 0.0 < self.validation_split < 1.0:
             raise ValueError(f"config key 'validation_split' must be in (0, 1), got {self.validation_split}.")
         if self.task == "question-answering" and not 0 <= self.doc_stride < self.max_length:

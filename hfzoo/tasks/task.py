@@ -11,6 +11,7 @@ into predictions and metrics. How the input is laid out depends on the model's f
 
 from __future__ import annotations
 
+import random
 import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -207,7 +208,10 @@ def load_examples(task: Task, config: TaskOptions) -> tuple[list, list]:
         if config.validation_split is None:
             raise DataError("no validation file: give --validation_file, or --validation_split to hold part of it out")
         train, validation = hold_out(train, config.validation_split, task.group)
-    if config.max_train_samples is not None:
+    if config.max_train_samples is not None and config.train_subset_seed is not None:
+        kept = random.Random(config.train_subset_seed).sample(range(len(train)), min(config.max_train_samples, len(train)))
+        train = [train[index] for index in sorted(kept)]
+    elif config.max_train_samples is not None:
         train = train[: config.max_train_samples]
     if config.max_eval_samples is not None:
         validation = validation[: config.max_eval_samples]

@@ -324,3 +324,17 @@ def test_shipped_configs_parse():
     for path in configs:
         config = parse_args(["--config", str(path)])
         assert config.data.model and config.data.task
+
+
+def test_a_seeded_training_subset_is_drawn_from_the_whole_file_in_file_order(checkpoints):
+    _, first, _ = task_for(checkpoints["bert-tiny"], *RTE)
+    _, drawn, _ = task_for(checkpoints["bert-tiny"], *RTE, "--train_subset_seed", "0")
+    _, again, _ = task_for(checkpoints["bert-tiny"], *RTE, "--train_subset_seed", "0", "--seed", "7")
+    _, other, _ = task_for(checkpoints["bert-tiny"], *RTE, "--train_subset_seed", "1")
+    _, whole, _ = task_for(checkpoints["bert-tiny"], *RTE[:-4])
+    lines = [int(example.where.rsplit(", line ", 1)[1]) for example in drawn]
+    assert len(drawn) == 40 and lines == sorted(lines) and max(lines) > 200  # not the file's first 40
+    assert [e.where for e in again] == [e.where for e in drawn] != [e.where for e in other]
+    assert {e.where for e in drawn} <= {e.where for e in whole} and drawn != first
+    with pytest.raises(ValueError, match="'train_subset_seed' draws the max_train_samples .* give --max_train_samples"):
+        parse_args(["--model", "m", *RTE[:-4], "--train_subset_seed", "0"])
