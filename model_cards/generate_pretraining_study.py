@@ -10,6 +10,11 @@ machine, load) and continued from its checkpoint when stopped, so the study goes
         --steps mlm=6000 spanbert=6000 --tasks conll2003 sst2-1k sst2 rte --max_minutes 120 \
         -- --config recipes/configs/bert-small-enwiki-mlm.yaml --tokenizer runs/results/pretraining-enwiki/tokenizer
 
+    # The card (README.md, the validation curves, results.json), from whatever runs are finished: every target's
+    # verdict, or what it still waits for.
+    python model_cards/generate_pretraining_study.py card runs/results/pretraining-enwiki \
+        model_cards/results/pretraining-enwiki-4x256
+
 Run folders: `pretrain-<objective>`, then `<task>-<base>-lr<rate>-seed<seed>` for every base (each objective, and
 `scratch`: the first objective's config and tokenizer with random weights, the floor that shows whether pretraining
 transferred). The fine-tuning learning rate is chosen per base and task as the papers do: every rate with the first
@@ -21,15 +26,25 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import shlex
 import signal
+import statistics
 import sys
 from pathlib import Path
+from typing import Any
 
-from generate_results import record
+from generate_finetune_results import baselines
+from generate_results import record, summarize
 from grid_runs import STOPPED_EXIT, Execution, run_once
-from recording import REPO_ROOT, Budget, run_complete, run_metrics
+from recording import REPO_ROOT, RUN_RECORD, Budget, run_complete, run_metrics, shown
+
+from hfzoo.card_writing import CARD, Curve, RunRecord, Section, markdown_table, model_card_data, plot_losses, render_card
+from hfzoo.core.files import write_atomic
 
 FINETUNE_RECIPE = "recipes/finetune.py"
+RESULTS = "results.json"
+CURVES = "validation_curves.png"
 SCRATCH = "scratch"
 # Each task: its fine-tuning config, the run length and data, and the metric its learning rate is chosen by.
 TASKS: dict[str, tuple[str, list[str], str]] = {
@@ -94,6 +109,160 @@ def finetune(runs_dir: Path, bases: list[str], tasks: list[str], learning_rates:
     return failed
 
 
+# ------------------------------------------------------------------------------------------------ card
+FINETUNE_RUN = re.compile(r"(?P<task>.+?)-(?P<base>[a-z_]+)-lr(?P<rate>.+)-seed(?P<seed>\d+)")  # finetune_dir's
+# The issue's targets: (task, base, than, margin in points): base's mean >= than's mean + margin.
+GAINS = [("conll2003", "*", SCRATCH, 10.0), ("sst2-1k", "*", SCRATCH, 5.0), ("sst2", "*", SCRATCH, 2.0),
+         ("conll2003", "electra", "mlm", 0.0), ("sst2-1k", "electra", "mlm", 0.0), ("conll2003", "spanbert", "mlm", 0.0)]
+
+
+def collect(runs_dir: Path, card_command: str) -> dict[str, Any]:
+    """results.json: each finished pretraining run's summary, and per task, base, rate and seed the finished
+    fine-tuning runs' metrics (with their commands and code)."""
+    results: dict[str, Any] = {"runs_dir": shown(str(runs_dir)), "pretraining": {}, "finetuning": {}, "floors": {}}
+    for run_dir in sorted(runs_dir.glob("pretrain-*")):
+        if run_complete(run_dir, "model.safetensors"):
+            results["pretraining"][run_dir.name.removeprefix("pretrain-")] = summarize(run_dir, card_command)
+    for run_dir in sorted(runs_dir.iterdir()):
+        name = FINETUNE_RUN.fullmatch(run_dir.name)
+        if name is None or name["task"] not in TASKS or not run_complete(run_dir):
+            continue
+        recorded = json.loads((run_dir / RUN_RECORD).read_text())
+        run = {**run_metrics(run_dir), "wall_s": recorded["process_wall_s"], "command": recorded["command"],
+               "git": recorded["git"]}  # fmt: skip
+        results["finetuning"].setdefault(name["task"], {}).setdefault(name["base"], {}).setdefault(
+            name["rate"], {})[name["seed"]] = run
+        results["floors"].setdefault(name["task"], baselines(run_dir))
+    started = runs_dir / "command.json"
+    results["command"] = json.loads(started.read_text()) if started.is_file() else None
+    return results
+
+
+def _scores(results: dict[str, Any], task: str, base: str) -> tuple[str, list[float]] | None:
+    """The base's best learning rate on `task` (by the mean over its seeds, among the rates with the most seeds:
+    the one `run` chose) and its seeds' scores in points; None if it has no finished run."""
+    rates = results["finetuning"].get(task, {}).get(base)
+    if not rates:
+        return None
+    metric = TASKS[task][2]
+    most = max(len(seeds) for seeds in rates.values())
+    best = max((rate for rate, seeds in rates.items() if len(seeds) == most),
+               key=lambda rate: statistics.fmean(run[metric] for run in rates[rate].values()))  # fmt: skip
+    return best, [100 * run[metric] for run in rates[best].values()]
+
+
+def verdicts(results: dict[str, Any]) -> list[str]:
+    """One line per target of the issue: met, missed (with the figures), or waiting for runs."""
+    objectives = list(results["pretraining"])
+    lines = []
+    for task, base, than, margin in GAINS:
+        for side in objectives if base == "*" else [base]:
+            if base != "*" and side not in results["pretraining"]:
+                continue
+            mine, theirs = _scores(results, task, side), _scores(results, task, than)
+            target = f"{task}: {side} >= {than}" + (f" + {margin:g} points" if margin else "")
+            if mine is None or theirs is None:
+                lines.append(f"{target}: waiting for its fine-tuning runs")
+                continue
+            gain = statistics.fmean(mine[1]) - statistics.fmean(theirs[1])
+            lines.append(f"{target}: {'met' if gain >= margin else 'MISSED'} ({statistics.fmean(mine[1]):.2f} vs "
+                         f"{statistics.fmean(theirs[1]):.2f}, {gain:+.2f} points; {len(mine[1])} and "
+                         f"{len(theirs[1])} seeds at each one's best learning rate)")  # fmt: skip
+    majority = results["floors"].get("rte", {}).get("majority_class_accuracy")
+    for side in objectives:
+        scores = _scores(results, "rte", side)
+        if scores is None or majority is None:
+            lines.append(f"rte: {side} above the majority class: waiting for its fine-tuning runs")
+            continue
+        mean = statistics.fmean(scores[1])
+        lines.append(f"rte: {side} above the majority class: {'met' if mean > 100 * majority else 'MISSED'} "
+                     f"({mean:.2f} vs {100 * majority:.2f})")  # fmt: skip
+    return lines
+
+
+def _pretraining_table(results: dict[str, Any]) -> str:
+    rows = []
+    for objective, s in results["pretraining"].items():
+        t, final, baseline = s["training"], s["final"], s["baseline"]
+        accuracy = final.get("eval_token_accuracy")
+        rows.append([
+            objective, f"{s['parameters']:,}", t["steps"], f"{t['tokens_seen']:,}", f"{t['loop_wall_s'] / 60:.1f} min",
+            f"{t['tokens_per_s_median']:,.0f}", f"{final['perplexity']:.1f}", f"{baseline['unigram_perplexity']:.1f}",
+            "-" if accuracy is None else f"{accuracy:.3f}", f"{baseline.get('unigram_accuracy', float('nan')):.3f}",
+            f"{s['machine']['load_average_1min']['mean']:.1f}" if s["machine"]["load_average_1min"] else "-",
+        ])  # fmt: skip
+    return markdown_table(["objective", "parameters trained", "steps", "tokens seen", "training loop",
+                           "tokens/s (median)", "masked-LM perplexity", "unigram perplexity", "token accuracy",
+                           "unigram accuracy", "load"], rows)  # fmt: skip
+
+
+def _finetuning_table(results: dict[str, Any], task: str) -> str:
+    metric, rows = TASKS[task][2], []
+    for base, rates in results["finetuning"][task].items():
+        best = _scores(results, task, base)[0]
+        for rate, seeds in sorted(rates.items(), key=lambda item: float(item[0])):
+            scores = [100 * run[metric] for run in seeds.values()]
+            rows.append([base, rate + (" (best)" if rate == best else ""), f"{statistics.fmean(scores):.2f}",
+                         " / ".join(f"{score:.2f}" for score in scores), ", ".join(seeds),
+                         f"{statistics.fmean(run['wall_s'] for run in seeds.values()):.0f} s"])  # fmt: skip
+    floors = {k: v for k, v in results["floors"][task].items() if isinstance(v, float)}
+    rows += [[name.replace("_", " "), "-", f"{100 * value:.2f}", "-", "-", "-"] for name, value in floors.items()]
+    return markdown_table(["fine-tuned from", "learning rate", f"mean {metric}", "per seed", "seeds", "mean wall time"],
+                          rows)  # fmt: skip
+
+
+def plot_curves(results: dict[str, Any], path: Path) -> None:
+    """Each objective's validation masked-LM loss against its training-loop minutes, with the unigram floor."""
+    curves = []
+    for objective, summary in results["pretraining"].items():
+        timed = [p for p in summary["evaluation"] if p["elapsed_s"] is not None]  # one before the first train log: no time
+        curves.append(Curve([p["elapsed_s"] / 60 for p in timed], [p["perplexity"] for p in timed], objective, "o-"))
+    floor = min(s["baseline"]["unigram_perplexity"] for s in results["pretraining"].values())
+    plot_losses(path, curves, xlabel="training loop (minutes)", ylabel="validation masked-LM perplexity",
+                baseline=(floor, "unigram perplexity"), dpi=100)  # fmt: skip
+
+
+def render(results: dict[str, Any], card_command: str) -> str:
+    first = next(iter(results["pretraining"].values()))
+    shape = ", ".join(f"{key} {value}" for key, value in first["config"]["model"].items())  # the preset's overrides
+    intro = (
+        f"`{first['preset']}`{f' ({shape})' if shape else ''} pretrained from scratch on {first['data']['name']} by `recipes/pretrain.py` with each objective ("
+        + ", ".join(f"`{o}` for {s['training']['steps']} steps" for o, s in results["pretraining"].items())
+        + "), the same tokenizer, data order, batch, schedule and seed; then every pretrained encoder, and the same "
+        "encoder from random weights (`scratch`), fine-tuned fully by `recipes/finetune.py` with the same settings "
+        "on each task: every learning rate with the first seed, then the other seeds at the best one. Generated by "
+        "`model_cards/generate_pretraining_study.py` from the run folders; no number is typed by hand."
+    )
+    runs = [(f"pretrain-{o}", s["commands"]["run"]) for o, s in results["pretraining"].items()]
+    runs += [(f"{task}-{base}-lr{rate}-seed{seed}", run["command"]) for task, bases in results["finetuning"].items()
+             for base, rates in bases.items() for rate, seeds in rates.items() for seed, run in seeds.items()]
+    commands = "\n".join(command for _, command in runs)
+    sections = [
+        Section("Does hfzoo's own pretraining pay?", intro, level=1),
+        Section("Verdict", "\n".join(f"- {line}." for line in verdicts(results))),
+        Section("Pretraining", _pretraining_table(results) + f"\n\n![validation curves]({CURVES})"),
+        *[Section(f"Fine-tuning: {task}", _finetuning_table(results, task)) for task in results["finetuning"]],
+        Section("Commands", f"The runs, as recorded (`python`: the virtualenv's):\n\n```bash\n{commands}\n```\n\n"
+                + (f"which `{shlex.join(results['command'])}` started.\n\n" if results["command"] else "")
+                + f"This card:\n\n```bash\n{card_command}\n```"),
+    ]  # fmt: skip
+    metadata = model_card_data(None, ["hfzoo", first["preset"], *results["pretraining"], "pretraining", "results"])
+    return render_card(RunRecord("pretraining-study", {}, summary=results), sections, metadata)
+
+
+def card(runs_dir: Path, card_dir: Path) -> Path:
+    """README.md, the curves and results.json for the finished runs in `runs_dir`, into `card_dir`."""
+    command = shlex.join(["python", "model_cards/generate_pretraining_study.py", "card", shown(str(runs_dir)),
+                          shown(str(card_dir))])  # fmt: skip
+    results = collect(runs_dir, command)
+    if not results["pretraining"]:
+        raise SystemExit(f"card: no pretraining run in {runs_dir} is finished yet; `run` goes on with them")
+    card_dir.mkdir(parents=True, exist_ok=True)
+    plot_curves(results, card_dir / CURVES)
+    write_atomic(card_dir / RESULTS, json.dumps(results, indent=1) + "\n")
+    return write_atomic(card_dir / CARD, render(results, command))
+
+
 def _steps(values: list[str]) -> dict[str, int]:
     steps = {}
     for value in values:
@@ -116,11 +285,19 @@ def main(argv: list[str] | None = None) -> int:
     runs.add_argument("--seeds", nargs="+", type=int, default=[42, 43, 44])
     runs.add_argument("--max_minutes", type=float, help="stop after this many minutes (or at SIGTERM), keeping the "
                       "checkpoints of the run it stops; the same command continues")  # fmt: skip
+    make = commands.add_parser("card", help="README.md, curves and results.json from the finished runs")
+    make.add_argument("runs_dir", type=Path)
+    make.add_argument("card_dir", type=Path)
     argv = sys.argv[1:] if argv is None else argv
     own, recipe_args = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
     args = parser.parse_args(own)
-    steps = _steps(args.steps)
     runs_dir = args.runs_dir.resolve()
+    if args.command == "card":
+        card_dir = args.card_dir.resolve()
+        os.chdir(REPO_ROOT)
+        print(card(runs_dir, card_dir))
+        return 0
+    steps = _steps(args.steps)
     os.chdir(REPO_ROOT)  # the recipes' config files and data paths are relative to the repository root
     runs_dir.mkdir(parents=True, exist_ok=True)
     (runs_dir / "command.json").write_text(json.dumps(["python", "model_cards/generate_pretraining_study.py", *argv]))

@@ -194,7 +194,7 @@ def unigram_baseline(run_dir: Path) -> dict[str, Any]:
         "unigram_accuracy": (validation == most_frequent).double().mean().item(),
         "smoothing": "add-one",
         "vocab_size": len(tokenizer),
-        "fit_targets": sum(len(t) for t in fitted),
+        "fit_targets": fitted.numel(),
         "fit_collator_passes": passes,
         "validation_targets": len(validation),
     }
@@ -225,7 +225,7 @@ def summarize(run_dir: Path, card_command: str) -> dict[str, Any]:
 
     curve = [
         {"step": r["step"], "elapsed_s": at(r["step"]).get("elapsed"), "tokens_seen": at(r["step"]).get("tokens_seen"),
-         "eval_loss": r["eval_loss"], "perplexity": r["perplexity"]}
+         "eval_loss": r["eval_loss"], "perplexity": r["perplexity"], "token_accuracy": r.get("eval_token_accuracy")}
         for r in records if r["event"] == "eval"
     ]  # fmt: skip
     commands = {"data": None, "record": None, "run": run.get("command"), "card": card_command}
@@ -273,7 +273,7 @@ def summarize(run_dir: Path, card_command: str) -> dict[str, Any]:
             "final_train_loss": train[-1]["loss"],
         },
         "evaluation": curve,
-        "final": {key: end[key] for key in ("eval_loss", "perplexity", "eval_targets")},
+        "final": {key: end.get(key) for key in ("eval_loss", "perplexity", "eval_targets", "eval_token_accuracy")},
         "baseline": baseline,
         "machine": {
             **run.get("machine", {}),

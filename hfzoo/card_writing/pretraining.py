@@ -100,10 +100,11 @@ def _intro(record: RunRecord) -> str:
 
 
 def _accuracy(evaluation: dict) -> str:
-    """Next-sentence prediction's held-out accuracy, where the objective has it (chance: 0.5)."""
-    if "eval_next_sentence_accuracy" not in evaluation:
-        return ""
-    return f", next-sentence accuracy {evaluation['eval_next_sentence_accuracy']:.3f}"
+    """The masked LM's token accuracy and next-sentence prediction's accuracy (chance: 0.5), where the objective
+    has them."""
+    shown = [(key, name) for key, name in (("eval_token_accuracy", "token accuracy"),
+             ("eval_next_sentence_accuracy", "next-sentence accuracy")) if key in evaluation]  # fmt: skip
+    return "".join(f", {name} {evaluation[key]:.3f}" for key, name in shown)
 
 
 def _results(record: RunRecord) -> str:

@@ -1,6 +1,6 @@
 """model_cards/generate_pretraining_study.py at a tiny scale: two objectives pretrained and recorded, then each base
 (and random weights) fine-tuned at every learning rate with the first seed and at its best rate with the others; a
-second invocation keeps every finished run."""
+second invocation keeps every finished run; the card's verdicts come from the runs' own numbers."""
 
 from __future__ import annotations
 
@@ -16,13 +16,14 @@ import generate_pretraining_study as study  # noqa: E402
 PRETRAINING = ["--preset", "bert-tiny", "--tokenizer_kind", "wordpiece", "--vocab_size", "384", "--dataset",
                "../shared/data/enwiki/AA/wiki_00", "--max_train_samples", "20", "--max_eval_samples", "4",
                "--block_size", "32", "--per_device_batch_size", "4", "--eval_every", "2", "--save_every", "100",
-               "--tensorboard", "false"]  # fmt: skip
+               "--log_every", "1", "--tensorboard", "false"]  # fmt: skip
 FINETUNING = ["--max_steps", "2", "--per_device_batch_size", "8", "--max_train_samples", "32",
               "--max_eval_samples", "16"]  # fmt: skip
 
 
 @pytest.mark.slow  # 2 pretraining and 9 fine-tuning processes; the recipes' own tests cover each run in make test
-def test_every_base_is_fine_tuned_at_each_rate_then_at_its_best_with_every_seed(shared_data, tmp_path, monkeypatch):
+def test_every_base_is_fine_tuned_at_each_rate_then_at_its_best_with_every_seed_and_carded(shared_data, tmp_path,
+                                                                                         monkeypatch):
     monkeypatch.setitem(study.TASKS, "sst2-1k", (study.TASKS["sst2-1k"][0], FINETUNING, "accuracy"))
     runs = tmp_path / "runs"
     argv = ["run", str(runs), "--steps", "mlm=2", "spanbert=3", "--tasks", "sst2-1k", "--learning-rates", "1e-4",
@@ -43,3 +44,22 @@ def test_every_base_is_fine_tuned_at_each_rate_then_at_its_best_with_every_seed(
     finished = {path: path.stat().st_mtime_ns for path in runs.glob("*/run_record.json")}
     assert study.main(argv) == 0  # nothing left to do: every finished run kept as it is
     assert {path: path.stat().st_mtime_ns for path in runs.glob("*/run_record.json")} == finished
+
+    card = study.main(["card", str(runs), str(tmp_path / "card")])
+    assert card == 0
+    results = json.loads((tmp_path / "card" / "results.json").read_text())
+    text = (tmp_path / "card" / "README.md").read_text()
+    assert set(results["pretraining"]) == {"mlm", "spanbert"} and (tmp_path / "card" / "validation_curves.png").is_file()
+    assert 0 <= results["pretraining"]["spanbert"]["final"]["eval_token_accuracy"] <= 1
+    assert 0 <= results["pretraining"]["mlm"]["baseline"]["unigram_accuracy"] <= 1
+    means = {}
+    for base in ("mlm", "scratch"):
+        rates = results["finetuning"]["sst2-1k"][base]
+        best = next(rate for rate, seeds in rates.items() if len(seeds) == 2)
+        means[base] = sum(100 * run["accuracy"] for run in rates[best].values()) / 2
+    gain = means["mlm"] - means["scratch"]
+    verdict = "met" if gain >= 5 else "MISSED"
+    assert (f"- sst2-1k: mlm >= scratch + 5 points: {verdict} ({means['mlm']:.2f} vs {means['scratch']:.2f}, "
+            f"{gain:+.2f} points; 2 and 2 seeds") in text
+    assert "- conll2003: spanbert >= mlm: waiting for its fine-tuning runs." in text
+    assert "majority class accuracy" in text and "--model /" not in text and "--output_dir /" not in text
