@@ -38,7 +38,16 @@ from pathlib import Path
 
 from hfzoo.card_writing.render import Curve, plot_losses
 
-from common import MALLOC_SETTINGS, REPO_ROOT, RESULTS_DIR, ensure_malloc_setting, environment, write_json
+from common import (
+    MALLOC_SETTINGS,
+    REPO_ROOT,
+    RESULTS_DIR,
+    ensure_malloc_setting,
+    environment,
+    read_run,
+    recipe_command,
+    write_json,
+)
 
 DATA = REPO_ROOT.parent / "shared" / "data" / "tinyshakespeare" / "input.txt"
 NANOGPT = {"validation_loss": 1.88, "wall_s": 180.0}  # published: "a loss of only 1.88", "about ~3 minutes"
@@ -65,28 +74,6 @@ def write_splits(text: str, folder: Path) -> dict[str, int]:
         (folder / f"{split}.jsonl").write_text(json.dumps({"text": part}) + "\n", encoding="utf-8")
         sizes[split] = len(part)
     return sizes
-
-
-def recipe_command(settings: dict, data_dir: Path, output_dir: Path) -> list[str]:
-    overrides = [part for key, value in settings.items() for part in (f"--{key}", str(value))]
-    return [sys.executable, str(REPO_ROOT / "recipes" / "pretrain.py"), *overrides, "--dataset", str(data_dir),
-            "--save_every", str(settings["max_steps"]), "--output_dir", str(output_dir)]  # fmt: skip
-
-
-def read_run(output_dir: Path) -> dict:
-    """The final validation loss, the training seconds and the curve (step, training seconds, validation loss)."""
-    records = [json.loads(line) for line in (output_dir / "log.jsonl").read_text().splitlines()]
-    elapsed = {r["step"]: r["elapsed"] for r in records if r["event"] == "train"}
-    curve = [
-        {"step": r["step"], "train_s": elapsed.get(r["step"]), "validation_loss": r["eval_loss"]}
-        for r in records if r["event"] == "eval"
-    ]  # fmt: skip
-    end = next(r for r in records if r["event"] == "end")
-    tokens_per_s = [r["tokens_per_s"] for r in records if r["event"] == "train"]
-    return {
-        "validation_loss": curve[-1]["validation_loss"], "train_s": end["elapsed"], "steps": end["step"],
-        "tokens_per_s_median": sorted(tokens_per_s)[len(tokens_per_s) // 2], "curve": curve,
-    }  # fmt: skip
 
 
 def results(run: dict, wall_s: float, changed: str = "") -> tuple[list[dict], list[str]]:

@@ -1,4 +1,5 @@
-"""The measuring harness every hfzoo benchmark shares (decoder, encoder, seq2seq, adapters).
+"""The measuring harness every hfzoo benchmark shares (decoder, encoder, seq2seq, adapters), and the recipe runs of
+the pretraining side by sides (Shakespeare, masked LM).
 
 The machine is two shared, noisy cores whose speed drifts 10-30% between minutes, so absolute numbers are not
 comparable across runs. What is comparable is variants measured side by side: every round runs each variant once,
@@ -29,9 +30,11 @@ from torch.profiler import ProfilerActivity, profile
 
 from hfzoo.core.files import write_atomic
 from hfzoo.integrations.transformers import attn_implementation
+from hfzoo.training.logging import read_log
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
+SHARED_DIR = REPO_ROOT.parent / "shared"  # the real data sets, beside the repository (../shared/data)
 THREADS = 2
 
 # glibc hands freed memory back to the OS and re-faults it on the next step (15-35% of a CPU training step here);
@@ -413,6 +416,34 @@ def add_common_arguments(parser: argparse.ArgumentParser, output: Path) -> None:
     parser.add_argument("--output", type=Path, default=output)
 
 
+# ----------------------------------------------------------------------------------------------- recipe runs
+def recipe_command(settings: dict, data_dir: Path, output_dir: Path) -> list[str]:
+    """`recipes/pretrain.py` with `settings` (recipe config keys; a dict value, such as `model`, as YAML) on the
+    corpus folder `data_dir`, checkpointing only at its last step."""
+    overrides = [part for key, value in settings.items()
+                 for part in (f"--{key}", json.dumps(value) if isinstance(value, dict) else str(value))]  # fmt: skip
+    return [sys.executable, str(REPO_ROOT / "recipes" / "pretrain.py"), *overrides, "--dataset", str(data_dir),
+            "--save_every", str(settings["max_steps"]), "--output_dir", str(output_dir)]  # fmt: skip
+
+
+def read_run(output_dir: Path) -> dict:
+    """What a recipe run's `log.jsonl` says: the final validation loss, the training seconds, the parameter count, the
+    number of training blocks and the curve (step, training seconds, validation loss)."""
+    records = read_log(output_dir)
+    elapsed = {r["step"]: r["elapsed"] for r in records if r["event"] == "train"}
+    curve = [
+        {"step": r["step"], "train_s": elapsed.get(r["step"]), "validation_loss": r["eval_loss"]}
+        for r in records if r["event"] == "eval"
+    ]  # fmt: skip
+    end = next(r for r in records if r["event"] == "end")
+    tokens_per_s = [r["tokens_per_s"] for r in records if r["event"] == "train"]
+    return {
+        "validation_loss": curve[-1]["validation_loss"], "train_s": end["elapsed"], "steps": end["step"],
+        "tokens_per_s_median": sorted(tokens_per_s)[len(tokens_per_s) // 2], "parameters": records[0]["parameters"],
+        "train_blocks": records[0]["train_blocks"], "curve": curve,
+    }  # fmt: skip
+
+
 # ----------------------------------------------------------------------------------------------- output
 def format_rate(summary: dict) -> str:
     return f"{summary['median']:,.0f} ({summary['min']:,.0f}-{summary['max']:,.0f})"
@@ -463,7 +494,7 @@ def report(
     payload = {
         "benchmark": benchmark,
         "environment": started,
-        "settings": {key: (_shown(value) if isinstance(value, Path) else value) for key, value in vars(args).items()},
+        "settings": {key: shown_path(value) if isinstance(value, Path) else value for key, value in vars(args).items()},
         "attn_implementation": {variant: attn_implementation(first_pair[variant].config) for variant in VARIANTS},
         "parameters": parameters,
         "results": rows,
@@ -480,11 +511,16 @@ def report(
     return payload
 
 
-def _shown(path: Path) -> str:
-    """A path of the settings as the results record it: relative to the repository when inside it (the committed
-    results hold no path of the machine that measured them)."""
+def shown_path(path: Path) -> str:
+    """A path of the settings as the results record it: relative to the repository when inside it or in the shared
+    folder beside it (`../shared/data/...`), else its name alone (the committed results hold no path of the machine
+    that measured them)."""
     absolute = Path(os.path.abspath(path))
-    return absolute.relative_to(REPO_ROOT).as_posix() if absolute.is_relative_to(REPO_ROOT) else path.name
+    if absolute.is_relative_to(REPO_ROOT):
+        return absolute.relative_to(REPO_ROOT).as_posix()
+    if absolute.is_relative_to(SHARED_DIR):
+        return "../" + absolute.relative_to(REPO_ROOT.parent).as_posix()
+    return path.name
 
 
 def write_json(path: Path, payload: dict) -> None:

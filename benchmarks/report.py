@@ -62,6 +62,8 @@ def render_result_file(path: Path) -> str:
         return render_scaling_file(path, data)
     if data["benchmark"] == "serve":
         return render_serve_file(path, data)
+    if data["benchmark"] == "mlm_pretraining":
+        return render_mlm_pretraining_file(path, data)
     lines = [
         f"## {data['benchmark']}",
         "",
@@ -153,12 +155,50 @@ def render_serve_file(path: Path, data: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def render_mlm_pretraining_file(path: Path, data: dict) -> str:
+    """bench_mlm_pretraining's two runs: final loss, loop and process seconds with their ratios, and both curves."""
+    settings, parameters, ratios = data["settings"], data["parameters"], data["ratios"]
+    recipe, hfzoo, native = settings["recipe"], data["runs"]["hfzoo"], data["runs"]["native"]
+    batch = recipe["per_device_batch_size"]
+    lines = [f"## Masked-LM pretraining on enwiki: hfzoo's recipe and transformers' Trainer ({path.stem})", "",
+             _provenance(path, data), "",
+             f"`recipes/pretrain.py --objective mlm` and `{parameters['native_class']}` trained by `Trainer`, "
+             f"{data['model']} ({parameters['hfzoo']:,} parameters each), on the same {hfzoo['train_blocks']:,} blocks "
+             f"of {recipe['block_size']} tokens (the first {settings['train_articles']:,} training articles of "
+             f"../shared/data/enwiki; tokenizer: {settings['tokenizer']}, {settings['vocab_size']:,} tokens) for "
+             f"{recipe['max_steps']:,} steps of {batch} blocks, evaluated every {recipe['eval_every']:,} steps on the "
+             f"first {recipe['eval_batches'] * batch:,} validation blocks. The two processes ran at once, each on "
+             f"{settings['threads_per_side']} thread(s).", "",
+             "| figure | unit | hfzoo | native (Trainer) | ratio |", "|---|---|---|---|---|",
+             f"| final validation loss | nats/token | {hfzoo['validation_loss']:.4f} | {native['validation_loss']:.4f} | "
+             f"**{ratios['final_loss']:.3f}** (hfzoo / native: <= 1 favours hfzoo) |",
+             f"| training loop, evaluations included | s | {hfzoo['train_s']:,.1f} | {native['train_s']:,.1f} | "
+             f"**{ratios['loop_speed']:.2f}x** (native / hfzoo: > 1 favours hfzoo) |",
+             f"| process, start to exit | s | {hfzoo['wall_s']:,.1f} | {native['wall_s']:,.1f} | "
+             f"**{ratios['process_speed']:.2f}x** (native / hfzoo) |", "",
+             "| step | hfzoo loss | hfzoo s | native loss | native s |", "|---|---|---|---|---|"]  # fmt: skip
+    for ours, theirs in zip(hfzoo["curve"], native["curve"], strict=True):
+        lines.append(f"| {ours['step']:,} | {ours['validation_loss']:.4f} | {ours['train_s']:,.1f} | "
+                     f"{theirs['validation_loss']:.4f} | {theirs['train_s']:,.1f} |")
+    if path.with_suffix(".png").is_file():
+        lines.append(f"\n![{data['model']}: validation loss against seconds and steps](results/{path.stem}.png)")
+    return "\n".join(lines) + "\n"
+
+
 def headline(results: dict[Path, dict]) -> str:
-    """One line per model and figure with its target: the speed ratios, the adapter latency targets, Shakespeare."""
+    """One line per model and figure with its target: the speed ratios, the adapter latency targets, Shakespeare, the
+    masked-LM pretraining's loss and speed ratios."""
     lines = ["## Headline", "", "| benchmark | model | figure | result | target | met |", "|---|---|---|---|---|---|"]
     for path, data in results.items():
         name = path.stem
         if data["benchmark"] == "scaling":  # no target: its table is the result
+            continue
+        if data["benchmark"] == "mlm_pretraining":
+            loss, at_most = data["ratios"]["final_loss"], data["targets"]["final_loss"]["at_most"]
+            lines.append(f"| {name} | {data['model']} | final validation loss, hfzoo / Trainer | {loss:.3f}x | "
+                         f"<= {at_most}x | {'yes' if loss <= at_most else 'no'} |")
+            lines.append(_headline_row(name, data["model"], "training loop speed, Trainer s / hfzoo s",
+                                       data["ratios"]["loop_speed"], data["targets"]["loop_speed"]["at_least"]))
             continue
         if data["benchmark"] == "serve":
             for figure, ratio in data["ratios"].items():

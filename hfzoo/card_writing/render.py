@@ -207,26 +207,32 @@ def plot_losses(
     ylabel: str,
     title: str | None = None,
     baseline: tuple[float, str] | None = None,
+    beside: tuple[Sequence[Curve], str] | None = None,
     dpi: int = 110,
 ) -> Path:
     """Loss curves (and a dashed horizontal `baseline` (value, label)) as a PNG, drawn on matplotlib's Agg canvas
-    so no display is needed."""
+    so no display is needed. `beside`: (curves, x label) of a second panel on the right, on the same loss axis: the
+    same losses against another x (optimizer steps beside seconds, say)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    figure = Figure(figsize=(7, 4), dpi=dpi)
+    panels = [(curves, xlabel), *([beside] if beside is not None else [])]
+    figure = Figure(figsize=(7 if beside is None else 12, 4), dpi=dpi)
     FigureCanvasAgg(figure)
-    axes = figure.add_subplot()
-    for curve in curves:
-        axes.plot(curve.x, curve.y, curve.fmt, alpha=curve.alpha, label=curve.label)
-    if baseline is not None:
-        axes.axhline(baseline[0], color="gray", ls="--", label=baseline[1])
-    axes.set_xlabel(xlabel)
-    axes.set_ylabel(ylabel)
-    if title:
-        axes.set_title(title, fontsize=10)
-    axes.grid(alpha=0.3)
-    axes.legend()
+    first = None
+    for index, (panel_curves, panel_xlabel) in enumerate(panels, 1):
+        axes = figure.add_subplot(1, len(panels), index, sharey=first)
+        for curve in panel_curves:
+            axes.plot(curve.x, curve.y, curve.fmt, alpha=curve.alpha, label=curve.label)
+        if baseline is not None:
+            axes.axhline(baseline[0], color="gray", ls="--", label=baseline[1])
+        axes.set_xlabel(panel_xlabel)
+        axes.grid(alpha=0.3)
+        axes.legend()
+        first = first or axes
+    first.set_ylabel(ylabel)
+    if title:  # over both panels, or over the one
+        (first.set_title if beside is None else figure.suptitle)(title, fontsize=10)
     figure.tight_layout()
     figure.savefig(path)
     return Path(path)
