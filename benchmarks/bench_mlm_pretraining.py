@@ -64,11 +64,10 @@ from common import (
     ensure_malloc_setting,
     environment,
     parameter_count,
-    read_run,
-    recipe_command,
     shown_path,
     write_json,
 )
+from recipe_runs import read_run, recipe_command
 
 DATA = SHARED_DIR / "data" / "enwiki"
 MODEL = {"hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4, "intermediate_size": 1024}

@@ -44,10 +44,9 @@ from common import (
     RESULTS_DIR,
     ensure_malloc_setting,
     environment,
-    read_run,
-    recipe_command,
     write_json,
 )
+from recipe_runs import read_run, recipe_command
 
 DATA = REPO_ROOT.parent / "shared" / "data" / "tinyshakespeare" / "input.txt"
 NANOGPT = {"validation_loss": 1.88, "wall_s": 180.0}  # published: "a loss of only 1.88", "about ~3 minutes"

@@ -30,7 +30,6 @@ from torch.profiler import ProfilerActivity, profile
 
 from hfzoo.core.files import write_atomic
 from hfzoo.integrations.transformers import attn_implementation
-from hfzoo.training.logging import read_log
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
@@ -414,34 +413,6 @@ def add_common_arguments(parser: argparse.ArgumentParser, output: Path) -> None:
                         help="glibc malloc thresholds to run under (the script re-executes itself to apply them)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", type=Path, default=output)
-
-
-# ----------------------------------------------------------------------------------------------- recipe runs
-def recipe_command(settings: dict, data_dir: Path, output_dir: Path) -> list[str]:
-    """`recipes/pretrain.py` with `settings` (recipe config keys; a dict value, such as `model`, as YAML) on the
-    corpus folder `data_dir`, checkpointing only at its last step."""
-    overrides = [part for key, value in settings.items()
-                 for part in (f"--{key}", json.dumps(value) if isinstance(value, dict) else str(value))]  # fmt: skip
-    return [sys.executable, str(REPO_ROOT / "recipes" / "pretrain.py"), *overrides, "--dataset", str(data_dir),
-            "--save_every", str(settings["max_steps"]), "--output_dir", str(output_dir)]  # fmt: skip
-
-
-def read_run(output_dir: Path) -> dict:
-    """What a recipe run's `log.jsonl` says: the final validation loss, the training seconds, the parameter count, the
-    number of training blocks and the curve (step, training seconds, validation loss)."""
-    records = read_log(output_dir)
-    elapsed = {r["step"]: r["elapsed"] for r in records if r["event"] == "train"}
-    curve = [
-        {"step": r["step"], "train_s": elapsed.get(r["step"]), "validation_loss": r["eval_loss"]}
-        for r in records if r["event"] == "eval"
-    ]  # fmt: skip
-    end = next(r for r in records if r["event"] == "end")
-    tokens_per_s = [r["tokens_per_s"] for r in records if r["event"] == "train"]
-    return {
-        "validation_loss": curve[-1]["validation_loss"], "train_s": end["elapsed"], "steps": end["step"],
-        "tokens_per_s_median": sorted(tokens_per_s)[len(tokens_per_s) // 2], "parameters": records[0]["parameters"],
-        "train_blocks": records[0]["train_blocks"], "curve": curve,
-    }  # fmt: skip
 
 
 # ----------------------------------------------------------------------------------------------- output
