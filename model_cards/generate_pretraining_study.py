@@ -71,7 +71,7 @@ def best_learning_rate(runs_dir: Path, task: str, base: str, learning_rates: lis
     return max(learning_rates, key=lambda rate: run_metrics(runs[rate])[metric])
 
 
-def pretrain(runs_dir: Path, recipe_args: list[str], steps: dict[str, int], budget: Budget) -> int:
+def pretrain(runs_dir: Path, recipe_args: list[str], steps: dict[str, int], execution: Execution) -> int:
     """Each objective's pretraining run, continued if stopped, kept if finished; the number of failed runs, or
     `STOPPED_EXIT` when the budget stopped one."""
     failed = 0
@@ -79,7 +79,10 @@ def pretrain(runs_dir: Path, recipe_args: list[str], steps: dict[str, int], budg
         run_dir = runs_dir / f"pretrain-{objective}"
         if run_complete(run_dir, "model.safetensors"):
             continue
-        code = record(run_dir, [*recipe_args, "--objective", objective, "--max_steps", str(max_steps)], budget)
+        # on a CPU the recipe's default device is it: a run started without `--cpu` resumes (the key is not resumable)
+        device = ["--cpu", "false"] if execution.device == "cuda" else []
+        args = [*recipe_args, "--objective", objective, "--max_steps", str(max_steps), *device]
+        code = record(run_dir, args, execution.budget, execution.device)
         if code == STOPPED_EXIT:
             return STOPPED_EXIT
         failed += code != 0
@@ -87,9 +90,9 @@ def pretrain(runs_dir: Path, recipe_args: list[str], steps: dict[str, int], budg
 
 
 def finetune(runs_dir: Path, bases: list[str], tasks: list[str], learning_rates: list[str], seeds: list[int],
-             execution: Execution) -> int:  # fmt: skip
-    """Every base on every task: each learning rate with the first seed, then the other seeds at the best rate; the
-    number of failed runs."""
+             execution: Execution, finetune_args: list[str]) -> int:  # fmt: skip
+    """Every base on every task: each learning rate with the first seed, then the other seeds at the best rate, with
+    `finetune_args` after the task's own settings (e.g. `--mixed_precision bf16`); the number of failed runs."""
     failed = 0
     for task in tasks:
         config_file, length, _ = TASKS[task]
@@ -98,7 +101,7 @@ def finetune(runs_dir: Path, bases: list[str], tasks: list[str], learning_rates:
             method = ["--method", "full", *(["--from_scratch", "true"] if base == SCRATCH else [])]
 
             def one(rate: str, seed: int) -> int:
-                setting = (config_file, [*length, "--learning_rate", rate, "--seed", str(seed)])
+                setting = (config_file, [*length, "--learning_rate", rate, "--seed", str(seed), *finetune_args])
                 return run_once(finetune_dir(runs_dir, task, base, rate, seed), FINETUNE_RECIPE, pretrained, method,
                                 setting, execution=execution)  # fmt: skip
 
@@ -285,6 +288,10 @@ def main(argv: list[str] | None = None) -> int:
     runs.add_argument("--seeds", nargs="+", type=int, default=[42, 43, 44])
     runs.add_argument("--max_minutes", type=float, help="stop after this many minutes (or at SIGTERM), keeping the "
                       "checkpoints of the run it stops; the same command continues")  # fmt: skip
+    runs.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where every run trains (the recipes' "
+                      "--cpu true|false); named in the records")  # fmt: skip
+    runs.add_argument("--finetune_args", default="", help="recipe arguments added to every fine-tuning run after the "
+                      "task's own, e.g. '--mixed_precision bf16'")  # fmt: skip
     make = commands.add_parser("card", help="README.md, curves and results.json from the finished runs")
     make.add_argument("runs_dir", type=Path)
     make.add_argument("card_dir", type=Path)
@@ -301,13 +308,14 @@ def main(argv: list[str] | None = None) -> int:
     os.chdir(REPO_ROOT)  # the recipes' config files and data paths are relative to the repository root
     runs_dir.mkdir(parents=True, exist_ok=True)
     (runs_dir / "command.json").write_text(json.dumps(["python", "model_cards/generate_pretraining_study.py", *argv]))
-    execution = Execution(save_every=200, budget=Budget(args.max_minutes))
+    execution = Execution(args.device, save_every=200, budget=Budget(args.max_minutes))
     for stop in (signal.SIGTERM, signal.SIGINT):
         signal.signal(stop, execution.budget.stop)
-    failed = pretrain(runs_dir, recipe_args, steps, execution.budget)
+    failed = pretrain(runs_dir, recipe_args, steps, execution)
     if failed == STOPPED_EXIT:
         return STOPPED_EXIT
-    failed += finetune(runs_dir, [*steps, SCRATCH], args.tasks, args.learning_rates, args.seeds, execution)
+    failed += finetune(runs_dir, [*steps, SCRATCH], args.tasks, args.learning_rates, args.seeds, execution,
+                       shlex.split(args.finetune_args))
     if execution.budget.left:
         print(f"stopped by the budget with runs left ({', '.join(execution.budget.left)}): the same command continues")
         return STOPPED_EXIT

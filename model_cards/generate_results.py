@@ -98,10 +98,11 @@ def split_text(source: Path, out_dir: Path, train_fraction: float) -> dict[str, 
 
 
 
-def record(run_dir: Path, recipe_args: list[str], budget: Budget | None = None) -> int:
+def record(run_dir: Path, recipe_args: list[str], budget: Budget | None = None, device: str | None = None) -> int:
     """Run recipes/pretrain.py with `recipe_args` into `run_dir`, recording command, machine and load; its exit code,
     or `STOPPED_EXIT` when `budget` stopped it. A folder whose run was stopped (it has a checkpoint and no finished
-    record) continues from its latest checkpoint with the same arguments; its record sums the segments."""
+    record) continues from its latest checkpoint with the same arguments; its record sums the segments. `device`
+    (`cpu` or `cuda`) is named in the record, as the recipe's `--cpu` gives it."""
     from hfzoo.commands.pretrain import parse_args
 
     recipe_args = [*recipe_args, "--output_dir", shown(str(run_dir))]
@@ -116,7 +117,7 @@ def record(run_dir: Path, recipe_args: list[str], budget: Budget | None = None) 
     if checkpoint is not None:
         print(f"{run_dir}: continuing from {checkpoint.name}", flush=True)
     returncode = run_recorded(run_dir, "recipes/pretrain.py", [*recipe_args, *(["--resume", "true"] if checkpoint
-                              else [])], budget=budget, resumed=checkpoint is not None)  # fmt: skip
+                              else [])], budget=budget, device=device, resumed=checkpoint is not None)  # fmt: skip
     if returncode is None:
         print(f"{run_dir}: stopped by the time budget; the same command continues it", flush=True)
         return STOPPED_EXIT
