@@ -161,7 +161,7 @@ def unigram_baseline(run_dir: Path) -> dict[str, Any]:
     tokenizer = AutoTokenizer.from_pretrained(config.data.tokenizer or run_dir)
     data = config.data
     corpus = load_corpus(data.dataset, data_files=data.data_files, text_column=data.text_column, seed=config.run.seed,
-                         exclude_titles=[str(title) for title in data.exclude_titles or ()], keep_titles=data.keep_titles)
+                         exclude_titles=data.exclude_titles or (), keep_titles=data.keep_titles)
     splits = {}
     for name, limit in (("train", config.data.max_train_samples), ("validation", config.data.max_eval_samples)):
         texts = corpus[name] if limit is None else corpus[name].select(range(min(limit, len(corpus[name]))))

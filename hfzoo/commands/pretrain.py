@@ -167,6 +167,10 @@ class PretrainConfig:
         except (ValueError, TypeError) as error:  # an unknown field or a bad value; the message says which
             raise ValueError(f"config key 'model': {error}") from None
         objective = get_objective(self.objective, self.preset)
+        if not_text := [f"item {i} ({title!r})" for i, title in enumerate(self.data.exclude_titles or [])
+                        if not isinstance(title, str)]:  # fmt: skip
+            raise ValueError(f"config key 'exclude_titles' lists article titles, strings: {', '.join(not_text)} is not "
+                             "(quote titles that YAML reads otherwise, such as '1984' or 'yes')")  # fmt: skip
         if self.data.streaming and objective.examples is not pack:
             raise ValueError(f"config key 'streaming': objective {self.objective!r} builds its examples per document "
                              "(not packed blocks), which is not streamed; use streaming false.")  # fmt: skip
@@ -284,7 +288,7 @@ def pretrain(config: PretrainConfig) -> Path:
     with accelerator.main_process_first():  # the main process fills datasets' cache, the others read it
         corpus = load_corpus(
             data.dataset, data_files=data.data_files, text_column=data.text_column, seed=run.seed,
-            streaming=data.streaming, exclude_titles=[str(title) for title in data.exclude_titles or ()], keep_titles=data.keep_titles,
+            streaming=data.streaming, exclude_titles=data.exclude_titles or (), keep_titles=data.keep_titles,
         )  # fmt: skip
     train_texts = _first(corpus["train"], data.max_train_samples)
     if data.streaming:  # a fixed held-out set: the validation split's first texts, kept in memory

@@ -51,7 +51,7 @@ FORMATS = {".txt": "txt", ".jsonl": "json", ".json": "json", ".csv": "csv", ".ts
 _SPLIT_WORDS = {"train": "train", "validation": "validation", "valid": "validation", "val": "validation",
                 "dev": "validation", "test": "test"}  # fmt: skip
 # Bump when the readers change, so datasets' cache of an unchanged file is not reused.
-_READER_VERSION = 2
+_READER_VERSION = 3
 
 Corpus = datasets.DatasetDict | datasets.Dataset | datasets.IterableDatasetDict | datasets.IterableDataset
 
@@ -336,8 +336,13 @@ def load_corpus(
     """
     if dataset is not None:
         dataset = os.path.expanduser(dataset)
+    article_options = [option for option, given in (("exclude_titles", exclude_titles), ("keep_titles", keep_titles))
+                       if given]  # fmt: skip
+    apply = f"{' and '.join(article_options)} appl{'y' if len(article_options) > 1 else 'ies'}"
     if dataset is None and data_files is None:
         name = "default corpus"
+        if article_options:
+            raise CorpusError(f"{name}: {apply} to WikiExtractor output, which it is not")
         corpus = load_default_corpus()
         if streaming:
             corpus = datasets.IterableDatasetDict({k: v.to_iterable_dataset() for k, v in corpus.items()})
@@ -346,17 +351,18 @@ def load_corpus(
             raise ValueError("pass a local path or data_files, not both")
         name = str(dataset if dataset is not None else data_files)
         splits = _local_splits(dataset, data_files)
-        if exclude_titles:
+        if article_options:
             articles = [path for paths in splits.values() for path in paths if format_of(path) == "wikiextractor"]
             if not articles:
-                raise CorpusError(f"{name}: exclude_titles leaves out articles of WikiExtractor output, and this "
-                                  "corpus has none")  # fmt: skip
+                raise CorpusError(f"{name}: {apply} to the articles of WikiExtractor output, and this corpus "
+                                  "has none")  # fmt: skip
+        if exclude_titles:
             check_titles_present(articles, exclude_titles, name)
         corpus = _load_local(splits, text_column, streaming, tuple(exclude_titles), keep_titles)
     else:
         name = dataset
-        if exclude_titles:
-            raise CorpusError(f"{name}: exclude_titles applies to a local folder of WikiExtractor output")
+        if article_options:
+            raise CorpusError(f"{name}: {apply} to a local folder of WikiExtractor output")
         corpus = load_hub_dataset(dataset, data_files=data_files, streaming=streaming)
         corpus = corpus.__class__({_SPLIT_WORDS.get(k, k): v for k, v in corpus.items()})
         for split_name, part in corpus.items():

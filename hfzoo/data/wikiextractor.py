@@ -4,7 +4,8 @@ of whole articles.
 One article is one text, its paragraphs joined by newlines, so that everything downstream that works per text works
 per article: the validation split held out by a hash of each text holds out whole articles, and objectives that pair
 segments of one document (next-sentence prediction) never pair two articles. The markup lines are dropped; the title
-line (the first line of each block) is dropped unless asked for, since it repeats the article's first words.
+line (the first line of each block, HTML-escaped as the attribute is) is dropped unless asked for, since it repeats
+the article's first words; asked for, it is given unescaped.
 
 A file is recognised by its content (its first line opens a ``<doc``), not its name: WikiExtractor names its files
 ``AA/wiki_00`` without a suffix. Articles can be left out by title (``exclude_titles``, for example the articles of an
@@ -49,8 +50,10 @@ def read_articles(path: str, exclude_titles: Collection[str] = (), keep_titles: 
         elif line == "</doc>":
             if opened_at is None:
                 raise CorpusError(f"{path}, line {lineno}: </doc> with no <doc> open")
-            if not keep_titles and paragraphs and paragraphs[0].strip() == title.strip():
+            if paragraphs and html.unescape(paragraphs[0]).strip() == title.strip():
                 paragraphs = paragraphs[1:]
+            if keep_titles:
+                paragraphs = [title, *paragraphs]
             text = "\n".join(p for p in paragraphs if p.strip())
             if title not in exclude_titles and text:
                 yield {"text": text}

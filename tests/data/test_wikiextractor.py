@@ -7,12 +7,14 @@ import re
 import pytest
 
 from hfzoo.commands.pretrain import main as pretrain_main
+from hfzoo.core.refusals import Refusal
 from hfzoo.data.corpus import CorpusError, load_corpus
 
 
 def _doc(doc_id: int, title: str, *paragraphs: str) -> str:
     url = f"http://en.wikipedia.org/wiki?curid={doc_id}"
-    return f'<doc id="{doc_id}" url="{url}" title="{html.escape(title)}">\n{title}\n\n' + "".join(p + "\n" for p in paragraphs) + \
+    # WikiExtractor escapes the title in the attribute and on the block's first line alike
+    return f'<doc id="{doc_id}" url="{url}" title="{html.escape(title)}">\n{html.escape(title)}\n\n' + "".join(p + "\n" for p in paragraphs) + \
         "</doc>\n"  # fmt: skip
 
 
@@ -37,6 +39,7 @@ def test_each_article_is_one_text_without_markup_or_title(wiki_folder):
     assert corpus["text"][:] == expected
     titled = load_corpus(wiki_folder, validation_fraction=0.0, split="train", keep_titles=True)
     assert titled["text"][0] == "Article 0\n" + expected[0]
+    assert titled["text"][-1] == "Tom & Jerry\nA cat and a mouse."
 
 
 def test_articles_are_left_out_by_title_and_an_unknown_title_is_refused_with_the_closest(wiki_folder):
@@ -45,9 +48,13 @@ def test_articles_are_left_out_by_title_and_an_unknown_title_is_refused_with_the
     assert kept["text"][:] == ["\n".join(ARTICLES[title]) for title in ARTICLES if title != "Article 3"]
     with pytest.raises(CorpusError, match=r"'Article 300' \(did you mean 'Article 30'\?\)"):
         load_corpus(wiki_folder, exclude_titles=["Article 300"])
-    with pytest.raises(CorpusError, match="exclude_titles .* WikiExtractor output, and this corpus has none"):
-        (wiki_folder / "plain.txt").write_text("a line\n")
+    (wiki_folder / "plain.txt").write_text("a line\n")
+    with pytest.raises(CorpusError, match="exclude_titles applies to the articles of WikiExtractor output, and this"):
         load_corpus(wiki_folder / "plain.txt", exclude_titles=["Article 3"])
+    with pytest.raises(CorpusError, match="keep_titles applies to the articles of WikiExtractor output, and this"):
+        load_corpus(wiki_folder / "plain.txt", keep_titles=True)
+    with pytest.raises(CorpusError, match="default corpus: exclude_titles and keep_titles apply to WikiExtractor"):
+        load_corpus(exclude_titles=["Article 3"], keep_titles=True)
 
 
 def test_validation_is_held_out_by_article_and_streaming_reads_the_same(wiki_folder):
@@ -95,3 +102,9 @@ def test_a_real_wikiextractor_file_reads_one_text_per_article(shared_data):
     assert len(titles) == 38 and len(texts) == len(titles) - 1  # every article of this file has text
     assert not any("<doc" in text or "</doc>" in text for text in texts)
     assert texts[0].startswith(titles[1]) and not texts[0].startswith(f"{titles[1]}\n")
+
+
+def test_a_title_yaml_reads_as_another_type_is_refused_by_its_item(wiki_folder, tmp_path):
+    with pytest.raises(Refusal, match=r"'exclude_titles' lists article titles, strings: item 1 \(1984\) is not"):
+        pretrain_main(["--preset", "bert-tiny", "--objective", "mlm", "--dataset", str(wiki_folder),
+                       "--exclude_titles", "[Article 3, 1984]", "--output_dir", str(tmp_path / "run")])  # fmt: skip
