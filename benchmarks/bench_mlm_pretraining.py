@@ -38,6 +38,7 @@ import argparse
 import json
 import math
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -275,9 +276,11 @@ def main(argv: list[str] | None = None) -> int:
     started["load_average_end"] = os.getloadavg()
     ratios = compare(runs)
     shown = [shown_path(Path(value)) if before in PATH_FLAGS else value for before, value in zip(["", *given], given)]
+    shown = [f"{flag}={shown_path(Path(path))}" if sep and flag in PATH_FLAGS else value
+             for value in shown for flag, sep, path in [value.partition("=")]]  # the --flag=path form too
     payload = {
         "benchmark": "mlm_pretraining",
-        "command": " ".join(["python benchmarks/bench_mlm_pretraining.py", *shown]),  # no path of this machine
+        "command": shlex.join(["python", "benchmarks/bench_mlm_pretraining.py", *shown]),  # no path of this machine
         "environment": started,
         "model": model_name,
         "settings": {

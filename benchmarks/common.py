@@ -1,5 +1,5 @@
-"""The measuring harness every hfzoo benchmark shares (decoder, encoder, seq2seq, adapters), and the recipe runs of
-the pretraining side by sides (Shakespeare, masked LM).
+"""The measuring harness every hfzoo benchmark shares (decoder, encoder, seq2seq, adapters); the pretraining side by
+sides run the recipe through `recipe_runs`.
 
 The machine is two shared, noisy cores whose speed drifts 10-30% between minutes, so absolute numbers are not
 comparable across runs. What is comparable is variants measured side by side: every round runs each variant once,

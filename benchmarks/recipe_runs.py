@@ -9,6 +9,7 @@ from common import REPO_ROOT
 
 from hfzoo.training.logging import read_log
 
+
 def recipe_command(settings: dict, data_dir: Path, output_dir: Path) -> list[str]:
     """`recipes/pretrain.py` with `settings` (recipe config keys; a dict value, such as `model`, as YAML) on the
     corpus folder `data_dir`, checkpointing only at its last step."""

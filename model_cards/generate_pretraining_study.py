@@ -36,7 +36,7 @@ from typing import Any
 
 from generate_finetune_results import baselines
 from generate_results import record, summarize
-from grid_runs import STOPPED_EXIT, Execution, run_once
+from grid_runs import STOPPED_EXIT, Execution, check_runs_device, run_once
 from recording import REPO_ROOT, RUN_RECORD, Budget, run_complete, run_metrics, shown
 
 from hfzoo.card_writing import CARD, Curve, RunRecord, Section, markdown_table, model_card_data, plot_losses, render_card
@@ -91,13 +91,16 @@ def pretrain(runs_dir: Path, recipe_args: list[str], steps: dict[str, int], exec
 
 def finetune(runs_dir: Path, bases: list[str], tasks: list[str], learning_rates: list[str], seeds: list[int],
              execution: Execution, finetune_args: list[str]) -> int:  # fmt: skip
-    """Every base on every task: each learning rate with the first seed, then the other seeds at the best rate, with
-    `finetune_args` after the task's own settings (e.g. `--mixed_precision bf16`); the number of failed runs."""
+    """Every base whose pretraining finished on every task: each learning rate with the first seed, then the other
+    seeds at the best rate, with `finetune_args` after the task's own settings (e.g. `--mixed_precision bf16`); the
+    number of failed runs."""
     failed = 0
     for task in tasks:
         config_file, length, _ = TASKS[task]
         for base in bases:
             pretrained = runs_dir / f"pretrain-{bases[0] if base == SCRATCH else base}"
+            if not run_complete(pretrained, "model.safetensors"):
+                continue  # its pretraining failed (counted) or was stopped: nothing to start from yet
             method = ["--method", "full", *(["--from_scratch", "true"] if base == SCRATCH else [])]
 
             def one(rate: str, seed: int) -> int:
@@ -135,7 +138,8 @@ def collect(runs_dir: Path, card_command: str) -> dict[str, Any]:
                "git": recorded["git"]}  # fmt: skip
         results["finetuning"].setdefault(name["task"], {}).setdefault(name["base"], {}).setdefault(
             name["rate"], {})[name["seed"]] = run
-        results["floors"].setdefault(name["task"], baselines(run_dir))
+        if name["task"] not in results["floors"]:  # the task's data, read once
+            results["floors"][name["task"]] = baselines(run_dir)
     started = runs_dir / "command.json"
     results["command"] = json.loads(started.read_text()) if started.is_file() else None
     return results
@@ -160,10 +164,11 @@ def verdicts(results: dict[str, Any]) -> list[str]:
     lines = []
     for task, base, than, margin in GAINS:
         for side in objectives if base == "*" else [base]:
-            if base != "*" and side not in results["pretraining"]:
-                continue
             mine, theirs = _scores(results, task, side), _scores(results, task, than)
             target = f"{task}: {side} >= {than}" + (f" + {margin:g} points" if margin else "")
+            if unpretrained := [o for o in (side, than) if o != SCRATCH and o not in results["pretraining"]]:
+                lines.append(f"{target}: waiting for the pretraining of {' and '.join(unpretrained)}")
+                continue
             if mine is None or theirs is None:
                 lines.append(f"{target}: waiting for its fine-tuning runs")
                 continue
@@ -305,6 +310,7 @@ def main(argv: list[str] | None = None) -> int:
         print(card(runs_dir, card_dir))
         return 0
     steps = _steps(args.steps)
+    check_runs_device(runs_dir, args.device)  # a GPU torch sees, and one device per runs folder
     os.chdir(REPO_ROOT)  # the recipes' config files and data paths are relative to the repository root
     runs_dir.mkdir(parents=True, exist_ok=True)
     (runs_dir / "command.json").write_text(json.dumps(["python", "model_cards/generate_pretraining_study.py", *argv]))

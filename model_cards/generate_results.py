@@ -43,7 +43,7 @@ from typing import Any
 import torch
 import yaml
 from grid_runs import STOPPED_EXIT
-from recording import LOAD_SAMPLE_SECONDS, RECORDER_ARGS, REPO_ROOT, RUN_RECORD, Budget, run_recorded, shown
+from recording import LOAD_SAMPLE_SECONDS, RECORDER_ARGS, REPO_ROOT, RUN_RECORD, Budget, run_complete, run_recorded, shown
 
 from hfzoo.card_writing import (
     CARD, DEFAULT_CORPUS, Curve, RunRecord, Section, architecture_rows, markdown_table, model_card_data, plot_losses,
@@ -100,17 +100,16 @@ def split_text(source: Path, out_dir: Path, train_fraction: float) -> dict[str, 
 
 def record(run_dir: Path, recipe_args: list[str], budget: Budget | None = None, device: str | None = None) -> int:
     """Run recipes/pretrain.py with `recipe_args` into `run_dir`, recording command, machine and load; its exit code,
-    or `STOPPED_EXIT` when `budget` stopped it. A folder whose run was stopped (it has a checkpoint and no finished
-    record) continues from its latest checkpoint with the same arguments; its record sums the segments. `device`
-    (`cpu` or `cuda`) is named in the record, as the recipe's `--cpu` gives it."""
+    or `STOPPED_EXIT` when `budget` stopped it. A folder whose run was stopped continues from its latest checkpoint
+    with the same arguments (its record sums the segments), or starts over if it stopped before its first one; a
+    finished run is refused. `device` (`cpu` or `cuda`) is named in the record, as the recipe's `--cpu` gives it."""
     from hfzoo.commands.pretrain import parse_args
 
     recipe_args = [*recipe_args, "--output_dir", shown(str(run_dir))]
     config = parse_args(recipe_args)  # the recipe's own parser: a bad key fails here, before anything runs
+    if run_complete(run_dir, "model.safetensors"):
+        raise SystemExit(f"record: {run_dir} holds a finished run; choose a new folder.")
     checkpoint = latest_checkpoint(run_dir) if run_dir.is_dir() else None
-    if (run_dir / "log.jsonl").exists() and checkpoint is None:
-        raise SystemExit(f"record: {run_dir} already holds a run (log.jsonl) and no checkpoint to continue from; "
-                         "choose a new folder.")  # fmt: skip
     run_dir.mkdir(parents=True, exist_ok=True)
     if config.data.dataset and (Path(config.data.dataset) / SPLIT_INFO).is_file():
         shutil.copyfile(Path(config.data.dataset) / SPLIT_INFO, run_dir / DATA_SPLIT)

@@ -14,11 +14,12 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+import time
 from pathlib import Path
 
 import generate_pretraining_study as study
 from generate_results import record
-from recording import REPO_ROOT
+from recording import REPO_ROOT, Budget, run_complete, shown
 
 from hfzoo.training.logging import read_log
 
@@ -46,6 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("runs_dir", type=Path, nargs="?", default=REPO_ROOT / "runs/results/pretraining-enwiki-gpu")
     parser.add_argument("--card_dir", type=Path, help="default: model_cards/results/<the runs folder's name>")
     parser.add_argument("--minutes", type=float, default=8.0, help="the pretraining budget (--tiny: a few seconds)")
+    parser.add_argument("--max_minutes", type=float, default=13.0, help="stop the runs after this many minutes (a "
+                        "GPU loan's length), keeping checkpoints: the same command continues them; the card is "
+                        "written from the finished runs either way")  # fmt: skip
     parser.add_argument("--tiny", action="store_true", help="on the CPU at a tiny size: the script's own test")
     args = parser.parse_args(argv)
     if args.tiny and args.minutes == parser.get_default("minutes"):
@@ -54,22 +58,25 @@ def main(argv: list[str] | None = None) -> int:
     card_dir = (args.card_dir or REPO_ROOT / "model_cards" / "results" / runs_dir.name).resolve()
     device, pretraining = ("cpu", TINY_PRETRAINING) if args.tiny else ("cuda", GPU_PRETRAINING)
     calibration = runs_dir / "calibration"
-    if not (calibration / "log.jsonl").is_file():
+    budget = Budget(args.max_minutes)
+    if not run_complete(calibration, "model.safetensors"):  # a stopped or failed calibration is run again
         device_args = [] if args.tiny else ["--cpu", "false"]
         steps = "3" if args.tiny else "60"
         code = record(calibration, [*pretraining, *device_args, "--objective", "mlm", "--max_steps", steps,
-                                    "--eval_every", steps, "--log_every", "1"], device=device)  # fmt: skip
+                                    "--eval_every", steps, "--log_every", "1"], budget, device)  # fmt: skip
         if code != 0:
             return code
     steps = steps_for(args.minutes, calibration)
     print(f"pretraining for {steps} steps ({args.minutes:g} minutes at the calibration's speed)", flush=True)
     finetune_args = TINY_FINETUNING if args.tiny else "--mixed_precision bf16"
     shrink = ["--learning-rates", "1e-3", "--seeds", "42"] if args.tiny else []
-    code = study.main(["run", str(runs_dir), "--steps", f"mlm={steps}", "--tasks", "conll2003", "sst2-1k",
-                       "--device", device, "--finetune_args", finetune_args, *shrink, "--", *pretraining])  # fmt: skip
-    if code != 0:
-        return code
-    return study.main(["card", str(runs_dir), str(card_dir)])
+    left = max(budget.minutes - (time.monotonic() - budget.started) / 60, 0.1)
+    code = study.main(["run", shown(str(runs_dir)), "--steps", f"mlm={steps}", "--tasks", "conll2003", "sst2-1k",
+                       "--device", device, "--finetune_args", finetune_args, *shrink, "--max_minutes", f"{left:.2f}",
+                       "--", *pretraining])  # fmt: skip
+    if (runs_dir / "pretrain-mlm" / "model.safetensors").is_file():  # a card of what finished, even when stopped
+        study.main(["card", shown(str(runs_dir)), shown(str(card_dir))])
+    return code
 
 
 if __name__ == "__main__":

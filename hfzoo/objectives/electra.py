@@ -27,6 +27,7 @@ from ..data.collators.common import IGNORE_INDEX
 from ..models import ZooEncoderConfig, ZooEncoderForReplacedTokenDetection, ZooEncoderModel
 from ..models.component_options import GATED_ACTIVATIONS
 from ..models.layers import build_norm
+from .training_module import PretrainingModule
 
 # Positions added to the token embeddings live in the shared embeddings; the others act inside attention, where the
 # generator keeps its own (parameter-free, or sized to its own heads).
@@ -116,7 +117,7 @@ class ElectraPreTrainingOutput(ModelOutput):
     discriminator_labels: torch.LongTensor | None = None
 
 
-class ElectraPreTraining(nn.Module):
+class ElectraPreTraining(PretrainingModule):
     """Generator + discriminator with the combined loss, trained on `electra_collator` batches.
 
     Args:
@@ -125,6 +126,8 @@ class ElectraPreTraining(nn.Module):
             discriminator's (default 1/4, ELECTRA-Small's and -Large's; Base used 1/3).
         discriminator_weight: lambda, the discriminator loss's weight (50 in the paper).
     """
+
+    kept = "discriminator"
 
     def __init__(self, config: ZooEncoderConfig, generator_size: float = 0.25, discriminator_weight: float = 50.0):
         super().__init__()
@@ -143,17 +146,6 @@ class ElectraPreTraining(nn.Module):
                 "config key 'objective_options': discriminator_weight (lambda) weighs the discriminator's loss "
                 f"against the generator's and must be >= 0 (ELECTRA: 50), got {discriminator_weight}."
             )
-
-    def num_parameters(self) -> int:
-        return sum(parameter.numel() for parameter in self.parameters())
-
-    def kept_model(self, state_dict: dict[str, torch.Tensor] | None) -> tuple[nn.Module, dict | None]:
-        """What a run saves: the discriminator, with its entries of the pair's `state_dict` (None where a process
-        holds no state dict)."""
-        prefix = "discriminator."
-        if state_dict is not None:
-            state_dict = {name[len(prefix) :]: value for name, value in state_dict.items() if name.startswith(prefix)}
-        return self.discriminator, state_dict
 
     def forward(
         self,

@@ -26,6 +26,7 @@ from transformers.utils import ModelOutput
 from ..data.collators.common import IGNORE_INDEX
 from ..models import ZooEncoderConfig, ZooEncoderForMaskedLM
 from ..models.layers import build_norm
+from .training_module import PretrainingModule
 
 
 def span_boundaries(masked: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -83,7 +84,7 @@ class SpanBertPreTrainingOutput(ModelOutput):
     span_boundary_logits: torch.FloatTensor | None = None
 
 
-class SpanBertPreTraining(nn.Module):
+class SpanBertPreTraining(PretrainingModule):
     """A masked LM and its span-boundary head, trained on span-masked batches.
 
     Args:
@@ -91,6 +92,8 @@ class SpanBertPreTraining(nn.Module):
         max_span_positions: relative positions the boundary head embeds; a longer span's later tokens share the last
             (SpanBERT's spans are at most 10 words, so the default 32 tokens covers sub-word splits).
     """
+
+    kept = "masked_lm"
 
     def __init__(self, config: ZooEncoderConfig, max_span_positions: int = 32):
         super().__init__()
@@ -105,16 +108,6 @@ class SpanBertPreTraining(nn.Module):
         if not isinstance(max_span_positions, int) or max_span_positions < 1:
             raise ValueError("config key 'objective_options': max_span_positions is how many positions inside a span "
                              f"the boundary head embeds, an integer >= 1 (default 32), got {max_span_positions!r}.")
-
-    def num_parameters(self) -> int:
-        return sum(parameter.numel() for parameter in self.parameters())
-
-    def kept_model(self, state_dict: dict[str, torch.Tensor] | None) -> tuple[nn.Module, dict | None]:
-        """What a run saves: the masked LM, with its entries of the pair's `state_dict`."""
-        prefix = "masked_lm."
-        if state_dict is not None:
-            state_dict = {name[len(prefix) :]: value for name, value in state_dict.items() if name.startswith(prefix)}
-        return self.masked_lm, state_dict
 
     def forward(
         self,

@@ -37,7 +37,8 @@ class TaskOptions:
     text_pair_column: str | None = key(None, "second text column of sentence-pair tasks (RTE, MNLI)")
     label_column: str | None = key(None, "label column (token-classification jsonl: the tag-list column)")
     target_column: str | None = key(None, "seq2seq target column (parallel text: its file suffix)")
-    max_train_samples: int | None = key(None, "keep only the first N training examples", minimum=1)
+    max_train_samples: int | None = key(None, "keep only N training examples (the first N, unless train_subset_seed)",
+                                        minimum=1)  # fmt: skip
     train_subset_seed: int | None = key(None, "with max_train_samples: keep N training examples drawn at random with "
                                         "this seed (in file order; the same subset whatever the run's seed) instead "
                                         "of the first N", minimum=0)  # fmt: skip
