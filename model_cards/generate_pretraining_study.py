@@ -11,7 +11,9 @@ machine, load) and continued from its checkpoint when stopped, so the study goes
         -- --config recipes/configs/bert-small-enwiki-mlm.yaml --tokenizer runs/results/pretraining-enwiki/tokenizer
 
     # The card (README.md, the validation curves, results.json), from whatever runs are finished: every target's
-    # verdict, or what it still waits for.
+    # verdict, or what it still waits for. Each finished run's records (no weights) are kept in the card's `runs/`
+    # first, and the card is made from them alone: it gathers the runs of every session and machine, and
+    # regenerates where the run folders are gone.
     python model_cards/generate_pretraining_study.py card runs/results/pretraining-enwiki \
         model_cards/results/pretraining-enwiki-4x256
 
@@ -35,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from generate_finetune_results import baselines
-from generate_results import record, summarize
+from generate_results import BASELINE, DATA_SPLIT, record, summarize, unigram_baseline
 from grid_runs import STOPPED_EXIT, Execution, check_runs_device, run_once
 from recording import REPO_ROOT, RUN_RECORD, Budget, run_complete, run_metrics, shown
 
@@ -46,6 +48,10 @@ FINETUNE_RECIPE = "recipes/finetune.py"
 RESULTS = "results.json"
 CURVES = "validation_curves.png"
 SCRATCH = "scratch"
+ARCHIVE = "runs"  # in the card's folder
+# What the card reads of a finished run, small enough to commit (no weights, no checkpoints); the run record last, as
+# the recorder writes it: an archive that lacks it is unfinished, as a run folder is.
+RECORDS = ("log.jsonl", "config.json", "training_config.yaml", "metrics.json", BASELINE, DATA_SPLIT, RUN_RECORD)
 # Each task: its fine-tuning config, the run length and data, and the metric its learning rate is chosen by.
 TASKS: dict[str, tuple[str, list[str], str]] = {
     "conll2003": ("recipes/configs/finetune/conll2003.yaml", ["--num_epochs", "2"], "f1"),
@@ -122,17 +128,42 @@ GAINS = [("conll2003", "*", SCRATCH, 10.0), ("sst2-1k", "*", SCRATCH, 5.0), ("ss
          ("conll2003", "electra", "mlm", 0.0), ("sst2-1k", "electra", "mlm", 0.0), ("conll2003", "spanbert", "mlm", 0.0)]
 
 
-def collect(runs_dir: Path, card_command: str) -> dict[str, Any]:
-    """results.json: each finished pretraining run's summary, and per task, base, rate and seed the finished
+def _finished_runs(runs_dir: Path, pretrained_file: str) -> tuple[list[Path], list[tuple[Path, re.Match]]]:
+    """The finished pretraining runs (`pretrained_file` there) and fine-tuning runs (with their names' parts)."""
+    pretraining = [run for run in sorted(runs_dir.glob("pretrain-*")) if run_complete(run, pretrained_file)]
+    names = [(run, FINETUNE_RUN.fullmatch(run.name)) for run in sorted(runs_dir.iterdir())]
+    finetuning = [(run, name) for run, name in names if name and name["task"] in TASKS and run_complete(run)]
+    return pretraining, finetuning
+
+
+def archive(runs_dir: Path, archive_dir: Path) -> list[str]:
+    """Copies each finished run's `RECORDS` from `runs_dir` into `archive_dir` (a run's unigram baseline computed
+    first: it needs the run's tokenizer and data); the names of the runs copied."""
+    pretraining, finetuning = _finished_runs(runs_dir, "model.safetensors")
+    for run_dir in pretraining:
+        if not (run_dir / BASELINE).is_file():
+            unigram_baseline(run_dir)
+    copied = [*pretraining, *(run_dir for run_dir, _ in finetuning)]
+    for run_dir in copied:
+        kept = archive_dir / run_dir.name
+        kept.mkdir(parents=True, exist_ok=True)
+        (kept / RUN_RECORD).unlink(missing_ok=True)  # unfinished until its records are all there
+        for name in RECORDS:
+            if (run_dir / name).is_file():
+                write_atomic(kept / name, (run_dir / name).read_bytes())
+    if (runs_dir / "command.json").is_file():
+        write_atomic(archive_dir / "command.json", (runs_dir / "command.json").read_bytes())
+    return [run_dir.name for run_dir in copied]
+
+
+def collect(archive_dir: Path, card_command: str) -> dict[str, Any]:
+    """results.json: each archived pretraining run's summary, and per task, base, rate and seed the archived
     fine-tuning runs' metrics (with their commands and code)."""
-    results: dict[str, Any] = {"runs_dir": shown(str(runs_dir)), "pretraining": {}, "finetuning": {}, "floors": {}}
-    for run_dir in sorted(runs_dir.glob("pretrain-*")):
-        if run_complete(run_dir, "model.safetensors"):
-            results["pretraining"][run_dir.name.removeprefix("pretrain-")] = summarize(run_dir, card_command)
-    for run_dir in sorted(runs_dir.iterdir()):
-        name = FINETUNE_RUN.fullmatch(run_dir.name)
-        if name is None or name["task"] not in TASKS or not run_complete(run_dir):
-            continue
+    results: dict[str, Any] = {"pretraining": {}, "finetuning": {}, "floors": {}}
+    pretraining, finetuning = _finished_runs(archive_dir, "config.json")
+    for run_dir in pretraining:
+        results["pretraining"][run_dir.name.removeprefix("pretrain-")] = summarize(run_dir, card_command)
+    for run_dir, name in finetuning:
         recorded = json.loads((run_dir / RUN_RECORD).read_text())
         run = {**run_metrics(run_dir), "wall_s": recorded["process_wall_s"], "command": recorded["command"],
                "git": recorded["git"]}  # fmt: skip
@@ -140,7 +171,7 @@ def collect(runs_dir: Path, card_command: str) -> dict[str, Any]:
             name["rate"], {})[name["seed"]] = run
         if name["task"] not in results["floors"]:  # the task's data, read once
             results["floors"][name["task"]] = baselines(run_dir)
-    started = runs_dir / "command.json"
+    started = archive_dir / "command.json"
     results["command"] = json.loads(started.read_text()) if started.is_file() else None
     return results
 
@@ -259,13 +290,17 @@ def render(results: dict[str, Any], card_command: str) -> str:
 
 
 def card(runs_dir: Path, card_dir: Path) -> Path:
-    """README.md, the curves and results.json for the finished runs in `runs_dir`, into `card_dir`."""
+    """README.md, the curves and results.json into `card_dir`, from the runs archived there: those already kept, and
+    the finished runs of `runs_dir` (if it is there), which replace their earlier copies."""
     command = shlex.join(["python", "model_cards/generate_pretraining_study.py", "card", shown(str(runs_dir)),
                           shown(str(card_dir))])  # fmt: skip
-    results = collect(runs_dir, command)
+    if runs_dir.is_dir():
+        print(f"archived {len(archive(runs_dir, card_dir / ARCHIVE))} finished runs of {shown(str(runs_dir))}")
+    else:
+        print(f"{shown(str(runs_dir))} is not here: the card is made from the runs archived before")
+    results = collect(card_dir / ARCHIVE, command) if (card_dir / ARCHIVE).is_dir() else {"pretraining": {}}
     if not results["pretraining"]:
         raise SystemExit(f"card: no pretraining run in {runs_dir} is finished yet; `run` goes on with them")
-    card_dir.mkdir(parents=True, exist_ok=True)
     plot_curves(results, card_dir / CURVES)
     write_atomic(card_dir / RESULTS, json.dumps(results, indent=1) + "\n")
     return write_atomic(card_dir / CARD, render(results, command))

@@ -1,10 +1,12 @@
 """model_cards/generate_pretraining_study.py at a tiny scale: two objectives pretrained and recorded, then each base
 (and random weights) fine-tuned at every learning rate with the first seed and at its best rate with the others; a
-second invocation keeps every finished run; the card's verdicts come from the runs' own numbers."""
+second invocation keeps every finished run; the card's verdicts come from the runs' own numbers, and the card is
+made again, the same, from the records it archived once the run folders are gone."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 
 import pytest
@@ -64,3 +66,11 @@ def test_every_base_is_fine_tuned_at_each_rate_then_at_its_best_with_every_seed_
     assert "- conll2003: spanbert >= mlm: waiting for its fine-tuning runs." in text
     assert "- sst2-1k: electra >= mlm: waiting for the pretraining of electra." in text
     assert "majority class accuracy" in text and "--model /" not in text and "--output_dir /" not in text
+    archived = tmp_path / "card" / "runs"
+    runs_made = [path.name for path in runs.iterdir() if path.is_dir()]
+    assert sorted(path.name for path in archived.iterdir()) == sorted([*runs_made, "command.json"])
+    assert not list(archived.rglob("*.safetensors")) and not list(archived.rglob("checkpoints"))
+    shutil.rmtree(runs)  # the run folders lost (another session, another machine): the card stands on its archive
+    assert study.main(["card", str(runs), str(tmp_path / "card")]) == 0
+    assert json.loads((tmp_path / "card" / "results.json").read_text()) == results
+    assert (tmp_path / "card" / "README.md").read_text() == text
