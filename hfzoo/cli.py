@@ -241,7 +241,10 @@ def _add_generate(commands) -> None:
 SERVE_EPILOG = """examples:
   hfzoo serve runs/pretrain --adapter a=runs/a-lora --adapter b=runs/b-lora --port 8000
   curl localhost:8000/v1/completions -H 'Content-Type: application/json' \
-      -d '{"model": "a", "prompt": "The module", "max_tokens": 20, "temperature": 0}'"""
+      -d '{"model": "a", "prompt": "The module", "max_tokens": 20, "temperature": 0}'
+  hfzoo serve runs/bert --adapter sst2=runs/sst2-lora --adapter ner=runs/conll2003-lora
+  curl localhost:8000/v1/classify -H 'Content-Type: application/json' \
+      -d '{"model": "sst2", "input": ["a gripping film", "dull and long"]}'"""
 
 
 def _serve(args: argparse.Namespace) -> None:
@@ -256,35 +259,76 @@ def _serve(args: argparse.Namespace) -> None:
         raise ValueError(f"--max_wait_ms is {args.max_wait_ms}: it must be 0 or more")
     import uvicorn
 
-    from .generation import load_for_generation, parse_adapters
+    from transformers import AutoTokenizer
+
+    from .generation import check_device, generation_config, load_for_generation, parse_adapters
     from .serving.app import create_app
+    from .serving.classification import ClassifyEngine, classifying_task, composition_task, share_weights
     from .serving.scheduler import BatchingEngine
+    from .tasks import model_family
 
     adapters = parse_adapters(args.adapter)
-    if args.model in adapters:
-        raise ValueError(f"--adapter name {args.model!r} is the base model's name: name the adapter otherwise")
-    model, tokenizer, family = load_for_generation(args.model, adapters, device=args.device)
-    if family != "decoder":
-        raise ValueError(f"{args.model} is an encoder-decoder model: hfzoo serve serves decoder-only models for now")
-    context = getattr(model.config, "max_position_embeddings", None) or tokenizer.model_max_length
-    engine = BatchingEngine(model, tokenizer, adapters, args.max_batch_size, args.max_wait_ms, args.max_queue)
-    print(f"hfzoo serve: {args.model} with adapters {list(adapters)} on http://{args.host}:{args.port}", flush=True)
-    uvicorn.run(create_app(engine, args.model, context), host=args.host, port=args.port, log_level="warning")
+    compositions = parse_adapters(args.composition, "--composition")
+    if clash := sorted({args.model} & (set(adapters) | set(compositions)) | (set(adapters) & set(compositions))):
+        raise ValueError(f"the name {clash[0]!r} is given to two models (base, --adapter, --composition): name each "
+                         "once")  # fmt: skip
+    check_device(args.device)
+    config = generation_config(args.model)
+    family = model_family(config)
+    if family == "encoder_decoder":
+        raise ValueError(f"{args.model} is an encoder-decoder model: hfzoo serve serves decoders and encoders")
+    classifying = {name: path for name, path in adapters.items() if classifying_task(path)}
+    generating = {name: path for name, path in adapters.items() if name not in classifying}
+    classifying_compositions = {name: path for name, path in compositions.items() if composition_task(path)}
+    generating_compositions = {n: p for n, p in compositions.items() if n not in classifying_compositions}
+    if family == "encoder" and (generating or generating_compositions):
+        names = ", ".join([*generating, *generating_compositions])
+        raise ValueError(f"{args.model} is an encoder, which serves classification adapters and compositions only: "
+                         f"{names} classifies nothing (an adapter's task_type, a composition's compose run)")  # fmt: skip
+    engine, held, decoders = None, [], {}
+    options = (args.max_batch_size, args.max_wait_ms, args.max_queue)
+    if family == "decoder":
+        model, tokenizer, _ = load_for_generation(args.model, generating, device=args.device)
+        engine, held = BatchingEngine(model, tokenizer, generating, *options), [model]
+        for name, path in generating_compositions.items():
+            composed, tokenizer, _ = load_for_generation(args.model, composition=path, device=args.device)
+            share_weights(composed, held)
+            decoders[name] = BatchingEngine(composed, tokenizer, {}, *options)
+            held.append(composed)
+    tokenizer = AutoTokenizer.from_pretrained(args.model)  # the classifiers' own: fast tokenizers are not shared
+    classify = ClassifyEngine(args.model, family, tokenizer, args.device, held, *options)
+    for name, path in classifying.items():
+        classify.add(name, path).result()  # a refusal ends the start-up, naming the adapter
+    for name, path in classifying_compositions.items():
+        classify.add_composition(name, path).result()
+    context = getattr(config, "max_position_embeddings", None) or tokenizer.model_max_length
+    served = [*adapters, *compositions]
+    print(f"hfzoo serve: {args.model} with {served} on http://{args.host}:{args.port}", flush=True)
+    app = create_app(engine, classify, args.model, context, decoders)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
 
 
 def _add_serve(commands) -> None:
     serve = commands.add_parser(
         "serve",
-        help="serve a causal LM and its adapters over HTTP (OpenAI-style completions), batched across adapters",
-        description="An OpenAI-style /v1/completions endpoint whose `model` field names the base or an adapter; "
-        "requests for different adapters are decoded together, one forward per step. Needs `pip install "
+        help="serve a model and its adapters over HTTP (OpenAI-style completions, classification), batched across "
+        "adapters",
+        description="An OpenAI-style /v1/completions endpoint whose `model` field names the base or an adapter, and "
+        "/v1/classify for classification and tagging adapters (PEFT task_type SEQ_CLS, TOKEN_CLS) of a decoder or an "
+        "encoder; requests for different adapters run together, one forward per step. Needs `pip install "
         "'hfzoo[serve]'`.",
         epilog=SERVE_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    serve.add_argument("model", help="model folder or Hub name (a causal LM with its tokenizer); also its served name")
+    serve.add_argument("model", help="model folder or Hub name (a causal LM or an encoder, with its tokenizer); also "
+                       "its served name")  # fmt: skip
     serve.add_argument("--adapter", action="append", default=[], metavar="NAME=PATH",
-                       help="a PEFT adapter folder (LoRA, IA3, bottleneck) served under NAME (repeat for several)")
+                       help="a PEFT adapter folder (LoRA, IA3, bottleneck) served under NAME (repeat for several): a "
+                       "classification one answers /v1/classify, any other /v1/completions")  # fmt: skip
+    serve.add_argument("--composition", action="append", default=[], metavar="NAME=PATH",
+                       help="a saved composition (or the hfzoo compose run that trained it) served under NAME "
+                       "(repeat for several): one trained to classify answers /v1/classify, any other "
+                       "/v1/completions")  # fmt: skip
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--max_batch_size", type=int, default=16, help="most prompts decoded together")

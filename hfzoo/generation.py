@@ -323,16 +323,16 @@ def generate_text(
     return texts
 
 
-def parse_adapters(values: Sequence[str]) -> dict[str, str]:
-    """`--adapter NAME=PATH` values as a name -> folder mapping (names must be unique)."""
+def parse_adapters(values: Sequence[str], flag: str = "--adapter") -> dict[str, str]:
+    """`--adapter NAME=PATH` values (or `flag`'s) as a name -> folder mapping (names must be unique)."""
     adapters: dict[str, str] = {}
     for value in values:
         name, sep, path = value.partition("=")
         if not sep or not name or not path:
-            raise ValueError(f"--adapter {value!r}: write NAME=PATH (a name for the adapter, then its folder)")
+            raise ValueError(f"{flag} {value!r}: write NAME=PATH (a name for it, then its folder)")
         if name in adapters:
-            raise ValueError(f"--adapter name {name!r} is given twice")
+            raise ValueError(f"{flag} name {name!r} is given twice")
         if not Path(path).is_dir():
-            raise FileNotFoundError(f"--adapter {name}={path}: no such folder")
+            raise FileNotFoundError(f"{flag} {name}={path}: no such folder")
         adapters[name] = path
     return adapters

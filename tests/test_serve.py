@@ -6,8 +6,6 @@ adapters together (and joining the batch between decoding steps) changes nothing
 
 import asyncio
 import json
-import os
-import socket
 import subprocess
 import sys
 import time
@@ -15,13 +13,14 @@ from pathlib import Path
 
 import httpx
 import pytest
+from tests.helpers.serving import refused, serve_process, wait_until_serving
 from tests.helpers.tiny_checkpoints import random_lora
 
+from hfzoo.adapters import compose
 from hfzoo.cli import main
 from hfzoo.core.refusals import Refusal
 from hfzoo.generation import GenerationRequest, generate_text, load_for_generation
 
-ROOT = Path(__file__).resolve().parents[1]
 ADAPTERS = ("a", "b", "c")
 CONTEXT = 64  # the served model's max_position_embeddings
 MAX_QUEUE = 20
@@ -30,8 +29,9 @@ PROMPTS = ("Return a new list", "The module")
 
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory, tiny_model, tokenizer, tokenizer_overrides) -> dict[str, Path]:
-    """The base model folder ("base"), three LoRAs of it, a fourth added at run time ("d"), and a LoRA of a wider
-    model that does not fit it ("wide")."""
+    """The base model folder ("base"), three LoRAs of it, a fourth added at run time ("d"), a LoRA of a wider
+    model that does not fit it ("wide"), and a saved soft composition of "a" and "b" ("mix": its routers zero, so
+    an even mixture)."""
     root = tmp_path_factory.mktemp("serve")
     sizes = {**tokenizer_overrides, "max_position_embeddings": CONTEXT}
     tiny_model("gpt-tiny", **sizes).save_pretrained(root / "base")
@@ -41,60 +41,39 @@ def folders(tmp_path_factory, tiny_model, tokenizer, tokenizer_overrides) -> dic
         paths[name] = random_lora(tiny_model("gpt-tiny", **sizes), root / name, seed)
     wide = tiny_model("gpt-tiny", **sizes, hidden_size=64, intermediate_size=128)
     paths["wide"] = random_lora(wide, root / "wide", 0)
+    compose(tiny_model("gpt-tiny", **sizes), {"a": paths["a"], "b": paths["b"]}, "soft").save_pretrained(root / "mix")
+    paths["mix"] = root / "mix"
     return paths
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
 def server_process(folders) -> subprocess.Popen:
     """`hfzoo serve` over the base and adapters a, b, c in its own process, started before the reference generations
     (`expected`) so that its start-up overlaps them."""
-    port = _free_port()
-    command = [sys.executable, "-m", "hfzoo.cli", "serve", str(folders["base"]), "--port", str(port),
-               "--max_batch_size", "8", "--max_wait_ms", "20", "--max_queue", str(MAX_QUEUE),
-               *[arg for name in ADAPTERS for arg in ("--adapter", f"{name}={folders[name]}")]]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    process.url = f"http://127.0.0.1:{port}"
-    yield process
-    process.terminate()
-    try:
-        process.wait(timeout=10)
-    except subprocess.TimeoutExpired:  # uvicorn waits for requests still open; a hung one must not outlive the tests
-        process.kill()
-        process.wait()
+    adapters = [arg for name in ADAPTERS for arg in ("--adapter", f"{name}={folders[name]}")]
+    with serve_process(str(folders["base"]), "--max_batch_size", "8", "--max_wait_ms", "20", "--max_queue",
+                       str(MAX_QUEUE), *adapters, "--composition", f"mix={folders['mix']}") as process:  # fmt: skip
+        yield process
 
 
 @pytest.fixture(scope="module")
 def server(server_process, expected) -> str:
     """The URL of the running server, once it answers /health."""
-    deadline = time.monotonic() + 60
-    while True:
-        assert server_process.poll() is None, f"hfzoo serve exited:\n{server_process.stdout.read()}"
-        try:
-            if httpx.get(f"{server_process.url}/health").status_code == 200:
-                return server_process.url
-        except httpx.TransportError:
-            assert time.monotonic() < deadline, "hfzoo serve did not answer /health within 60 s"
-            time.sleep(0.2)
+    return wait_until_serving(server_process)
 
 
 @pytest.fixture(scope="module")
 def expected(folders, server_process) -> dict[tuple[str, str], str]:
     """(model, prompt) -> the greedy completion (12 new tokens) `hfzoo generate` gives with that adapter alone."""
     answers = {}
-    for name in ("base", *ADAPTERS, "d"):
-        adapters = {} if name == "base" else {name: str(folders[name])}
-        model, tokenizer, family = load_for_generation(str(folders["base"]), adapters)
+    for name in ("base", *ADAPTERS, "d", "mix"):
+        adapters = {} if name in ("base", "mix") else {name: str(folders[name])}
+        composition = str(folders["mix"]) if name == "mix" else None
+        model, tokenizer, family = load_for_generation(str(folders["base"]), adapters, composition)
         for prompt in PROMPTS:
             request = GenerationRequest(prompts=[prompt], max_new_tokens=12)
             answers[name, prompt] = generate_text(model, tokenizer, family, request, stream=False)[0]
-        if adapters:
+        if adapters or composition:
             model.unload()
     return answers
 
@@ -107,15 +86,16 @@ def _complete(url: str, **body) -> httpx.Response:
     return httpx.post(f"{url}/v1/completions", json={"max_tokens": 12, "temperature": 0, **body}, timeout=60)
 
 
-def test_models_lists_the_base_and_its_adapters(server, folders):
-    listed = [model["id"] for model in httpx.get(f"{server}/v1/models").json()["data"]]
-    assert listed == [str(folders["base"]), *ADAPTERS]
+def test_models_lists_the_base_its_adapters_and_the_composition(server, folders):
+    listed = httpx.get(f"{server}/v1/models").json()["data"]
+    assert [model["id"] for model in listed] == [str(folders["base"]), *ADAPTERS, "mix"]
+    assert listed[-1]["composition"] == "soft"
 
 
-def test_greedy_completion_of_each_adapter_equals_generate_alone(server, folders, expected):
-    texts = {name: expected[name, PROMPTS[0]] for name in ("base", *ADAPTERS)}
-    assert len(set(texts.values())) == 4, f"the adapters must change the continuation: {texts}"
-    for name in ("base", *ADAPTERS):
+def test_greedy_completion_of_each_adapter_and_the_composition_equals_generate_alone(server, folders, expected):
+    texts = {name: expected[name, PROMPTS[0]] for name in ("base", *ADAPTERS, "mix")}
+    assert len(set(texts.values())) == 5, f"the adapters must change the continuation: {texts}"
+    for name in ("base", *ADAPTERS, "mix"):
         response = _complete(server, model=_model(name, folders), prompt=list(PROMPTS))
         assert response.status_code == 200, response.text
         body = response.json()
@@ -189,25 +169,18 @@ def test_a_client_gone_mid_stream_leaves_the_batch_and_the_server_serving(server
     assert _complete(server, model="c", prompt=PROMPTS[0]).json()["choices"][0]["text"] == expected["c", PROMPTS[0]]
 
 
-def _refused(response: httpx.Response, status: int, field: str | None) -> str:
-    assert response.status_code == status, response.text
-    error = response.json()["error"]
-    assert error["field"] == field and error["message"]
-    return error["message"]
-
-
 def test_bad_requests_are_refused_naming_the_field_and_the_server_keeps_serving(server, folders, expected):
-    assert "'z'" in _refused(_complete(server, model="z", prompt="x"), 404, "model")
-    assert "context" in _refused(_complete(server, model="a", prompt="word " * (2 * CONTEXT)), 400, "prompt")
-    _refused(_complete(server, model="a", prompt="x", max_tokens=0), 400, "max_tokens")
-    _refused(_complete(server, model="a", prompt="x", max_tokens=CONTEXT), 400, "max_tokens")
-    _refused(_complete(server, model="a", prompt="x", top_p=2), 400, "top_p")
-    _refused(_complete(server, model="a", prompt="x", best_of=2), 400, "best_of")
-    _refused(_complete(server, prompt="x"), 400, "model")
+    assert "'z'" in refused(_complete(server, model="z", prompt="x"), 404, "model")
+    assert "context" in refused(_complete(server, model="a", prompt="word " * (2 * CONTEXT)), 400, "prompt")
+    refused(_complete(server, model="a", prompt="x", max_tokens=0), 400, "max_tokens")
+    refused(_complete(server, model="a", prompt="x", max_tokens=CONTEXT), 400, "max_tokens")
+    refused(_complete(server, model="a", prompt="x", top_p=2), 400, "top_p")
+    refused(_complete(server, model="a", prompt="x", best_of=2), 400, "best_of")
+    refused(_complete(server, prompt="x"), 400, "model")
     json_header = {"content-type": "application/json"}
     malformed = httpx.post(f"{server}/v1/completions", content=b"{not json", headers=json_header)
     assert malformed.status_code == 400 and "error" in malformed.json()
-    _refused(_complete(server, model="a", prompt=["x"] * (MAX_QUEUE + 1)), 429, None)
+    refused(_complete(server, model="a", prompt=["x"] * (MAX_QUEUE + 1)), 429, None)
     assert _complete(server, model="a", prompt=PROMPTS[0]).json()["choices"][0]["text"] == expected["a", PROMPTS[0]]
 
 
@@ -215,15 +188,16 @@ def test_adapters_are_added_and_removed_at_run_time(server, folders, expected):
     models = f"{server}/v1/models"
     added = httpx.post(f"{server}/v1/adapters", json={"name": "d", "path": str(folders["d"])}, timeout=60)
     assert added.status_code == 200, added.text
-    assert [model["id"] for model in httpx.get(models).json()["data"]][-1] == "d"
+    assert [model["id"] for model in httpx.get(models).json()["data"]][-2:] == ["d", "mix"]
     assert _complete(server, model="d", prompt=PROMPTS[0]).json()["choices"][0]["text"] == expected["d", PROMPTS[0]]
     wide = httpx.post(f"{server}/v1/adapters", json={"name": "wide", "path": str(folders["wide"])}, timeout=60)
-    _refused(wide, 409, "path")
-    _refused(httpx.post(f"{server}/v1/adapters", json={"name": "a", "path": str(folders["d"])}), 409, "name")
-    assert len(httpx.get(models).json()["data"]) == 5  # unchanged by the refusals
+    refused(wide, 409, "path")
+    refused(httpx.post(f"{server}/v1/adapters", json={"name": "a", "path": str(folders["d"])}), 409, "name")
+    refused(httpx.post(f"{server}/v1/adapters", json={"name": "mix", "path": str(folders["d"])}), 409, "name")
+    assert len(httpx.get(models).json()["data"]) == 6  # unchanged by the refusals
     assert httpx.delete(f"{server}/v1/adapters/d", timeout=60).status_code == 200
-    _refused(_complete(server, model="d", prompt="x"), 404, "model")
-    _refused(httpx.delete(f"{server}/v1/adapters/d"), 404, "name")
+    refused(_complete(server, model="d", prompt="x"), 404, "model")
+    refused(httpx.delete(f"{server}/v1/adapters/d"), 404, "name")
     for name in ADAPTERS:  # the others still answer as before
         text = _complete(server, model=name, prompt=PROMPTS[1]).json()["choices"][0]["text"]
         assert text == expected[name, PROMPTS[1]]

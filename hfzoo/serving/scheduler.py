@@ -168,8 +168,8 @@ class BatchingEngine:
         if not self.active and not joining:
             return
         routing = {"adapter_names": [row.adapter for row in self.active + joining]}
-        if not isinstance(self.model, ComposedModel):
-            routing = {}
+        if not isinstance(self.model, ComposedModel) or self.model.strategy != "fixed":
+            routing = {}  # the base alone, or a saved composition that routes (or fuses) by itself
         with torch.inference_mode():
             if joining:
                 logits = self._prefill(self.active + joining, routing)
