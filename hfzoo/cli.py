@@ -284,7 +284,8 @@ def _serve(args: argparse.Namespace) -> None:
     if family == "encoder" and (generating or generating_compositions):
         names = ", ".join([*generating, *generating_compositions])
         raise ValueError(f"{args.model} is an encoder, which serves classification adapters and compositions only: "
-                         f"{names} classifies nothing (an adapter's task_type, a composition's compose run)")  # fmt: skip
+                         f"{names} classifies nothing (by an adapter's task_type, a composition's compose "
+                         "run)")  # fmt: skip
     engine, held, decoders = None, [], {}
     options = (args.max_batch_size, args.max_wait_ms, args.max_queue)
     if family == "decoder":
@@ -296,12 +297,12 @@ def _serve(args: argparse.Namespace) -> None:
             decoders[name] = BatchingEngine(composed, tokenizer, {}, *options)
             held.append(composed)
     tokenizer = AutoTokenizer.from_pretrained(args.model)  # the classifiers' own: fast tokenizers are not shared
-    classify = ClassifyEngine(args.model, family, tokenizer, args.device, held, *options)
+    context = getattr(config, "max_position_embeddings", None) or tokenizer.model_max_length
+    classify = ClassifyEngine(args.model, family, tokenizer, args.device, context, held, *options)
     for name, path in classifying.items():
         classify.add(name, path).result()  # a refusal ends the start-up, naming the adapter
     for name, path in classifying_compositions.items():
         classify.add_composition(name, path).result()
-    context = getattr(config, "max_position_embeddings", None) or tokenizer.model_max_length
     served = [*adapters, *compositions]
     print(f"hfzoo serve: {args.model} with {served} on http://{args.host}:{args.port}", flush=True)
     app = create_app(engine, classify, args.model, context, decoders)

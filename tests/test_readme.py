@@ -5,7 +5,7 @@ exactly as written; recipe launches (`.venv/bin/python recipes/...`, `.venv/bin/
 `.venv/bin/accelerate launch ...`) run as written
 plus overrides that shrink the run (any config key can be overridden on the command line). `make quickstart` and
 `make test` are run by tests/test_quickstart.py and by CI itself. `hfzoo serve` runs in the background until the end of
-its block, and the block's `curl` commands query it.
+its block, and the block's `curl` commands and `python -c` clients query it.
 """
 
 import os
@@ -85,6 +85,8 @@ def _execute_command(command: str, workdir: Path) -> subprocess.Popen | None:
         return None
     if command.startswith(".venv/bin/hfzoo"):
         result = _run([str(BIN / "hfzoo"), *args[1:]], workdir, workdir)
+    elif command.startswith(".venv/bin/python -c "):  # a client of the block's server, as written
+        result = _run([sys.executable, *args[1:]], workdir, workdir)
     elif command.startswith(RECIPE_PREFIXES):
         args[0] = str(BIN / Path(args[0]).name)  # .venv/bin/X: the X of the environment running the tests
         output_dir = Path(tempfile.mkdtemp(prefix="recipe-launch-", dir=workdir))  # a new folder per launch

@@ -13,13 +13,18 @@ from pathlib import Path
 
 import httpx
 import pytest
+import torch
+from peft import LoraConfig, PeftModel, get_peft_model
 from tests.helpers.serving import refused, serve_process, wait_until_serving
 from tests.helpers.tiny_checkpoints import random_lora
+from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 from hfzoo.adapters import compose
+from hfzoo.adapters.peft_warnings import building_peft_model
 from hfzoo.cli import main
 from hfzoo.core.refusals import Refusal
 from hfzoo.generation import GenerationRequest, generate_text, load_for_generation
+from hfzoo.tasks.task import gpt_input_ids
 
 ADAPTERS = ("a", "b", "c")
 CONTEXT = 64  # the served model's max_position_embeddings
@@ -30,8 +35,9 @@ PROMPTS = ("Return a new list", "The module")
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory, tiny_model, tokenizer, tokenizer_overrides) -> dict[str, Path]:
     """The base model folder ("base"), three LoRAs of it, a fourth added at run time ("d"), a LoRA of a wider
-    model that does not fit it ("wide"), and a saved soft composition of "a" and "b" ("mix": its routers zero, so
-    an even mixture)."""
+    model that does not fit it ("wide"), a saved soft composition of "a" and "b" ("mix": its routers zero, so
+    an even mixture), and a 3-label sequence-classification LoRA saved by PEFT itself ("label": no hfzoo run
+    files, so transformers' label names and the model's context as its longest input)."""
     root = tmp_path_factory.mktemp("serve")
     sizes = {**tokenizer_overrides, "max_position_embeddings": CONTEXT}
     tiny_model("gpt-tiny", **sizes).save_pretrained(root / "base")
@@ -43,6 +49,12 @@ def folders(tmp_path_factory, tiny_model, tokenizer, tokenizer_overrides) -> dic
     paths["wide"] = random_lora(wide, root / "wide", 0)
     compose(tiny_model("gpt-tiny", **sizes), {"a": paths["a"], "b": paths["b"]}, "soft").save_pretrained(root / "mix")
     paths["mix"] = root / "mix"
+    torch.manual_seed(0)
+    classifier = tiny_model("gpt-tiny", AutoModelForSequenceClassification, num_labels=3, **sizes)
+    config = LoraConfig(task_type="SEQ_CLS", r=4, lora_alpha=32, init_lora_weights=False)
+    with building_peft_model():
+        get_peft_model(classifier, config).save_pretrained(root / "label")
+    paths["label"] = root / "label"
     return paths
 
 
@@ -52,7 +64,8 @@ def server_process(folders) -> subprocess.Popen:
     (`expected`) so that its start-up overlaps them."""
     adapters = [arg for name in ADAPTERS for arg in ("--adapter", f"{name}={folders[name]}")]
     with serve_process(str(folders["base"]), "--max_batch_size", "8", "--max_wait_ms", "20", "--max_queue",
-                       str(MAX_QUEUE), *adapters, "--composition", f"mix={folders['mix']}") as process:  # fmt: skip
+                       str(MAX_QUEUE), *adapters, "--composition", f"mix={folders['mix']}", "--adapter",
+                       f"label={folders['label']}") as process:  # fmt: skip
         yield process
 
 
@@ -88,8 +101,30 @@ def _complete(url: str, **body) -> httpx.Response:
 
 def test_models_lists_the_base_its_adapters_and_the_composition(server, folders):
     listed = httpx.get(f"{server}/v1/models").json()["data"]
-    assert [model["id"] for model in listed] == [str(folders["base"]), *ADAPTERS, "mix"]
-    assert listed[-1]["composition"] == "soft"
+    assert [model["id"] for model in listed] == [str(folders["base"]), *ADAPTERS, "mix", "label"]
+    assert listed[-2]["composition"] == "soft"
+    assert listed[-1]["task"] == "sequence-classification" and listed[-1]["labels"] == ["LABEL_0", "LABEL_1", "LABEL_2"]
+
+
+def test_a_decoders_classification_adapter_answers_as_through_peft_alone(server, folders):
+    """Two inputs of different lengths in one forward (padded): each as the adapter alone gives it unpadded."""
+    tokenizer = AutoTokenizer.from_pretrained(folders["base"])
+    model = AutoModelForSequenceClassification.from_pretrained(folders["base"], num_labels=3)
+    with building_peft_model():
+        model = PeftModel.from_pretrained(model, folders["label"]).eval()
+    texts = ["Return a new list of the items.", "The module"]
+    response = httpx.post(f"{server}/v1/classify", json={"model": "label", "input": texts}, timeout=60)
+    assert response.status_code == 200, response.text
+    for text, row in zip(texts, response.json()["data"]):
+        ids = gpt_input_ids(tokenizer, [text], CONTEXT)[0]
+        with torch.no_grad():
+            alone = model(input_ids=torch.tensor([ids])).logits.softmax(-1)[0]
+        served = torch.tensor([row["probabilities"][f"LABEL_{i}"] for i in range(3)])
+        torch.testing.assert_close(served, alone, atol=2e-6, rtol=0)
+    too_long = {"model": "label", "input": "word " * CONTEXT}
+    assert f"{CONTEXT} tokens" in refused(httpx.post(f"{server}/v1/classify", json=too_long), 400, "input")
+    refused(_complete(server, model="label", prompt="x"), 400, "model")
+    refused(httpx.post(f"{server}/v1/classify", json={"model": "a", "input": "x"}), 400, "model")
 
 
 def test_greedy_completion_of_each_adapter_and_the_composition_equals_generate_alone(server, folders, expected):
@@ -188,19 +223,30 @@ def test_adapters_are_added_and_removed_at_run_time(server, folders, expected):
     models = f"{server}/v1/models"
     added = httpx.post(f"{server}/v1/adapters", json={"name": "d", "path": str(folders["d"])}, timeout=60)
     assert added.status_code == 200, added.text
-    assert [model["id"] for model in httpx.get(models).json()["data"]][-2:] == ["d", "mix"]
+    assert [model["id"] for model in httpx.get(models).json()["data"]][-3:] == ["d", "mix", "label"]
     assert _complete(server, model="d", prompt=PROMPTS[0]).json()["choices"][0]["text"] == expected["d", PROMPTS[0]]
     wide = httpx.post(f"{server}/v1/adapters", json={"name": "wide", "path": str(folders["wide"])}, timeout=60)
     refused(wide, 409, "path")
     refused(httpx.post(f"{server}/v1/adapters", json={"name": "a", "path": str(folders["d"])}), 409, "name")
     refused(httpx.post(f"{server}/v1/adapters", json={"name": "mix", "path": str(folders["d"])}), 409, "name")
-    assert len(httpx.get(models).json()["data"]) == 6  # unchanged by the refusals
+    assert len(httpx.get(models).json()["data"]) == 7  # unchanged by the refusals
     assert httpx.delete(f"{server}/v1/adapters/d", timeout=60).status_code == 200
     refused(_complete(server, model="d", prompt="x"), 404, "model")
     refused(httpx.delete(f"{server}/v1/adapters/d"), 404, "name")
     for name in ADAPTERS:  # the others still answer as before
         text = _complete(server, model=name, prompt=PROMPTS[1]).json()["choices"][0]["text"]
         assert text == expected[name, PROMPTS[1]]
+
+
+def test_the_openai_client_gets_the_same_completions_and_stream(server, expected):
+    openai = pytest.importorskip("openai", reason="the openai client is a dev extra")
+    client = openai.OpenAI(base_url=f"{server}/v1", api_key="unused", max_retries=0)
+    completion = client.completions.create(model="a", prompt=PROMPTS[0], max_tokens=12, temperature=0)
+    assert completion.choices[0].text == expected["a", PROMPTS[0]] and completion.usage.completion_tokens > 0
+    stream = client.completions.create(model="mix", prompt=PROMPTS[1], max_tokens=12, temperature=0, stream=True)
+    assert "".join(chunk.choices[0].text for chunk in stream) == expected["mix", PROMPTS[1]]
+    with pytest.raises(openai.NotFoundError, match="'z' is not served"):
+        client.completions.create(model="z", prompt="x", max_tokens=2)
 
 
 def test_sampling_answers_within_max_tokens(server):

@@ -3,8 +3,9 @@
 `model` in a request names the base (as given to `hfzoo serve`), an adapter or a saved composition; the
 `BatchingEngine` decodes every completion request for the base and its adapters together (each generating
 composition has an engine of its own, its rows batched with each other), the `ClassifyEngine` classifies every
-`/v1/classify` input together. Every refusal is a JSON body `{"error": {"message": ..., "field": ...}}` naming the field at fault
-(FastAPI's own 422 shape for a malformed body is replaced by a 400 of that shape), and the server keeps serving.
+`/v1/classify` input together. Every refusal is a JSON body `{"error": {"message": ..., "field": ...}}` naming the
+field at fault (FastAPI's own 422 shape for a malformed body is replaced by a 400 of that shape), and the server
+keeps serving.
 """
 
 from __future__ import annotations

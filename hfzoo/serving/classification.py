@@ -4,7 +4,8 @@ A classification adapter is a PEFT adapter whose `task_type` is SEQ_CLS or TOKEN
 (`modules_to_save`). Where `hfzoo finetune` trained it, its run's files give the label names (`metrics.json`) and the
 input format (`training_config.yaml`: max_length, text pairs), so an input is laid out exactly as that run's
 evaluation laid it out, by the task's own `encode`; an adapter saved by other tools gets transformers' `LABEL_<i>`
-names and the task's default max_length. An input that would be truncated is refused, not cut.
+names and the task's default max_length (at most the model's context). An input that would be truncated is
+refused, not cut.
 
 Fixed routing stacks the adapters' heads per row, which needs one head shape, so adapters are grouped by head (task
 and label count). Each group is one model of the base with that head and the group's adapters composed
@@ -135,9 +136,10 @@ class Classifier:
 
 
 def read_classifier(name: str, folder: str, model_path: str, tokenizer: PreTrainedTokenizerBase, family: str,
-                    composition: bool = False) -> Classifier:  # fmt: skip
+                    context_length: int, composition: bool = False) -> Classifier:  # fmt: skip
     """The classification adapter in `folder` (or with `composition`, the composition trained by the compose run
-    or saved composition at `folder`) for the base `model_path`; `ValueError` naming what is missing."""
+    or saved composition at `folder`) for the base `model_path`, whose inputs fit in `context_length` tokens;
+    `ValueError` naming what is missing."""
     if composition:
         kept, run = composition_folders(folder)
         task_name = composition_task(folder)
@@ -157,17 +159,20 @@ def read_classifier(name: str, folder: str, model_path: str, tokenizer: PreTrain
         pairs = options.text_pair_column is not None
     else:
         options, pairs = TaskOptions(model=model_path, task=task_name), None
-    options = dataclasses.replace(options, model=model_path, max_length=options.max_length + 1, import_native=False)
+    max_length = min(options.max_length, context_length)
+    options = dataclasses.replace(options, model=model_path, max_length=max_length + 1, import_native=False)
     task = TASK_CLASSES[task_name](options)
     task.labels = _labels(name, run, kept)
     task.bind(tokenizer, family)
-    return Classifier(name, str(kept), task, options.max_length - 1, pairs, composition)
+    return Classifier(name, str(kept), task, max_length, pairs, composition)
 
 
 def _labels(name: str, run: Path | None, adapter: Path) -> list[str]:
     """The label names its run recorded, else transformers' `LABEL_<i>` for each row of the adapter's saved head."""
     metrics = run / METRICS_FILE if run is not None else None
-    recorded = read_json_file(metrics).get("model_kwargs", {}).get("id2label") if metrics and metrics.is_file() else None
+    recorded = None
+    if metrics is not None and metrics.is_file():
+        recorded = read_json_file(metrics).get("model_kwargs", {}).get("id2label")
     if recorded:
         return [recorded[str(index)] for index in range(len(recorded))]
     heads = [params["weight"] for params in read_adapter(name, adapter).heads.values() if "weight" in params]
@@ -195,12 +200,14 @@ class ClassifyEngine:
         family: str,
         tokenizer: PreTrainedTokenizerBase,
         device: torch.device | str,
+        context_length: int,
         held: list[PreTrainedModel | ComposedModel] = (),
         max_batch_size: int = 16,
         max_wait_ms: float = 10.0,
         max_queue: int = 256,
     ) -> None:
         self.model_path, self.family, self.tokenizer, self.device = model_path, family, tokenizer, torch.device(device)
+        self.context_length = context_length
         self.max_batch_size, self.max_wait, self.max_queue = max_batch_size, max_wait_ms / 1000, max_queue
         self.classifiers: dict[str, Classifier] = {}
         self.models: dict[tuple[str, int], PreTrainedModel | ComposedModel] = {}
@@ -229,7 +236,8 @@ class ClassifyEngine:
         served model as it was."""
 
         def add() -> Classifier:
-            classifier = read_classifier(name, folder, self.model_path, self.tokenizer, self.family)
+            classifier = read_classifier(name, folder, self.model_path, self.tokenizer, self.family,
+                                         self.context_length)  # fmt: skip
             self._compose(classifier.head, {**self._folders(classifier.head), name: folder}, classifier.task)
             self.classifiers[name] = classifier
             return classifier
@@ -240,7 +248,8 @@ class ClassifyEngine:
         """Serve the composition trained for classification at `path` (a compose run or its saved composition)."""
 
         def add() -> Classifier:
-            classifier = read_classifier(name, path, self.model_path, self.tokenizer, self.family, composition=True)
+            classifier = read_classifier(name, path, self.model_path, self.tokenizer, self.family, self.context_length,
+                                         composition=True)
             model = self._load(classifier.task)
             base = base_identity(model)  # read before the composition's heads change the model
             composed = load_composition(model, classifier.folder)
