@@ -149,7 +149,7 @@ def unigram_baseline(run_dir: Path) -> dict[str, Any]:
 
     from hfzoo.data.corpus import load_corpus
     from hfzoo.data.packing import pack
-    from hfzoo.tasks.baselines import unigram_perplexity
+    from hfzoo.tasks.baselines import unigram_accuracy, unigram_perplexity
     from hfzoo.core.recipe_config import from_dict, load_yaml
     from hfzoo.commands.pretrain import PretrainConfig
     from hfzoo.training.logging import read_log
@@ -187,11 +187,10 @@ def unigram_baseline(run_dir: Path) -> dict[str, Any]:
         )
     fitted = torch.cat(fitted)
     perplexity = unigram_perplexity(fitted, validation, len(tokenizer))
-    most_frequent = torch.bincount(fitted, minlength=len(tokenizer)).argmax()
     baseline = {
         "unigram_perplexity": perplexity,
         "unigram_loss": math.log(perplexity),
-        "unigram_accuracy": (validation == most_frequent).double().mean().item(),
+        "unigram_accuracy": unigram_accuracy(fitted, validation, len(tokenizer)),
         "smoothing": "add-one",
         "vocab_size": len(tokenizer),
         "fit_targets": fitted.numel(),

@@ -23,6 +23,12 @@ def unigram_perplexity(train_ids: torch.Tensor, validation_ids: torch.Tensor, vo
     return math.exp(-log_probs[validation_ids.flatten()].mean().item())
 
 
+def unigram_accuracy(train_ids: torch.Tensor, validation_ids: torch.Tensor, vocab_size: int) -> float:
+    """Accuracy of always predicting the most frequent training target: the floor of a masked LM's token accuracy."""
+    most_frequent = torch.bincount(train_ids.flatten(), minlength=vocab_size).argmax()
+    return (validation_ids.flatten() == most_frequent).double().mean().item()
+
+
 def majority_class_accuracy(train: list, validation: list) -> float | None:
     """Accuracy of always predicting the most frequent training label: the floor any classifier must clear (None
     for tasks without one label per example)."""

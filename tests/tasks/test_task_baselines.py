@@ -1,9 +1,14 @@
 """The floors of the result cards (`hfzoo.tasks.baselines`): exact on small hand-made cases, and CoNLL-2003's
 baseline on the real development set near the figure the shared task published for it."""
 
-import pytest
+import math
 
-from hfzoo.tasks.baselines import best_overlap_sentence, majority_class_accuracy, memorized_entities
+import pytest
+import torch
+
+from hfzoo.tasks.baselines import (
+    best_overlap_sentence, majority_class_accuracy, memorized_entities, unigram_accuracy, unigram_perplexity,
+)
 from hfzoo.tasks.question_answering import QAExample
 from hfzoo.tasks.sequence_classification import ClassificationExample
 from hfzoo.tasks.token_classification import TaggedSentence, read_conll
@@ -67,3 +72,11 @@ def test_majority_class_accuracy():
     validation = [ClassificationExample("d", None, "neg", "test"), ClassificationExample("e", None, "pos", "test")]
     assert majority_class_accuracy(train, validation) == 0.5
     assert majority_class_accuracy([sentence("a", "O")], [sentence("b", "O")]) is None
+
+
+def test_unigram_floors_of_a_masked_lm_by_hand():
+    train, validation = torch.tensor([[1, 1, 1, 2], [3, 1, 2, 2]]), torch.tensor([1, 2, 0, 1])
+    assert unigram_accuracy(train, validation, 5) == 0.5  # token 1 is the most frequent (4 of 8); 2 of 4 are 1
+    # add-one counts 1, 5, 4, 2, 1 of 13: the mean negative log-probability of 1, 2, 0, 1
+    expected = math.exp(-(2 * math.log(5 / 13) + math.log(4 / 13) + math.log(1 / 13)) / 4)
+    assert unigram_perplexity(train, validation, 5) == pytest.approx(expected, rel=1e-12)
