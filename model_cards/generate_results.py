@@ -125,8 +125,6 @@ def record(run_dir: Path, recipe_args: list[str], budget: Budget | None = None, 
     return returncode
 
 
-
-
 # ------------------------------------------------------------------------------------------------ baseline
 def _targets(blocks, collator, batch_size: int, shifts_labels: bool, max_batches: int | None = None) -> torch.Tensor:
     """The token ids the objective scores in `blocks`, batched and collated as the recipe's evaluation does."""
