@@ -289,11 +289,16 @@ def render(results: dict[str, Any], card_command: str) -> str:
     return render_card(RunRecord("pretraining-study", {}, summary=results), sections, metadata)
 
 
+def card_command(runs_dir: str | Path, card_dir: str | Path) -> str:
+    """The command that makes the card in `card_dir` (shown as the card shows it)."""
+    return shlex.join(["python", "model_cards/generate_pretraining_study.py", "card", shown(str(runs_dir)),
+                       shown(str(card_dir))])  # fmt: skip
+
+
 def card(runs_dir: Path, card_dir: Path) -> Path:
     """README.md, the curves and results.json into `card_dir`, from the runs archived there: those already kept, and
     the finished runs of `runs_dir` (if it is there), which replace their earlier copies."""
-    command = shlex.join(["python", "model_cards/generate_pretraining_study.py", "card", shown(str(runs_dir)),
-                          shown(str(card_dir))])  # fmt: skip
+    command = card_command(runs_dir, card_dir)
     if runs_dir.is_dir():
         print(f"archived {len(archive(runs_dir, card_dir / ARCHIVE))} finished runs of {shown(str(runs_dir))}")
     else:
@@ -301,6 +306,7 @@ def card(runs_dir: Path, card_dir: Path) -> Path:
     results = collect(card_dir / ARCHIVE, command) if (card_dir / ARCHIVE).is_dir() else {"pretraining": {}}
     if not results["pretraining"]:
         raise SystemExit(f"card: no pretraining run in {runs_dir} is finished yet; `run` goes on with them")
+    results["runs_dir"] = shown(str(runs_dir))
     plot_curves(results, card_dir / CURVES)
     write_atomic(card_dir / RESULTS, json.dumps(results, indent=1) + "\n")
     return write_atomic(card_dir / CARD, render(results, command))

@@ -34,6 +34,7 @@ def test_result_card_is_current(card_dir, monkeypatch):
     import generate_adapter_study
     import generate_electra_results
     import generate_finetune_results
+    import generate_pretraining_study
     import generate_results
 
     results = json.loads((card_dir / "results.json").read_text(encoding="utf-8"))
@@ -44,6 +45,9 @@ def test_result_card_is_current(card_dir, monkeypatch):
         command = generate_finetune_results.card_command(results["runs_dir"], card_dir, compared,
                                                          results.get("targets", False))
         text = generate_finetune_results.render(results, command)
+    elif "finetuning" in results:  # the pretraining study
+        command = generate_pretraining_study.card_command(results["runs_dir"], card_dir)
+        text = generate_pretraining_study.render(results, command)
     elif "objectives" in results:  # ELECTRA against the masked LM
         command = generate_electra_results.card_command(results["runs_dir"], card_dir)
         text = generate_electra_results.render(results, command)
