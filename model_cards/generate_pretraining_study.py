@@ -11,9 +11,9 @@ machine, load) and continued from its checkpoint when stopped, so the study goes
         -- --config recipes/configs/bert-small-enwiki-mlm.yaml --tokenizer runs/results/pretraining-enwiki/tokenizer
 
     # The card (README.md, the validation curves, results.json), from whatever runs are finished: every target's
-    # verdict, or what it still waits for. Each finished run's records (no weights) are kept in the card's `runs/`
-    # first, and the card is made from them alone: it gathers the runs of every session and machine, and
-    # regenerates where the run folders are gone.
+    # verdict, or what it still waits for. Each finished run's records (no weights) are kept in the card's
+    # `run_records/` first, and the card is made from them alone: it gathers the runs of every session and machine,
+    # and regenerates where the run folders are gone.
     python model_cards/generate_pretraining_study.py card runs/results/pretraining-enwiki \
         model_cards/results/pretraining-enwiki-4x256
 
@@ -48,7 +48,7 @@ FINETUNE_RECIPE = "recipes/finetune.py"
 RESULTS = "results.json"
 CURVES = "validation_curves.png"
 SCRATCH = "scratch"
-ARCHIVE = "runs"  # in the card's folder
+ARCHIVE = "run_records"  # in the card's folder (not `runs/`, which git ignores)
 # What the card reads of a finished run, small enough to commit (no weights, no checkpoints); the run record last, as
 # the recorder writes it: an archive that lacks it is unfinished, as a run folder is.
 RECORDS = ("log.jsonl", "config.json", "training_config.yaml", "metrics.json", BASELINE, DATA_SPLIT, RUN_RECORD)
@@ -307,6 +307,11 @@ def card(runs_dir: Path, card_dir: Path) -> Path:
     if not results["pretraining"]:
         raise SystemExit(f"card: no pretraining run in {runs_dir} is finished yet; `run` goes on with them")
     results["runs_dir"] = shown(str(runs_dir))
+    kept = shown(str(card_dir / ARCHIVE))
+    for run in (run for bases in results["finetuning"].values() for rates in bases.values()
+                for seeds in rates.values() for run in seeds.values()):  # fmt: skip
+        if run.get("model", "").startswith(kept + "/"):  # the base as the run named it, not its archived records
+            run["model"] = results["runs_dir"] + run["model"].removeprefix(kept)
     plot_curves(results, card_dir / CURVES)
     write_atomic(card_dir / RESULTS, json.dumps(results, indent=1) + "\n")
     return write_atomic(card_dir / CARD, render(results, command))

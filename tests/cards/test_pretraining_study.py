@@ -66,7 +66,7 @@ def test_every_base_is_fine_tuned_at_each_rate_then_at_its_best_with_every_seed_
     assert "- conll2003: spanbert >= mlm: waiting for its fine-tuning runs." in text
     assert "- sst2-1k: electra >= mlm: waiting for the pretraining of electra." in text
     assert "majority class accuracy" in text and "--model /" not in text and "--output_dir /" not in text
-    archived = tmp_path / "card" / "runs"
+    archived = tmp_path / "card" / study.ARCHIVE
     runs_made = [path.name for path in runs.iterdir() if path.is_dir()]
     assert sorted(path.name for path in archived.iterdir()) == sorted([*runs_made, "command.json"])
     assert not list(archived.rglob("*.safetensors")) and not list(archived.rglob("checkpoints"))
