@@ -14,6 +14,7 @@ import httpx
 import pytest
 import torch
 from peft import PeftModel
+from safetensors.torch import load_file, save_file
 from tests.helpers.paths import SHARED_DATA
 from tests.helpers.recipe_runs import run_finetune, run_recipe
 from tests.helpers.serving import refused, serve_process, wait_until_serving
@@ -177,7 +178,7 @@ def test_bad_classify_requests_are_refused_naming_the_field(server, adapters):
     assert _classify(server, model="sst2", input=SENTENCES[0]).status_code == 200
 
 
-def test_classifiers_are_added_and_removed_at_run_time(server, adapters):
+def test_classifiers_are_added_and_removed_at_run_time(server, adapters, tmp_path):
     expected = _classify(server, model="sst2", input=SENTENCES).json()["data"]
     added = httpx.post(f"{server}/v1/adapters", json={"name": "sst2_copy", "path": str(adapters["sst2_copy"])},
                        timeout=60)  # fmt: skip
@@ -192,4 +193,11 @@ def test_classifiers_are_added_and_removed_at_run_time(server, adapters):
     assert [word["label"] for word in words] == [labels[int(p.argmax())] for p in _alone(adapters, "ner", SENTENCES[2:])]
     wrong = httpx.post(f"{server}/v1/adapters", json={"name": "other", "path": str(adapters["base"])}, timeout=60)
     refused(wrong, 409, "path")  # a model folder, no adapter: the server unchanged
+    headless = tmp_path / "headless"  # the SST-2 LoRA without its head, as other tools could save it
+    headless.mkdir()
+    shutil.copy(adapters["sst2"] / "adapter_config.json", headless)
+    weights = load_file(adapters["sst2"] / "adapter_model.safetensors")
+    save_file({k: v for k, v in weights.items() if "lora_" in k}, headless / "adapter_model.safetensors")
+    response = httpx.post(f"{server}/v1/adapters", json={"name": "headless", "path": str(headless)}, timeout=60)
+    assert "saves no head of its own" in refused(response, 409, "path")
     assert _classify(server, model="sst2", input=SENTENCES).json()["data"] == expected

@@ -19,14 +19,10 @@ input names.
 from __future__ import annotations
 
 import dataclasses
-import threading
-import time
-from collections import deque
-from collections.abc import Callable
+from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -43,7 +39,7 @@ from ..tasks.sequence_classification import ClassificationExample
 from ..tasks.token_classification import TaggedSentence
 from ..training.task_model import load_model
 from ..training.task_results import METRICS_FILE
-from .scheduler import QueueFull
+from .scheduler import EngineThread, QueueFull
 
 CLASSIFYING_TASKS = {"SEQ_CLS": "sequence-classification", "TOKEN_CLS": "token-classification"}
 
@@ -177,7 +173,7 @@ def _labels(name: str, run: Path | None, adapter: Path) -> list[str]:
         return [recorded[str(index)] for index in range(len(recorded))]
     heads = [params["weight"] for params in read_adapter(name, adapter).heads.values() if "weight" in params]
     if not heads:
-        raise ValueError(f"adapter {name!r} ({folder}) saves no head of its own (modules_to_save): a classification "
+        raise ValueError(f"adapter {name!r} ({adapter}) saves no head of its own (modules_to_save): a classification "
                          "adapter needs one")  # fmt: skip
     return [f"LABEL_{index}" for index in range(heads[0].shape[0])]
 
@@ -191,7 +187,7 @@ class Item:
     future: Future = dataclasses.field(default_factory=Future)
 
 
-class ClassifyEngine:
+class ClassifyEngine(EngineThread):
     """The classification adapters' models (one per head shape), and the thread that runs their forwards."""
 
     def __init__(
@@ -201,22 +197,19 @@ class ClassifyEngine:
         tokenizer: PreTrainedTokenizerBase,
         device: torch.device | str,
         context_length: int,
-        held: list[PreTrainedModel | ComposedModel] = (),
+        held: Sequence[PreTrainedModel | ComposedModel] = (),
         max_batch_size: int = 16,
         max_wait_ms: float = 10.0,
         max_queue: int = 256,
     ) -> None:
+        super().__init__(max_batch_size, max_wait_ms, max_queue)
         self.model_path, self.family, self.tokenizer, self.device = model_path, family, tokenizer, torch.device(device)
         self.context_length = context_length
-        self.max_batch_size, self.max_wait, self.max_queue = max_batch_size, max_wait_ms / 1000, max_queue
         self.classifiers: dict[str, Classifier] = {}
         self.models: dict[tuple[str, int], PreTrainedModel | ComposedModel] = {}
         self.held = list(held)  # the generating models, whose weights the groups share
-        self.condition = threading.Condition()
-        self.waiting: deque[Item] = deque()
-        self.tasks: deque[tuple[Callable[[], Any], Future]] = deque()
         self.forwards = 0
-        threading.Thread(target=self._loop, name="hfzoo-serve-classify", daemon=True).start()
+        self._start("hfzoo-serve-classify")
 
     # ---------------------------------------------------------------------------------------- called by the server
     def submit(self, classifier: Classifier, features: list[dict]) -> list[Future]:
@@ -242,7 +235,7 @@ class ClassifyEngine:
             self.classifiers[name] = classifier
             return classifier
 
-        return self._between_forwards(add)
+        return self._between_steps(add)
 
     def add_composition(self, name: str, path: str) -> Future:
         """Serve the composition trained for classification at `path` (a compose run or its saved composition)."""
@@ -258,7 +251,7 @@ class ClassifyEngine:
             self.classifiers[name] = classifier
             return classifier
 
-        return self._between_forwards(add)
+        return self._between_steps(add)
 
     def remove(self, name: str) -> Future:
         def remove() -> None:
@@ -270,7 +263,7 @@ class ClassifyEngine:
             else:
                 self._compose(classifier.head, self._folders(classifier.head), None)
 
-        return self._between_forwards(remove)
+        return self._between_steps(remove)
 
     # ------------------------------------------------------------------------------------------ the engine thread
     def _folders(self, head: tuple[str, int]) -> dict[str, str]:
@@ -300,29 +293,10 @@ class ClassifyEngine:
         share_weights(model, [*self.held, *self.models.values()])
         return model
 
-    def _between_forwards(self, task: Callable[[], Any]) -> Future:
-        future: Future = Future()
-        with self.condition:
-            self.tasks.append((task, future))
-            self.condition.notify()
-        return future
-
     def _loop(self) -> None:
         while True:
             with self.condition:
-                while not (self.waiting or self.tasks):
-                    self.condition.wait()
-                while self.tasks:
-                    task, future = self.tasks.popleft()
-                    try:
-                        future.set_result(task())
-                    except Exception as error:  # handed to the request that asked for the change
-                        future.set_exception(error)
-                if not self.waiting:
-                    continue
-                deadline = time.monotonic() + self.max_wait  # more inputs to classify with the first
-                while len(self.waiting) < self.max_batch_size and time.monotonic() < deadline:
-                    self.condition.wait(deadline - time.monotonic())
+                self._next_work(busy=False)
                 batch = [self.waiting.popleft() for _ in range(min(self.max_batch_size, len(self.waiting)))]
             groups: dict[tuple[str, int], list[Item]] = {}
             for item in batch:

@@ -53,12 +53,50 @@ class Row:
     cancelled: bool = False
 
 
-class BatchingEngine:
-    """Holds the model (base with its adapters composed for fixed routing) and decodes all rows on one thread.
+class EngineThread:
+    """The one thread that owns a served model: it runs every forward and, between two of them, every change of the
+    model (`_between_steps`: adding or removing an adapter), so a forward never sees a half-changed model. Work
+    queues in `waiting`; an idle engine gives more of it `max_wait` to arrive and join the first."""
 
-    Every change of the model (adding or removing an adapter) also runs on that thread, between two decoding steps,
-    so a forward never sees a half-changed model.
-    """
+    def __init__(self, max_batch_size: int, max_wait_ms: float, max_queue: int) -> None:
+        self.max_batch_size, self.max_wait, self.max_queue = max_batch_size, max_wait_ms / 1000, max_queue
+        self.condition = threading.Condition()
+        self.waiting: deque = deque()
+        self.tasks: deque[tuple[Callable[[], Any], Future]] = deque()
+
+    def _start(self, name: str) -> None:
+        """Start the thread (at the end of a subclass's `__init__`, its state complete)."""
+        threading.Thread(target=self._loop, name=name, daemon=True).start()
+
+    def _between_steps(self, task: Callable[[], Any]) -> Future:
+        future: Future = Future()
+        with self.condition:
+            self.tasks.append((task, future))
+            self.condition.notify()
+        return future
+
+    def _next_work(self, busy: bool) -> None:
+        """Called with `condition` held: wait until there is work (`busy`: the engine's own, e.g. rows decoding), run
+        the queued changes, and if not busy wait up to `max_wait` for a full batch."""
+        while not (self.waiting or busy or self.tasks):
+            self.condition.wait()
+        while self.tasks:
+            task, future = self.tasks.popleft()
+            try:
+                future.set_result(task())
+            except Exception as error:  # handed to the request that asked for the change
+                future.set_exception(error)
+        if not busy and self.waiting:
+            deadline = time.monotonic() + self.max_wait
+            while len(self.waiting) < self.max_batch_size and time.monotonic() < deadline:
+                self.condition.wait(deadline - time.monotonic())
+
+    def _loop(self) -> None:
+        raise NotImplementedError
+
+
+class BatchingEngine(EngineThread):
+    """Holds the model (base with its adapters composed for fixed routing) and decodes all rows on its thread."""
 
     def __init__(
         self,
@@ -69,8 +107,8 @@ class BatchingEngine:
         max_wait_ms: float = 10.0,
         max_queue: int = 256,
     ) -> None:
+        super().__init__(max_batch_size, max_wait_ms, max_queue)
         self.model, self.tokenizer, self.adapters = model, tokenizer, dict(adapters)
-        self.max_batch_size, self.max_wait, self.max_queue = max_batch_size, max_wait_ms / 1000, max_queue
         # the ids `generate()` stops at (the model's generation config), so that a completion ends where it would
         eos = model.generation_config.eos_token_id
         eos = tokenizer.eos_token_id if eos is None else eos
@@ -83,14 +121,11 @@ class BatchingEngine:
         self.device = next(model.parameters()).device
         # fast tokenizers refuse concurrent use ("Already borrowed"): the server encodes, this thread decodes
         self.tokenizer_lock = threading.Lock()
-        self.condition = threading.Condition()
-        self.waiting: deque[Row] = deque()
         self.active: list[Row] = []
-        self.tasks: deque[tuple[Callable[[], Any], Future]] = deque()
         self.cache: DynamicCache | None = None
         self.mask = torch.zeros(0, 0, dtype=torch.long)
         self.steps = 0  # forwards run, for tests and logs
-        threading.Thread(target=self._loop, name="hfzoo-serve-engine", daemon=True).start()
+        self._start("hfzoo-serve-engine")
 
     # ---------------------------------------------------------------------------------------- called by the server
     def encode(self, text: str) -> list[int]:
@@ -121,13 +156,6 @@ class BatchingEngine:
         return self._between_steps(remove)
 
     # ------------------------------------------------------------------------------------------ the engine thread
-    def _between_steps(self, task: Callable[[], Any]) -> Future:
-        future: Future = Future()
-        with self.condition:
-            self.tasks.append((task, future))
-            self.condition.notify()
-        return future
-
     def _set_adapters(self, adapters: dict[str, str]) -> None:
         base = self.model.unload() if isinstance(self.model, ComposedModel) else self.model
         try:
@@ -140,18 +168,7 @@ class BatchingEngine:
     def _loop(self) -> None:
         while True:
             with self.condition:
-                while not (self.waiting or self.active or self.tasks):
-                    self.condition.wait()
-                while self.tasks:
-                    task, future = self.tasks.popleft()
-                    try:
-                        future.set_result(task())
-                    except Exception as error:  # handed to the request that asked for the change
-                        future.set_exception(error)
-                if not self.active and self.waiting:  # an idle engine waits for more rows to batch with the first
-                    deadline = time.monotonic() + self.max_wait
-                    while len(self.waiting) < self.max_batch_size and time.monotonic() < deadline:
-                        self.condition.wait(deadline - time.monotonic())
+                self._next_work(busy=bool(self.active))
                 joining = []
                 while self.waiting and len(self.active) + len(joining) < self.max_batch_size:
                     joining.append(self.waiting.popleft())
