@@ -190,7 +190,8 @@ def test_classifiers_are_added_and_removed_at_run_time(server, adapters, tmp_pat
     assert back.status_code == 200, back.text
     words = _classify(server, model="ner", input=SENTENCES[2]).json()["data"][0]["words"]
     labels = _labels(adapters["ner"])
-    assert [word["label"] for word in words] == [labels[int(p.argmax())] for p in _alone(adapters, "ner", SENTENCES[2:])]
+    alone = _alone(adapters, "ner", SENTENCES[2:])
+    assert [word["label"] for word in words] == [labels[int(p.argmax())] for p in alone]
     wrong = httpx.post(f"{server}/v1/adapters", json={"name": "other", "path": str(adapters["base"])}, timeout=60)
     refused(wrong, 409, "path")  # a model folder, no adapter: the server unchanged
     headless = tmp_path / "headless"  # the SST-2 LoRA without its head, as other tools could save it
