@@ -5,7 +5,9 @@ bench_seq2seq) for hfzoo compiled, hfzoo eager, native eager and native compiled
 compiled in place (`nn.Module.compile`, as `--compile true` does in the recipes) and compiled by its untimed warm-up
 call. MFU is tokens/s x model FLOPs per token / the fp32 matmul peak this run measured, with FLOPs per token =
 6 N + 12 L d s (N: non-embedding parameters plus the output projection, L layers, d width, s sequence length; for
-the encoder-decoder s is the mean of source and target lengths): both are printed.
+the encoder-decoder s is the mean of source and target lengths): both are printed. With `--dtype bfloat16` training
+runs under bf16 autocast (fp32 weights and AdamW state, as the recipes' `--mixed_precision bf16`), generation runs
+on weights cast to bf16, and MFU is against the bf16 matmul peak measured the same way.
 
 Generation tokens/s at each `--gen-batch-sizes` for the generating families: hfzoo with a static cache and compiled
 decoding steps against native eager with its default dynamic cache.
@@ -15,7 +17,9 @@ decoding steps against native eager with its default dynamic cache.
 """
 
 import argparse
+import contextlib
 import os
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -49,15 +53,16 @@ from common import (  # noqa: E402
 FAMILY_BENCHMARK = {"gpt": bench_decoder, "llama": bench_decoder, "bert": bench_encoder, "t5": bench_seq2seq,
                     "bart": bench_seq2seq}  # fmt: skip
 GENERATING = ("gpt", "llama", "t5", "bart")
+PRECISION_NAMES = {"float32": "fp32", "bfloat16": "bf16"}  # --dtype -> how tables name it
 TRAINING_VARIANTS = ("hfzoo_compiled", "hfzoo_eager", "native_eager", "native_compiled")
 TINY = ["--preset-size", "tiny", "--models", "gpt", "--rounds", "1", "--steps", "1", "--batch-size", "2",
         "--seq-len", "16", "--source-len", "16", "--target-len", "8", "--gen-batch-sizes", "1", "--prompt-len", "4",
         "--new-tokens", "3", "--matmul-size", "256"]  # fmt: skip
 
 
-def matmul_peak_flops(size: int, device: str, repeats: int = 10) -> float:
-    """The fp32 matrix-multiply rate of `device` now (best of `repeats` square products), in FLOP/s."""
-    a, b = torch.randn(size, size, device=device), torch.randn(size, size, device=device)
+def matmul_peak_flops(size: int, device: str, dtype: torch.dtype = torch.float32, repeats: int = 10) -> float:
+    """The `dtype` matrix-multiply rate of `device` now (best of `repeats` square products), in FLOP/s."""
+    a, b = (torch.randn(size, size, device=device, dtype=dtype) for _ in range(2))
     torch.mm(a, b)
     best = min(_timed(lambda: torch.mm(a, b)) for _ in range(repeats))
     return 2 * size**3 / best
@@ -81,6 +86,13 @@ def flops_per_token(model: torch.nn.Module, sequence_length: float) -> float:
     return 6 * non_embedding + 12 * layers * config.hidden_size * sequence_length
 
 
+def autocast(args) -> contextlib.AbstractContextManager:
+    """Mixed precision for `--dtype bfloat16` (the weights stay fp32), nothing for fp32."""
+    if args.dtype == "float32":
+        return contextlib.nullcontext()
+    return torch.autocast(torch.device(args.device).type, dtype=getattr(torch, args.dtype))
+
+
 def build(model_name: str, variant: str, args) -> torch.nn.Module:
     """`hfzoo_*` or `native_*` from the family's benchmark on `--device`, compiled in place for `*_compiled`."""
     model = FAMILY_BENCHMARK[model_name.split("-")[0]].build_model(model_name, variant.split("_")[0], args.seed)
@@ -97,7 +109,12 @@ def training_rows(args, model_names: list[str], peak: float) -> list[dict]:
         variants = []
         for variant in TRAINING_VARIANTS:
             model = build(model_name, variant, args)
-            run = benchmark.workload(model, args, "train", args.steps)
+            steps = benchmark.workload(model, args, "train", args.steps)
+
+            def run(steps=steps) -> None:
+                with autocast(args):
+                    steps()
+
             variants.append(Variant(variant, run, benchmark.tokens_per_call(args, "train")))
             if variant == "hfzoo_eager":
                 seq2seq = model.config.is_encoder_decoder
@@ -131,7 +148,8 @@ def generation_rows(args, model_names: list[str]) -> list[dict]:
         for batch_size in args.gen_batch_sizes:
             variants = []
             for variant in ("hfzoo", "native"):
-                model = benchmark.build_model(model_name, variant, args.seed).to(args.device)
+                model = benchmark.build_model(model_name, variant, args.seed)
+                model.to(args.device, getattr(torch, args.dtype))
                 if variant == "hfzoo":
                     model.generation_config.cache_implementation = "static"
                     model.generation_config.compile_config = compile_config
@@ -152,8 +170,8 @@ def generation_rows(args, model_names: list[str]) -> list[dict]:
     return rows
 
 
-def print_rows(peak: float, training: list[dict], generation: list[dict]) -> None:
-    print(f"measured fp32 matmul peak: {peak / 1e9:,.1f} GFLOP/s")
+def print_rows(peak: float, dtype: str, training: list[dict], generation: list[dict]) -> None:
+    print(f"measured {PRECISION_NAMES[dtype]} matmul peak: {peak / 1e9:,.1f} GFLOP/s")
     table = []
     for row in training:
         cells = [f"{row[variant]['median']:,.0f} ({100 * row[variant]['mfu']:.0f}%)" for variant in TRAINING_VARIANTS]
@@ -185,6 +203,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--matmul-size", type=int, default=2048, help="side of the square products timed for the peak")
     parser.add_argument("--device", default="cpu", help="where models and batches live: cpu (default) or cuda")
+    parser.add_argument("--dtype", choices=list(PRECISION_NAMES), default="float32",
+                        help="bfloat16: training under bf16 autocast, generation on bf16 weights, MFU against the "
+                             "bf16 matmul peak")  # fmt: skip
     args = parser.parse_args(argv)
     return parser.parse_args([*TINY, *(argv if argv is not None else sys.argv[1:])]) if args.tiny else args
 
@@ -194,18 +215,22 @@ def main(argv: list[str] | None = None) -> dict:
     model_names = [f"{family}-{args.preset_size}" for family in args.models]
     ensure_malloc_setting(args.malloc)
     torch.set_num_threads(THREADS)
-    peak = matmul_peak_flops(args.matmul_size, args.device)
+    peak = matmul_peak_flops(args.matmul_size, args.device, getattr(torch, args.dtype))
     started = environment()
     # One process compiles every model here, and transformers' output decorators wrap all their forwards in one
     # code object, whose guards then count each model's graphs against dynamo's per-code limit (8).
     with recompile_limit(64):
         training = training_rows(args, model_names, peak)
         generation = generation_rows(args, [name for name in model_names if name.split("-")[0] in GENERATING])
-    print_rows(peak, training, generation)
+    print_rows(peak, args.dtype, training, generation)
     started["load_average_end"] = os.getloadavg()
-    settings = {key: (str(value) if isinstance(value, Path) else value) for key, value in vars(args).items()}
-    payload = {"benchmark": "compile", "environment": started, "settings": settings,
-               "matmul_peak_flops": peak, "results": training + generation}  # fmt: skip
+    settings = {key: value for key, value in vars(args).items() if key != "output"}  # a path of this machine
+    given = list(argv if argv is not None else sys.argv[1:])
+    if "--output" in given:  # a path of this machine
+        del given[given.index("--output") : given.index("--output") + 2]
+    payload = {"benchmark": "compile", "command": shlex.join(["python", "benchmarks/bench_compile.py", *given]),
+               "environment": started, "settings": settings, "matmul_peak_flops": peak,
+               "results": training + generation}  # fmt: skip
     write_json(args.output, payload)
     print(f"wrote {args.output}")
     return payload

@@ -12,7 +12,6 @@ tokens/s, and the study's run gets the steps that many tokens/s fill in the budg
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -21,7 +20,7 @@ import generate_pretraining_study as study
 from generate_results import record
 from recording import REPO_ROOT, Budget, run_complete, shown
 
-from hfzoo.training.logging import read_log
+from hfzoo.training.logging import steps_filling
 
 CONFIG = "recipes/configs/bert-small-enwiki-mlm.yaml"
 # A GPU step of 32 blocks would leave it idle between kernels: 128 blocks a step, the schedule's other settings kept.
@@ -32,14 +31,6 @@ TINY_PRETRAINING = ["--config", CONFIG, "--model.hidden_size", "64", "--model.in
                     "--max_train_samples", "20", "--max_eval_samples", "4", "--block_size", "32",
                     "--per_device_batch_size", "4", "--eval_every", "2", "--log_every", "1", "--tensorboard", "false"]
 TINY_FINETUNING = "--max_steps 2 --per_device_batch_size 8 --max_train_samples 32 --max_eval_samples 16"
-
-
-def steps_for(minutes: float, calibration: Path) -> int:
-    """The steps that fill `minutes` at the calibration run's median tokens/s (at least 10)."""
-    records = read_log(calibration)
-    start = next(r for r in records if r["event"] == "start")
-    speed = statistics.median(r["tokens_per_s"] for r in records if r["event"] == "train")
-    return max(10, int(minutes * 60 * speed / start["tokens_per_step"]))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -66,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
                                     "--eval_every", steps, "--log_every", "1"], budget, device)  # fmt: skip
         if code != 0:
             return code
-    steps = steps_for(args.minutes, calibration)
+    steps = steps_filling(args.minutes, calibration)
     print(f"pretraining for {steps} steps ({args.minutes:g} minutes at the calibration's speed)", flush=True)
     finetune_args = TINY_FINETUNING if args.tiny else "--mixed_precision bf16"
     shrink = ["--learning-rates", "1e-3", "--seeds", "42"] if args.tiny else []

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from hfzoo.training.logging import steps_filling
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 BENCH_DECODER = REPO_ROOT / "benchmarks" / "bench_decoder.py"
 TINY_RUN = [
@@ -294,3 +296,31 @@ def test_serve_benchmark_measures_every_scenario_and_both_targets(tmp_path):
     assert {name: ratio["target"] for name, ratio in payload["ratios"].items()} == \
         {"spread_vs_one_adapter": 0.8, "batched_vs_one_at_a_time": 3.0}  # fmt: skip
     assert payload["command"] == "python benchmarks/bench_serve.py --tiny" and payload["settings"]["adapters"] == 2
+
+
+GPU_SUITE = REPO_ROOT / "benchmarks" / "gpu_suite.py"
+
+
+@pytest.mark.slow  # compiles 4 models and runs the recipe twice: 45 s; nothing in make test runs on a GPU anyway
+def test_the_gpu_suite_runs_every_step_in_tiny_mode(shared_data, tmp_path):
+    """The suite a lent GPU runs, here on the CPU: bf16 compiled training against native with MFU, static-cache
+    decoding, a wall-budget enwiki run whose steps a calibration sized, and report rows for both files."""
+    results, runs = tmp_path / "results", tmp_path / "runs"
+    command = [sys.executable, str(GPU_SUITE), "--tiny", "--results_dir", str(results), "--runs_dir", str(runs)]
+    completed = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=900)
+    assert completed.returncode == 0, completed.stdout[-3000:]
+    compiled = json.loads((results / "compile_bf16_cpu_tiny.json").read_text())
+    assert compiled["settings"]["dtype"] == "bfloat16" and "--output" not in compiled["command"]
+    train = next(row for row in compiled["results"] if row["figure"] == "train")
+    assert train["hfzoo_compiled"]["mfu"] > 0 and train["ratio_vs_native_compiled"]["median"] > 0
+    budget = json.loads((results / "wall_budget_cpu_tiny.json").read_text())
+    (row,) = budget["results"]
+    assert row["steps"] == row["planned_steps"] == steps_filling(0.05, runs / "gpt-small-enwiki-clm-calibration") >= 10
+    assert row["validation_loss"] > 0 and row["tokens_per_s_median"] > 0
+    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+    import report  # benchmarks/ is not a package
+
+    text = report.render_result_file(results / "wall_budget_cpu_tiny.json")
+    assert f"| recipes/configs/gpt-small-enwiki-clm.yaml | {row['steps']:,} |" in text
+    rows = report.headline({results / "compile_bf16_cpu_tiny.json": compiled})
+    assert "bf16 MFU, compiled" in rows and "train, compiled vs native compiled" in rows

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import statistics
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -42,6 +43,15 @@ def read_log(path: str | os.PathLike) -> list[dict[str, Any]]:
     if path.is_dir():
         path = path / LOG_FILE
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def steps_filling(minutes: float, calibration: str | os.PathLike) -> int:
+    """The training steps that fill `minutes` at the median tokens/s a short calibration run logged (at least 10):
+    a run given a wall budget on a device whose speed is measured, not guessed, and whose schedule still spans it."""
+    records = read_log(calibration)
+    start = next(r for r in records if r["event"] == "start")
+    speed = statistics.median(r["tokens_per_s"] for r in records if r["event"] == "train")
+    return max(10, int(minutes * 60 * speed / start["tokens_per_step"]))
 
 
 def _truncate_after(path: Path, step: int) -> None:
