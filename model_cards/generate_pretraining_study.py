@@ -17,6 +17,13 @@ machine, load) and continued from its checkpoint when stopped, so the study goes
     python model_cards/generate_pretraining_study.py card runs/results/pretraining-enwiki \
         model_cards/results/pretraining-enwiki-4x256
 
+    # Equal compute, counted: each objective's training FLOPs per step (forward and backward of the recipe's own model
+    # on a batch of the corpus, torch's FlopCounterMode) into the runs folder, and the steps that match the first
+    # objective's compute; the card states every run's total.
+    python model_cards/generate_pretraining_study.py flops runs/results/pretraining-enwiki --steps mlm=6000 \
+        --objectives spanbert electra -- --config recipes/configs/bert-small-enwiki-mlm.yaml \
+        --tokenizer runs/results/pretraining-enwiki/tokenizer
+
 Run folders: `pretrain-<objective>`, then `<task>-<base>-lr<rate>-seed<seed>` for every base (each objective, and
 `scratch`: the first objective's config and tokenizer with random weights, the floor that shows whether pretraining
 transferred). The fine-tuning learning rate is chosen per base and task as the papers do: every rate with the first
@@ -41,13 +48,23 @@ from generate_results import BASELINE, DATA_SPLIT, record, summarize, unigram_ba
 from grid_runs import STOPPED_EXIT, Execution, check_runs_device, run_once
 from recording import REPO_ROOT, RUN_RECORD, Budget, run_complete, run_metrics, shown
 
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+from transformers import AutoTokenizer
+
 from hfzoo.card_writing import CARD, Curve, RunRecord, Section, markdown_table, model_card_data, plot_losses, render_card
+from hfzoo.commands.pretrain import parse_args
 from hfzoo.core.files import write_atomic
+from hfzoo.core.presets import preset_config
+from hfzoo.data.corpus import load_corpus
+from hfzoo.data.streaming import held_out
+from hfzoo.objectives import get_objective
 
 FINETUNE_RECIPE = "recipes/finetune.py"
 RESULTS = "results.json"
 CURVES = "validation_curves.png"
 SCRATCH = "scratch"
+STEP_FLOPS = "step_flops.json"  # `flops`' count, in the runs folder and archived with the card
 ARCHIVE = "run_records"  # in the card's folder (not `runs/`, which git ignores)
 # What the card reads of a finished run, small enough to commit (no weights, no checkpoints); the run record last, as
 # the recorder writes it: an archive that lacks it is unfinished, as a run folder is.
@@ -121,6 +138,33 @@ def finetune(runs_dir: Path, bases: list[str], tasks: list[str], learning_rates:
     return failed
 
 
+def step_flops(recipe_args: list[str], objectives: list[str], texts: int = 64) -> dict[str, float]:
+    """Each objective's training FLOPs per optimizer step: one forward and backward of the model the recipe trains
+    (random weights, its config, tokenizer and collator) on a batch of blocks of the corpus's first `texts` training
+    texts, counted by torch's FlopCounterMode. A masked objective's count depends on the masks drawn: the batch is
+    the same for every objective and its masks come from one seed."""
+    flops = {}
+    for name in objectives:
+        config = parse_args([*recipe_args, "--objective", name])
+        data, objective = config.data, get_objective(name, config.preset)
+        if not data.tokenizer:
+            raise SystemExit("flops: pass the study's --tokenizer, so every objective is counted with its vocabulary")
+        corpus = load_corpus(data.dataset, data_files=data.data_files, text_column=data.text_column, streaming=True,
+                             exclude_titles=data.exclude_titles or (), seed=config.run.seed)  # fmt: skip
+        tokenizer = AutoTokenizer.from_pretrained(data.tokenizer)
+        blocks = objective.examples(held_out(corpus["train"], texts), tokenizer, data.block_size)
+        model_config = preset_config(config.preset, vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
+                                     **config.model)  # fmt: skip
+        torch.manual_seed(config.run.seed)
+        model = objective.build_model(model_config, config.objective_options).train()
+        collator = objective.make_collator(tokenizer, config.collator, torch.Generator().manual_seed(config.run.seed))
+        batch = collator([blocks[i] for i in range(config.training.per_device_batch_size)])
+        with FlopCounterMode(display=False) as counter:
+            model(**batch).loss.backward()
+        flops[name] = float(counter.get_total_flops())
+    return flops
+
+
 # ------------------------------------------------------------------------------------------------ card
 FINETUNE_RUN = re.compile(r"(?P<task>.+?)-(?P<base>[a-z_]+)-lr(?P<rate>.+)-seed(?P<seed>\d+)")  # finetune_dir's
 # The issue's targets: (task, base, than, margin in points): base's mean >= than's mean + margin.
@@ -151,8 +195,9 @@ def archive(runs_dir: Path, archive_dir: Path) -> list[str]:
         for name in RECORDS:
             if (run_dir / name).is_file():
                 write_atomic(kept / name, (run_dir / name).read_bytes())
-    if (runs_dir / "command.json").is_file():
-        write_atomic(archive_dir / "command.json", (runs_dir / "command.json").read_bytes())
+    for name in ("command.json", STEP_FLOPS):
+        if (runs_dir / name).is_file():
+            write_atomic(archive_dir / name, (runs_dir / name).read_bytes())
     return [run_dir.name for run_dir in copied]
 
 
@@ -171,6 +216,8 @@ def collect(archive_dir: Path, card_command: str) -> dict[str, Any]:
             name["rate"], {})[name["seed"]] = run
         if name["task"] not in results["floors"]:  # the task's data, read once
             results["floors"][name["task"]] = baselines(run_dir)
+    counted = archive_dir / STEP_FLOPS
+    results["step_flops"] = json.loads(counted.read_text()) if counted.is_file() else {}
     started = archive_dir / "command.json"
     results["command"] = json.loads(started.read_text()) if started.is_file() else None
     return results
@@ -229,10 +276,22 @@ def _pretraining_table(results: dict[str, Any]) -> str:
             f"{t['tokens_per_s_median']:,.0f}", f"{final['perplexity']:.1f}", f"{baseline['unigram_perplexity']:.1f}",
             "-" if accuracy is None else f"{accuracy:.3f}", f"{baseline.get('unigram_accuracy', float('nan')):.3f}",
             f"{s['machine']['load_average_1min']['mean']:.1f}" if s["machine"]["load_average_1min"] else "-",
+            _compute(results, objective),
         ])  # fmt: skip
     return markdown_table(["objective", "parameters trained", "steps", "tokens seen", "training loop",
                            "tokens/s (median)", "masked-LM perplexity", "unigram perplexity", "token accuracy",
-                           "unigram accuracy", "load"], rows)  # fmt: skip
+                           "unigram accuracy", "load", "training FLOPs (vs the first)"], rows)  # fmt: skip
+
+
+def _compute(results: dict[str, Any], objective: str) -> str:
+    """A run's training FLOPs (its steps x `flops`' count per step) and their ratio to the first objective's."""
+    counted = results.get("step_flops", {})
+    if objective not in counted:
+        return "not counted"
+    first = next(iter(results["pretraining"]))
+    total = {o: counted[o] * results["pretraining"][o]["training"]["steps"] for o in (objective, first) if o in counted}
+    ratio = f" ({total[objective] / total[first]:.2f}x)" if first in total else ""
+    return f"{total[objective]:.3g}{ratio}"
 
 
 def _finetuning_table(results: dict[str, Any], task: str) -> str:
@@ -343,6 +402,11 @@ def main(argv: list[str] | None = None) -> int:
                       "--cpu true|false); named in the records")  # fmt: skip
     runs.add_argument("--finetune_args", default="", help="recipe arguments added to every fine-tuning run after the "
                       "task's own, e.g. '--mixed_precision bf16'")  # fmt: skip
+    count = commands.add_parser("flops", help="each objective's training FLOPs per step, and the steps of equal "
+                                "compute")  # fmt: skip
+    count.add_argument("runs_dir", type=Path)
+    count.add_argument("--steps", required=True, help="REFERENCE=STEPS: the objective and run length to match")
+    count.add_argument("--objectives", nargs="+", required=True, help="the objectives to give equal compute")
     make = commands.add_parser("card", help="README.md, curves and results.json from the finished runs")
     make.add_argument("runs_dir", type=Path)
     make.add_argument("card_dir", type=Path)
@@ -354,6 +418,15 @@ def main(argv: list[str] | None = None) -> int:
         card_dir = args.card_dir.resolve()
         os.chdir(REPO_ROOT)
         print(card(runs_dir, card_dir))
+        return 0
+    if args.command == "flops":
+        os.chdir(REPO_ROOT)
+        ((reference, reference_steps),) = _steps([args.steps]).items()
+        flops = step_flops(recipe_args, [reference, *args.objectives])
+        write_atomic(runs_dir / STEP_FLOPS, json.dumps(flops, indent=1) + "\n")
+        for objective, count in flops.items():
+            print(f"{objective}: {count:.4g} FLOPs per step; equal compute to {reference}={reference_steps}: "
+                  f"{objective}={round(reference_steps * flops[reference] / count)}")
         return 0
     steps = _steps(args.steps)
     check_runs_device(runs_dir, args.device)  # a GPU torch sees, and one device per runs folder

@@ -15,6 +15,11 @@ from tests.helpers.paths import REPO
 sys.path.insert(0, str(REPO / "model_cards"))
 import generate_pretraining_study as study  # noqa: E402
 
+import hfzoo  # noqa: E402
+from hfzoo.data.corpus import load_corpus  # noqa: E402
+from hfzoo.data.streaming import held_out  # noqa: E402
+from hfzoo.data.tokenizer_training import train_tokenizer_on_corpus  # noqa: E402
+
 PRETRAINING = ["--preset", "bert-tiny", "--tokenizer_kind", "wordpiece", "--vocab_size", "384", "--dataset",
                "../shared/data/enwiki/AA/wiki_00", "--max_train_samples", "20", "--max_eval_samples", "4",
                "--block_size", "32", "--per_device_batch_size", "4", "--eval_every", "2", "--save_every", "100",
@@ -47,6 +52,9 @@ def test_every_base_is_fine_tuned_at_each_rate_then_at_its_best_with_every_seed_
     assert study.main(argv) == 0  # nothing left to do: every finished run kept as it is
     assert {path: path.stat().st_mtime_ns for path in runs.glob("*/run_record.json")} == finished
 
+    flops = ["flops", str(runs), "--steps", "mlm=2", "--objectives", "spanbert", "--", *PRETRAINING, "--tokenizer",
+             str(runs / "pretrain-mlm")]  # fmt: skip
+    assert study.main(flops) == 0
     card = study.main(["card", str(runs), str(tmp_path / "card")])
     assert card == 0
     results = json.loads((tmp_path / "card" / "results.json").read_text())
@@ -65,12 +73,33 @@ def test_every_base_is_fine_tuned_at_each_rate_then_at_its_best_with_every_seed_
             f"{gain:+.2f} points; 2 and 2 seeds") in text
     assert "- conll2003: spanbert >= mlm: waiting for its fine-tuning runs." in text
     assert "- sst2-1k: electra >= mlm: waiting for the pretraining of electra." in text
+    counted = json.loads((runs / study.STEP_FLOPS).read_text())
+    assert results["step_flops"] == counted and counted["spanbert"] > counted["mlm"]  # its span-boundary head
+    assert f"| {2 * counted['mlm']:.3g} (1.00x) |" in text
+    assert f"| {3 * counted['spanbert']:.3g} ({3 * counted['spanbert'] / (2 * counted['mlm']):.2f}x) |" in text
     assert "majority class accuracy" in text and "--model /" not in text and "--output_dir /" not in text
     archived = tmp_path / "card" / study.ARCHIVE
     runs_made = [path.name for path in runs.iterdir() if path.is_dir()]
-    assert sorted(path.name for path in archived.iterdir()) == sorted([*runs_made, "command.json"])
+    assert sorted(path.name for path in archived.iterdir()) == sorted([*runs_made, "command.json", study.STEP_FLOPS])
     assert not list(archived.rglob("*.safetensors")) and not list(archived.rglob("checkpoints"))
     shutil.rmtree(runs)  # the run folders lost (another session, another machine): the card stands on its archive
     assert study.main(["card", str(runs), str(tmp_path / "card")]) == 0
     assert json.loads((tmp_path / "card" / "results.json").read_text()) == results
     assert (tmp_path / "card" / "README.md").read_text() == text
+
+
+def test_flops_counts_each_objectives_training_step_and_the_steps_of_equal_compute(shared_data, tmp_path, capsys):
+    """ELECTRA's step costs the discriminator's plus its small generator's; the count is the forward and backward
+    of the recipe's own model, so at least 6 FLOPs per weight of the encoder's blocks per token of the batch."""
+    corpus = load_corpus("../shared/data/enwiki/AA/wiki_00", streaming=True)
+    train_tokenizer_on_corpus(held_out(corpus["train"], 20), "wordpiece", 384, "encoder").save_pretrained(tmp_path)
+    argv = ["flops", str(tmp_path), "--steps", "mlm=100", "--objectives", "electra", "--", *PRETRAINING,
+            "--tokenizer", str(tmp_path)]  # fmt: skip
+    assert study.main(argv) == 0
+    counted = json.loads((tmp_path / study.STEP_FLOPS).read_text())
+    assert counted["electra"] > counted["mlm"] > 0
+    config = hfzoo.preset_config("bert-tiny")
+    width, layers = config.hidden_size, config.num_hidden_layers
+    block_weights = layers * (4 * width**2 + 2 * width * config.intermediate_size)
+    assert counted["mlm"] >= 6 * block_weights * 4 * 32  # 4 blocks of 32 tokens per step
+    assert f"electra={round(100 * counted['mlm'] / counted['electra'])}" in capsys.readouterr().out
