@@ -230,6 +230,14 @@ def headline(results: dict[Path, dict]) -> str:
                 shown = figure.replace("_", " ") + ", tokens/s"
                 lines.append(_headline_row(name, data["settings"]["preset"], shown, ratio["median"], ratio["target"]))
             continue
+        if "nanogpt" in data:  # the side-by-side with nanoGPT: hfzoo / nanoGPT, lower is better for both
+            model = data["results"][0]["model"]
+            for figure, key, target in (("validation loss, hfzoo / nanoGPT", "validation_loss", "validation_loss_ratio"),
+                                        ("process wall time, hfzoo / nanoGPT", "wall_s", "wall_ratio")):  # fmt: skip
+                ratio, at_most = data["ratios"][key], data["targets"][target]
+                lines.append(f"| {name} | {model} | {figure} | {ratio:.3f}x | <= {at_most}x | "
+                             f"{'yes' if ratio <= at_most else 'no'} |")
+            continue
         if data["benchmark"] == "compile" and data["settings"].get("dtype") == "bfloat16":
             for row in (row for row in data["results"] if row["figure"] == "train"):  # issue 36's GPU targets
                 mfu = row["hfzoo_compiled"]["mfu"]

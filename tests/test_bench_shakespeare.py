@@ -1,5 +1,6 @@
-"""The Tiny Shakespeare benchmark runs the pretraining recipe end to end in its tiny mode and writes the JSON that
-benchmarks/report.py renders (the loss and the time are not asserted beyond being sane: a few steps, shared CPU)."""
+"""The Tiny Shakespeare benchmark runs the pretraining recipe and nanoGPT's own train.py side by side in its tiny mode
+and writes the JSON that benchmarks/report.py renders (the losses and the times are not asserted beyond being sane:
+a few steps, shared CPU)."""
 
 import json
 import subprocess
@@ -19,7 +20,7 @@ def run_bench(shared_data: Path, output: Path, *options: str) -> subprocess.Comp
     )  # fmt: skip
 
 
-def test_tiny_run_writes_the_loss_curve_and_both_rows(shared_data, tmp_path):
+def test_tiny_run_measures_both_sides_in_the_same_run(shared_data, tmp_path):
     output = tmp_path / "shakespeare.json"
     completed = run_bench(shared_data, output)
     assert completed.returncode == 0, completed.stderr[-3000:]
@@ -31,9 +32,17 @@ def test_tiny_run_writes_the_loss_curve_and_both_rows(shared_data, tmp_path):
     losses = [point["validation_loss"] for point in run["curve"]]
     assert losses[-1] < losses[0] < 4.3  # below uniform over the ~69-token vocabulary (ln 69 = 4.23) after 3 steps
     assert 0 < run["train_s"] < run["wall_s"]
+    nanogpt = payload["nanogpt"]
+    assert [point["step"] for point in nanogpt["curve"]] == [0, 3, 6]  # its own evaluations, parsed from its output
+    assert all(0 < point["validation_loss"] < 4.5 for point in nanogpt["curve"]) and nanogpt["wall_s"] > 0
+    assert "--n_embd=128" in settings["nanogpt_args"] and "--eval_iters=2" in settings["nanogpt_args"]
     rows = {row["figure"]: row for row in payload["results"]}
-    loss_row = rows["validation loss (lower is better)"]
-    assert loss_row["hfzoo"]["median"] == losses[-1] and loss_row["ratio"]["median"] == 1.88 / losses[-1]
+    loss_row, wall_row = rows["final validation loss (lower is better)"], rows["process wall time, start to exit"]
+    theirs = nanogpt["curve"][-1]["validation_loss"]
+    assert loss_row["hfzoo"]["median"] == losses[-1] and loss_row["nanoGPT (same run)"]["median"] == theirs
+    assert payload["ratios"]["validation_loss"] == losses[-1] / theirs
+    assert payload["ratios"]["wall_s"] == run["wall_s"] / nanogpt["wall_s"] == 1 / wall_row["ratio"]["median"]
+    assert payload["command"] == "python benchmarks/bench_shakespeare.py --tiny"  # no path of this machine
     assert "validation loss" in completed.stdout
     assert output.with_suffix(".png").read_bytes().startswith(b"\x89PNG")  # the loss against training seconds
 
