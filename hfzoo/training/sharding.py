@@ -30,6 +30,7 @@ from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule, fully_shard
+from torch.utils.data import DataLoader
 
 from ..core.cpu_layout import tune_for_cpu
 from ..integrations.accelerate import track_prepared_model
@@ -114,14 +115,19 @@ def is_sharded(model: nn.Module) -> bool:
     return isinstance(model, FSDPModule)
 
 
-def prepare(accelerator: Accelerator, model: nn.Module, *objects):
-    """`accelerator.prepare(model, *objects)`, except that a sharded model is not wrapped again (DDP would refuse its
-    DTensors): it is only counted among the prepared models, which checkpoints save."""
-    if not is_sharded(model):
-        return accelerator.prepare(model, *objects)
-    track_prepared_model(accelerator, model)
-    prepared = accelerator.prepare(*objects)
-    return model, *(prepared if isinstance(prepared, tuple) else (prepared,))
+def prepare(accelerator: Accelerator, model: nn.Module, optimizer: torch.optim.Optimizer, *loaders: DataLoader):
+    """`accelerator.prepare(model, optimizer, *loaders)`, except that:
+    - a sharded model is not wrapped again (DDP would refuse its DTensors): it is only counted among the prepared
+      models, which checkpoints save;
+    - the loaders yield their batches as they are, lists of examples that the loop collates and moves to the device
+      (`TrainingSteps`): accelerate would walk every token id of a list batch to move it, about 1.6 ms a step for
+      12 blocks of 64 ids, for nothing."""
+    if is_sharded(model):
+        track_prepared_model(accelerator, model)
+        optimizer = accelerator.prepare(optimizer)
+    else:
+        model, optimizer = accelerator.prepare(model, optimizer)
+    return model, optimizer, *(accelerator.prepare_data_loader(loader, device_placement=False) for loader in loaders)
 
 
 @contextmanager
