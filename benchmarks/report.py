@@ -258,11 +258,6 @@ def headline(results: dict[Path, dict]) -> str:
                 lines.append(f"| {name} | {kind} | {variant} / {reference} latency, worst of {len(targets)} "
                              f"(N, shape) | {worst['ratio']:.3f}x ({worst['shape']}, N={worst['n']}) | "
                              f"<= {worst['at_most']}x | {met}/{len(targets)} |")
-        elif "target" in data:
-            loss = data["results"][0]["hfzoo"]["median"]
-            target = data["target"]["validation_loss"]
-            lines.append(f"| {name} | {data['results'][0]['model']} | validation loss | {loss:.4f} | <= {target} | "
-                         f"{'yes' if loss <= target else 'no'} |")
         else:
             for row in data["results"]:
                 if row["unit"] == "tokens/s":
