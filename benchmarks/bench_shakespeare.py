@@ -103,9 +103,9 @@ def prepare_nanogpt(nanogpt: Path, text: str, work: Path) -> Path:
 
 def one_thread(core: int) -> tuple[list[str], dict[str, str]]:
     """The command prefix and environment that keep a process to `core` and one thread."""
-    environment_ = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     prefix = ["taskset", "-c", str(core % os.cpu_count())] if shutil.which("taskset") else []
-    return prefix, environment_
+    return prefix, env
 
 
 def run_together(commands: dict[str, tuple[list[str], Path]]) -> dict[str, dict]:

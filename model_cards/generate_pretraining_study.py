@@ -141,18 +141,21 @@ def finetune(runs_dir: Path, bases: list[str], tasks: list[str], learning_rates:
 def step_flops(recipe_args: list[str], objectives: list[str], texts: int = 64) -> dict[str, float]:
     """Each objective's training FLOPs per optimizer step: one forward and backward of the model the recipe trains
     (random weights, its config, tokenizer and collator) on a batch of blocks of the corpus's first `texts` training
-    texts, counted by torch's FlopCounterMode. A masked objective's count depends on the masks drawn: the batch is
+    texts, counted by torch's FlopCounterMode. The corpus and tokenizer are the recipe's, read once: only the model, the
+    collator and the blocks differ by objective. A masked objective's count depends on the masks drawn: the batch is
     the same for every objective and its masks come from one seed."""
+    recipe = parse_args([*recipe_args, "--objective", objectives[0]])
+    first = recipe.data
+    if not first.tokenizer:
+        raise SystemExit("flops: pass the study's --tokenizer, so every objective is counted with its vocabulary")
+    corpus = load_corpus(first.dataset, data_files=first.data_files, text_column=first.text_column, streaming=True,
+                         exclude_titles=first.exclude_titles or (), seed=recipe.run.seed)  # fmt: skip
+    texts, tokenizer = held_out(corpus["train"], texts), AutoTokenizer.from_pretrained(first.tokenizer)
     flops = {}
     for name in objectives:
         config = parse_args([*recipe_args, "--objective", name])
-        data, objective = config.data, get_objective(name, config.preset)
-        if not data.tokenizer:
-            raise SystemExit("flops: pass the study's --tokenizer, so every objective is counted with its vocabulary")
-        corpus = load_corpus(data.dataset, data_files=data.data_files, text_column=data.text_column, streaming=True,
-                             exclude_titles=data.exclude_titles or (), seed=config.run.seed)  # fmt: skip
-        tokenizer = AutoTokenizer.from_pretrained(data.tokenizer)
-        blocks = objective.examples(held_out(corpus["train"], texts), tokenizer, data.block_size)
+        objective = get_objective(name, config.preset)
+        blocks = objective.examples(texts, tokenizer, config.data.block_size)
         model_config = preset_config(config.preset, vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
                                      **config.model)  # fmt: skip
         torch.manual_seed(config.run.seed)

@@ -21,7 +21,6 @@ import argparse
 import json
 import os
 import shlex
-import statistics
 import sys
 from pathlib import Path
 from typing import Any
@@ -29,12 +28,15 @@ from typing import Any
 from generate_results import record
 from recording import REPO_ROOT, RUN_RECORD, run_complete, shown
 
-from hfzoo.card_writing import CARD, Curve, RunRecord, Section, markdown_table, model_card_data, plot_losses, render_card
+from hfzoo.card_writing import (
+    CARD, Curve, RunRecord, Section, markdown_table, model_card_data, plot_losses, render_card,
+)  # fmt: skip
 from hfzoo.core.files import write_atomic
-from hfzoo.training.logging import read_log, steps_filling
+from hfzoo.training.logging import steps_filling
 
 sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
 from bench_shakespeare import DATA, SETTINGS, write_splits  # noqa: E402  (the side-by-side's data and settings)
+from recipe_runs import read_run  # noqa: E402
 
 ARCHIVE = "run_records"
 RECORDS = ("log.jsonl", "training_config.yaml", RUN_RECORD)
@@ -92,16 +94,9 @@ def run_variants(runs_dir: Path, minutes: float, names: list[str], text_limit: i
 
 
 def summary(run_dir: Path) -> dict[str, Any]:
-    records = read_log(run_dir)
-    train = [r for r in records if r["event"] == "train"]
-    elapsed = {r["step"]: r["elapsed"] for r in train}
-    evaluations = [{"step": r["step"], "train_s": elapsed.get(r["step"], 0.0), "loss": r["eval_loss"]}
-                   for r in records if r["event"] == "eval"]  # fmt: skip
-    end = next(r for r in records if r["event"] == "end")
-    command = json.loads((run_dir / RUN_RECORD).read_text())["command"]
-    return {"steps": end["step"], "train_s": end["elapsed"], "final_loss": evaluations[-1]["loss"],
-            "tokens_per_s": statistics.median(r["tokens_per_s"] for r in train), "curve": evaluations,
-            "command": command}  # fmt: skip
+    """What the card shows of a run: its log's figures (`recipe_runs.read_run`, as the benchmarks read them) and its
+    recorded command."""
+    return {**read_run(run_dir), "command": json.loads((run_dir / RUN_RECORD).read_text())["command"]}
 
 
 def card(runs_dir: Path, card_dir: Path) -> Path:
@@ -120,13 +115,13 @@ def card(runs_dir: Path, card_dir: Path) -> Path:
             rows.append([name, change, "not run yet", "", "", "", ""])
             continue
         s = results[name]
-        delta = "" if previous is None else f"{s['final_loss'] - previous:+.4f}"
-        rows.append([name, change, f"{s['steps']:,}", f"{s['train_s']:.0f} s", f"{s['tokens_per_s']:,.0f}",
-                     f"{s['final_loss']:.4f}", delta])  # fmt: skip
-        previous = s["final_loss"]
+        delta = "" if previous is None else f"{s['validation_loss'] - previous:+.4f}"
+        rows.append([name, change, f"{s['steps']:,}", f"{s['train_s']:.0f} s", f"{s['tokens_per_s_median']:,.0f}",
+                     f"{s['validation_loss']:.4f}", delta])  # fmt: skip
+        previous = s["validation_loss"]
     table = markdown_table(["variant", "adds", "steps in the budget", "training loop", "tokens/s (median)",
                             "final validation loss", "vs the previous finished row"], rows)  # fmt: skip
-    curves = [Curve([p["train_s"] for p in s["curve"]], [p["loss"] for p in s["curve"]], name, "o-")
+    curves = [Curve([p["train_s"] or 0.0 for p in s["curve"]], [p["validation_loss"] for p in s["curve"]], name, "o-")
               for name, s in results.items()]  # fmt: skip
     plot_losses(card_dir / CURVES, curves, xlabel="training loop (seconds)", ylabel="validation loss (nats/char)",
                 dpi=100)  # fmt: skip

@@ -120,8 +120,8 @@ def prepare(accelerator: Accelerator, model: nn.Module, optimizer: torch.optim.O
     - a sharded model is not wrapped again (DDP would refuse its DTensors): it is only counted among the prepared
       models, which checkpoints save;
     - the loaders yield their batches as they are, lists of examples that the loop collates and moves to the device
-      (`TrainingSteps`): accelerate would walk every token id of a list batch to move it, about 1.6 ms a step for
-      12 blocks of 64 ids, for nothing."""
+      (`TrainingSteps`): accelerate would walk every token id of a list batch to move it, for nothing (about 0.9 ms of
+      a 71 ms step for 12 blocks of 64 ids, measured side by side)."""
     if is_sharded(model):
         track_prepared_model(accelerator, model)
         optimizer = accelerator.prepare(optimizer)

@@ -33,8 +33,8 @@ def test_variants_fill_the_budget_accumulate_their_changes_and_card(shared_data,
     assert ablation.main(["card", str(runs), str(card)]) == 0
     text, results = (card / "README.md").read_text(), json.loads((card / "results.json").read_text())
     assert set(results) == {"baseline", "muon"} and "| rotary | rotary positions | not run yet |" in text
-    delta = results["muon"]["final_loss"] - results["baseline"]["final_loss"]
-    assert f"| {results['muon']['final_loss']:.4f} | {delta:+.4f} |" in text
+    delta = results["muon"]["validation_loss"] - results["baseline"]["validation_loss"]
+    assert f"| {results['muon']['validation_loss']:.4f} | {delta:+.4f} |" in text
     assert re.search(rf"(?<![./]){re.escape(str(tmp_path))}", text) is None  # relative paths only ("../../tmp/...")
     shutil.rmtree(runs)
     assert ablation.main(["card", str(runs), str(card)]) == 0
