@@ -9,7 +9,10 @@ from .configuration_bilm import ZooBiLMConfig
 from .configuration_decoder import ZooDecoderConfig
 from .configuration_encoder import ZooEncoderConfig
 from .configuration_encoder_decoder import ZooEncoderDecoderConfig
-from .disentangled_attention import DisentangledPositionEmbedding  # noqa: F401  (registers the position kind)
+from .deberta_convolution import ConvolutionBranch  # noqa: F401  (the component files register their code)
+from .disentangled_attention import DisentangledPositionEmbedding  # noqa: F401
+from .local_attention import LocalAttention  # noqa: F401
+from .mixture_of_experts import MixtureOfExperts  # noqa: F401
 from .modeling_bilm import *  # noqa: F403
 from .modeling_bilm import __all__ as _bilm_models
 from .modeling_decoder import *  # noqa: F403

@@ -135,6 +135,15 @@ class ZooTransformerConfig(PreTrainedConfig):
                 annotations.update(inspect.get_annotations(klass))
         return annotations
 
+    def component_files(self) -> list[str]:
+        """The component files (`layers.COMPONENTS`, `layers.POSITION_KINDS`) this config's forward pass runs: the
+        ones its checkpoints carry."""
+        uses = {
+            "disentangled_attention": self.position_embedding == "disentangled",
+            "mixture_of_experts": self.num_experts,
+        }
+        return [name for name, used in uses.items() if used]
+
     @property
     def head_dim(self) -> int:
         return self.hidden_size // self.num_attention_heads

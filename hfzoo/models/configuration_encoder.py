@@ -123,6 +123,13 @@ class ZooEncoderConfig(ZooTransformerConfig):
                 f"position_embedding='rotary' (got {self.position_embedding!r}) and a positive value."
             )
 
+    def component_files(self) -> list[str]:
+        uses = {
+            "deberta_convolution": self.conv_kernel_size,
+            "local_attention": any(map(self.is_local_layer, range(self.num_hidden_layers))),
+        }
+        return super().component_files() + [name for name, used in uses.items() if used]
+
     def is_local_layer(self, layer_idx: int) -> bool:
         """Whether layer `layer_idx` attends locally (`local_attention_window`), not to the whole sequence."""
         return self.local_attention_window is not None and layer_idx % self.global_attention_every_n_layers != 0

@@ -2,15 +2,16 @@
 the first block, a 1-D convolution over the embeddings (padding zeroed), activated, is added to the block's output
 and normed, giving the local n-gram features the paper adds beside attention.
 
-Kept apart from `modeling_encoder.py` (which imports it relatively, so `save_pretrained` copies it along) to keep
-each file about one idea.
+A component file (`layers.COMPONENTS`): only checkpoints whose config has the branch carry it.
 """
 
 import torch
 from torch import nn
 from transformers.activations import ACT2FN
 
-from .layers import build_norm
+from .layers import COMPONENTS, build_norm
+
+__all__ = ["ConvolutionBranch"]
 
 
 class ConvolutionBranch(nn.Module):
@@ -39,16 +40,4 @@ class ConvolutionBranch(nn.Module):
         return self.norm(block_output + convolved) * keep
 
 
-class ConvolutionStack:
-    """Mixin for the encoder's stack: the convolution branch `TransformerStack.run_stack` applies after the first
-    block, where the config has one (`conv_kernel_size`)."""
-
-    def build_convolution(self, config) -> None:
-        self.convolution = ConvolutionBranch(config) if config.conv_kernel_size else None
-
-    def after_first_block(
-        self, hidden_states: torch.Tensor, embeddings: torch.Tensor, attention_mask: torch.Tensor | None
-    ) -> torch.Tensor:
-        if self.convolution is None:
-            return hidden_states
-        return self.convolution(hidden_states, embeddings, attention_mask)
+COMPONENTS["deberta_convolution"] = ConvolutionBranch

@@ -6,8 +6,8 @@ position embeddings are shared by all layers of a stack and normalised once; eac
 query/key projection (DeBERTa-v2's `share_att_key`). Both position terms reach the attention kernel as one additive
 bias (`position_bias`), so eager and sdpa still come from transformers' attention registry, as T5's bias does.
 
-A file of its own, registered with `layers.POSITION_KINDS` when imported: only checkpoints whose config uses it
-carry it, through the family's module for the kind (`modeling_encoder_disentangled`) that their `auto_map` names.
+A component file, registered with `layers.POSITION_KINDS` when imported: only checkpoints whose config uses the kind
+carry it (`ZooTransformerPreTrainedModel.code_module`).
 """
 
 from typing import NamedTuple
@@ -17,6 +17,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from .layers import POSITION_KINDS, PositionKind
+
+__all__ = ["DisentangledPositionEmbedding"]
 
 
 class DisentangledPositions(NamedTuple):

@@ -22,6 +22,25 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from .component_options import GATED_ACTIVATIONS
 
 
+# ----------------------------------------------------------------------------------------------- component files
+# Code that only some configs run is a file of its own that fills these tables when imported: DeBERTa's disentangled
+# attention (`POSITION_KINDS`), the mixture of experts, DeBERTa-v2's convolution and ModernBERT's local attention
+# (`COMPONENTS`, by file name). A checkpoint carries such a file only where its config uses it
+# (`config.component_files()`), through the module its `auto_map` names, which saving writes to import them
+# (`ZooTransformerPreTrainedModel.save_pretrained`).
+COMPONENTS: dict[str, type] = {}
+
+
+def component(name: str) -> type:
+    """The class registered by the component file `name`, or a ValueError saying how to load it."""
+    if name not in COMPONENTS:
+        raise ValueError(
+            f"This config runs code in {name}.py, which this code did not import; load the model through the module "
+            "its checkpoint's auto_map names."
+        )
+    return COMPONENTS[name]
+
+
 # ----------------------------------------------------------------------------------------------- norms
 class RMSNorm(nn.Module):
     """Root-mean-square norm (Zhang & Sennrich, 2019): no centring, no bias, computed in fp32.
@@ -74,9 +93,7 @@ class PositionKind(NamedTuple):
     score_terms: Callable[..., int]
 
 
-# Filled by those files when imported (`disentangled_attention`, DeBERTa's). A checkpoint names the family's module
-# for such a kind in its `auto_map` (`modeling_encoder_disentangled`), which imports the file, so only checkpoints
-# of that kind carry its code (`ZooTransformerPreTrainedModel.code_module`).
+# Filled by the file of a position kind when imported (`disentangled_attention`, DeBERTa's), like `COMPONENTS`.
 POSITION_KINDS: dict[str, PositionKind] = {}
 
 
@@ -243,44 +260,13 @@ class FeedForward(nn.Module):
         return self.down_proj(hidden_states)
 
 
-class MixtureOfExperts(nn.Module):
-    """Top-k routed experts (Switch / GShard). Tokens are grouped per expert, so each expert only sees its tokens.
-
-    Returns the router logits beside the output so the model can add the load-balancing loss.
-    """
-
-    def __init__(self, config):
-        super().__init__()
-        self.top_k = config.num_experts_per_tok
-        self.num_experts = config.num_experts
-        self.router = nn.Linear(config.hidden_size, config.num_experts, bias=False)
-        self.experts = nn.ModuleList(FeedForward(config) for _ in range(config.num_experts))
-
-    def forward(self, hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        shape = hidden_states.shape
-        tokens = hidden_states.reshape(-1, shape[-1])
-        router_logits = self.router(tokens)
-        weights, chosen = torch.topk(router_logits.softmax(dim=-1, dtype=torch.float32), self.top_k, dim=-1)
-        weights = (weights / weights.sum(dim=-1, keepdim=True)).to(tokens.dtype)
-        output = torch.zeros_like(tokens)
-        # One sort groups the (token, slot) pairs by expert; only experts that received tokens run.
-        flat_expert = chosen.reshape(-1)
-        order = torch.argsort(flat_expert, stable=True)
-        counts = torch.bincount(flat_expert, minlength=self.num_experts).tolist()
-        token_of_slot = order // self.top_k
-        start = 0
-        for expert, count in zip(self.experts, counts):
-            if count:
-                slots = order[start : start + count]
-                rows = token_of_slot[start : start + count]
-                contribution = expert(tokens[rows]) * weights.reshape(-1)[slots, None]
-                output.index_add_(0, rows, contribution)
-            start += count
-        return output.reshape(shape), router_logits
+class RoutedFeedForward(nn.Module):
+    """A feed-forward that returns its router logits beside its output (`mixture_of_experts`, a component file), which
+    the models record (`output_router_logits`) to add the load-balancing loss."""
 
 
 def build_feed_forward(config) -> nn.Module:
-    return MixtureOfExperts(config) if config.num_experts else FeedForward(config)
+    return component("mixture_of_experts")(config) if config.num_experts else FeedForward(config)
 
 
 # ----------------------------------------------------------------------------------------------- attention

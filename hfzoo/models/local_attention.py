@@ -1,21 +1,21 @@
 """ModernBERT's alternating attention (Warner et al., 2024): most layers attend only to a window of nearby tokens
 (Beltagy et al., 2020's local attention, both sides), every n-th layer to the whole sequence, and the local layers
-rotate by their own rotary base; and its first block, whose attention reads the embedding norm's output unnormed.
+rotate by their own rotary base.
 
 The window is an extra condition on the bidirectional mask (transformers' `and_mask_function`), so every attention
 kernel that takes a mask applies it; flash kernels, which take no mask, get the window as their `sliding_window`.
-Kept apart from `modeling_encoder.py` (which imports it relatively, so `save_pretrained` copies it along) to keep
-each file about one idea.
+A component file (`layers.COMPONENTS`): only checkpoints whose config has local layers carry it.
 """
 
 from collections.abc import Callable
 
 import torch
+from torch import nn
 from transformers.masking_utils import create_bidirectional_mask
 
-from torch import nn
+from .layers import COMPONENTS, PositionSignals, rotary_angles
 
-from .layers import PositionSignals, rotary_angles
+__all__ = ["LocalAttention"]
 
 
 def window_overlay(half_window: int) -> Callable:
@@ -52,26 +52,25 @@ def local_attention_inputs(
     return mask, signals
 
 
-class ModernBertStack:
-    """Mixin for the encoder's stack: ModernBERT's blocks (`first_block_attention_norm`, `local_attention_window`)
-    and the local layers' inputs `TransformerStack.run_stack` asks for."""
+class LocalAttention:
+    """The encoder's local layers (`local_attention_window`): each one's window for flash kernels (inclusive, as
+    ModernBERT gives it), set on the layers when built, and their inputs, which `TransformerStack.run_stack` asks for
+    (`local_attention_inputs`). Holds no weights."""
 
-    def build_modernbert_blocks(self, config) -> None:
-        """Called after `build_blocks`: the first block's attention norm dropped where the config says, and each
-        local layer's window for flash kernels (inclusive, as ModernBERT gives it)."""
-        if not config.first_block_attention_norm:
-            self.layers[0].self_attn_norm = nn.Identity()
-        for index, layer in enumerate(self.layers):
+    def __init__(self, config, layers: nn.ModuleList):
+        self.config = config
+        for index, layer in enumerate(layers):
             if config.is_local_layer(index):
                 layer.self_attn.sliding_window = config.local_attention_window // 2 + 1
 
-    def local_attention_inputs(
+    def __call__(
         self,
         hidden_states: torch.Tensor,
         attention_mask: torch.Tensor | None,
         position_ids: torch.Tensor | None,
         signals: PositionSignals,
-    ) -> tuple[torch.Tensor | None, PositionSignals] | None:
-        if not any(map(self.config.is_local_layer, range(len(self.layers)))):
-            return None
+    ) -> tuple[torch.Tensor | None, PositionSignals]:
         return local_attention_inputs(self.config, hidden_states, attention_mask, position_ids, signals)
+
+
+COMPONENTS["local_attention"] = LocalAttention

@@ -1,5 +1,5 @@
-"""The losses hfzoo models compute themselves: fused vocabulary cross-entropy and the mixture-of-experts
-load-balancing loss.
+"""The losses hfzoo models compute themselves: fused vocabulary cross-entropy (the mixture of experts' load-balancing
+loss is `mixture_of_experts`'s).
 
 The language-model losses of transformers, computed without keeping the log-probabilities: `F.cross_entropy` keeps
 a `[tokens, vocab]` log-softmax for backward and allocates two more of that size there (the NLL gradient and the
@@ -99,26 +99,3 @@ def causal_lm_loss(
 
 
 VOCABULARY_LOSSES = {"ForCausalLM": causal_lm_loss, "ForMaskedLM": masked_lm_loss}
-
-
-def load_balancing_loss(router_logits: tuple[torch.Tensor, ...], num_experts: int, top_k: int) -> torch.Tensor:
-    """Switch Transformer auxiliary loss, averaged over layers: num_experts * sum_i f_i * P_i.
-
-    f_i is the fraction of routing slots sent to expert i, P_i the mean router probability; the loss is 1.0 for a
-    perfectly uniform router and grows as routing collapses onto few experts.
-    """
-    logits = torch.cat([layer_logits.float() for layer_logits in router_logits], dim=0)
-    probs = logits.softmax(dim=-1)
-    chosen = torch.topk(probs, top_k, dim=-1).indices
-    fraction = F.one_hot(chosen, num_experts).float().sum(dim=1).mean(dim=0) / top_k
-    return num_experts * (fraction * probs.mean(dim=0)).sum()
-
-
-def add_router_loss(config, loss: torch.Tensor | None, outputs) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-    """Return (loss, aux_loss): the load-balancing loss, weighted, is added to the task loss for MoE models."""
-    if not config.num_experts:
-        return loss, None
-    aux_loss = load_balancing_loss(outputs.router_logits, config.num_experts, config.num_experts_per_tok)
-    if loss is not None:
-        loss = loss + config.router_aux_loss_coef * aux_loss
-    return loss, aux_loss

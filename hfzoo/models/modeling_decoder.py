@@ -26,8 +26,7 @@ from transformers.utils.output_capturing import capture_outputs
 
 from .compat import CACHE_FIELD, output_cache
 from .configuration_decoder import ZooDecoderConfig
-from .losses import add_router_loss
-from .transformer_stack import TransformerStack, ZooTransformerPreTrainedModel
+from .transformer_stack import TransformerStack, ZooTransformerPreTrainedModel, add_router_loss
 
 
 class ZooDecoderPreTrainedModel(ZooTransformerPreTrainedModel):

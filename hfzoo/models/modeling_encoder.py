@@ -15,11 +15,8 @@ from transformers.utils.output_capturing import capture_outputs
 
 from .component_options import GATED_ACTIVATIONS
 from .configuration_encoder import ZooEncoderConfig
-from .deberta_convolution import ConvolutionStack
-from .layers import build_norm
-from .local_attention import ModernBertStack
-from .losses import add_router_loss
-from .transformer_stack import TransformerStack, ZooTransformerPreTrainedModel
+from .layers import PositionSignals, build_norm, component
+from .transformer_stack import TransformerStack, ZooTransformerPreTrainedModel, add_router_loss
 
 
 @dataclass
@@ -95,7 +92,7 @@ class ZooEncoderPooler(nn.Module):
         return self.activation(self.dense(hidden_states[:, 0]))
 
 
-class ZooEncoderModel(ModernBertStack, ConvolutionStack, TransformerStack, ZooEncoderPreTrainedModel):
+class ZooEncoderModel(TransformerStack, ZooEncoderPreTrainedModel):
     """Token (+ token-type) embeddings, positions, bidirectional blocks, a final norm for pre-norm, optional pooler.
 
     `add_pooling_layer` overrides `config.add_pooling_layer`: heads that never read the pooler (masked LM, token
@@ -109,8 +106,11 @@ class ZooEncoderModel(ModernBertStack, ConvolutionStack, TransformerStack, ZooEn
             width = config.embedding_size or config.hidden_size
             self.token_type_embeddings = nn.Embedding(config.type_vocab_size, width)
         self.build_blocks(config, config.num_hidden_layers)
-        self.build_modernbert_blocks(config)
-        self.build_convolution(config)
+        if not config.first_block_attention_norm:  # ModernBERT's first block reads the embedding norm's output
+            self.layers[0].self_attn_norm = nn.Identity()
+        uses = config.component_files()
+        self.local_attention = component("local_attention")(config, self.layers) if "local_attention" in uses else None
+        self.convolution = component("deberta_convolution")(config) if "deberta_convolution" in uses else None
         add_pooling_layer = config.add_pooling_layer if add_pooling_layer is None else add_pooling_layer
         self.pooler = ZooEncoderPooler(config) if add_pooling_layer else None
         self.post_init()
@@ -128,6 +128,24 @@ class ZooEncoderModel(ModernBertStack, ConvolutionStack, TransformerStack, ZooEn
                 f"{self.config.type_vocab_size}; pass segment ids below type_vocab_size or raise it in the config."
             )
         return self.token_type_embeddings(token_type_ids)
+
+    def local_attention_inputs(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        position_ids: torch.Tensor | None,
+        signals: PositionSignals,
+    ) -> tuple[torch.Tensor | None, PositionSignals] | None:
+        if self.local_attention is None:
+            return None
+        return self.local_attention(hidden_states, attention_mask, position_ids, signals)
+
+    def after_first_block(
+        self, hidden_states: torch.Tensor, embeddings: torch.Tensor, attention_mask: torch.Tensor | None
+    ) -> torch.Tensor:
+        if self.convolution is None:
+            return hidden_states
+        return self.convolution(hidden_states, embeddings, attention_mask)
 
     def embed(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
         """The embeddings as `forward` computes them before `embeddings_project`: token, position and token-type

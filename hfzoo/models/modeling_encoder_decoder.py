@@ -20,9 +20,8 @@ from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .compat import CACHE_FIELD, cache_argument, output_cache
 from .configuration_encoder_decoder import ZooEncoderDecoderConfig
-from .layers import Attention, MixtureOfExperts, TransformerBlock
-from .losses import add_router_loss
-from .transformer_stack import TransformerStack, ZooTransformerPreTrainedModel
+from .layers import Attention, RoutedFeedForward, TransformerBlock
+from .transformer_stack import TransformerStack, ZooTransformerPreTrainedModel, add_router_loss
 
 
 def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
@@ -108,7 +107,7 @@ class ZooSeq2SeqDecoder(Seq2SeqStack):
         "hidden_states": OutputRecorder(TransformerBlock, num_hidden_layers_key="num_decoder_layers"),
         "attentions": OutputRecorder(Attention, index=1, layer_name="self_attn"),
         "cross_attentions": OutputRecorder(Attention, index=1, layer_name="cross_attn"),
-        "router_logits": OutputRecorder(MixtureOfExperts, index=1),
+        "router_logits": OutputRecorder(RoutedFeedForward, index=1),
     }
 
     def new_cache(self) -> EncoderDecoderCache:

@@ -25,15 +25,15 @@ from transformers.utils.output_capturing import OutputRecorder
 
 from .compat import cache_argument
 from .layers import (
-    POSITION_KINDS,
     Attention,
-    MixtureOfExperts,
     PositionEncoding,
     PositionSignals,
     RMSNorm,
+    RoutedFeedForward,
     TransformerBlock,
     active_dropout,
     build_norm,
+    component,
 )
 from .modeling_common import ZooPreTrainedModel
 
@@ -76,7 +76,7 @@ class ZooTransformerPreTrainedModel(ZooPreTrainedModel):
     _can_record_outputs = {
         "hidden_states": TransformerBlock,
         "attentions": OutputRecorder(Attention, index=1),
-        "router_logits": OutputRecorder(MixtureOfExperts, index=1),
+        "router_logits": OutputRecorder(RoutedFeedForward, index=1),
     }
 
     def _init_weights(self, module: nn.Module) -> None:
@@ -90,29 +90,37 @@ class ZooTransformerPreTrainedModel(ZooPreTrainedModel):
             init.zeros_(module.weight)
 
     def code_module(self) -> str:
-        """The family's modeling file, or for a position kind kept in a file of its own (`layers.POSITION_KINDS`)
-        the family's module for that kind (`modeling_encoder_disentangled`), which imports that file: transformers
-        copies a modeling file's relative imports with it, so only the checkpoints of that kind carry its code."""
+        """The family's modeling file, or where the config uses component files (`config.component_files()`) the
+        module saving writes beside it to import them (`modeling_encoder_components`): transformers copies a
+        modeling file's relative imports with it, so only the checkpoints that run a component carry its code."""
         family = super().code_module()
-        kind = self.config.position_embedding
-        return f"{family}_{kind}" if kind in POSITION_KINDS else family
+        return f"{family}_components" if self.config.component_files() else family
 
     def save_pretrained(self, save_directory, *args, **kwargs):
-        """`ZooPreTrainedModel.save_pretrained`, with the module of the config's position kind (`code_module`).
+        """`ZooPreTrainedModel.save_pretrained`, with the config's component files and the module importing them
+        (`code_module`).
 
         transformers copies the family's files and names the family's file for the saving class in `auto_map`; the
-        kind's module and what it imports are copied after that, `config.json` is written again naming it for
-        every head, and a push to the Hub uploads the finished folder.
+        components' module is written after that, their files and what they import are copied, `config.json` is
+        written again naming that module for every head, and a push to the Hub uploads the finished folder.
         """
-        if not self.is_remote_code() or self.code_module() == super().code_module():
+        components = self.config.component_files()
+        if not self.is_remote_code() or not components:
             return super().save_pretrained(save_directory, *args, **kwargs)
         push_to_hub = kwargs.pop("push_to_hub", False)
         hub_options = {key: kwargs.pop(key) for key in ("repo_id", "commit_message", "create_pr") if key in kwargs}
         result = super().save_pretrained(save_directory, *args, **kwargs)
         if self.should_save_on_this_rank(args[0] if args else kwargs.get("is_main_process", True)):
-            module_file = Path(sys.modules[type(self).__module__].__file__).with_name(f"{self.code_module()}.py")
-            for source in (module_file, *map(Path, get_relative_import_files(module_file))):
-                shutil.copyfile(source, Path(save_directory) / source.name)
+            family, folder = super().code_module(), Path(save_directory)
+            lines = [f"from .{module} import *  # noqa: F403" for module in (*components, family)]
+            name = family.removeprefix("modeling_")
+            docstring = f'"""The {name} family with the component files its config runs (written by hfzoo)."""'
+            text = "\n".join([docstring, "", *lines, f"from .{family} import __all__  # noqa: F401", ""])
+            (folder / f"{self.code_module()}.py").write_text(text, encoding="utf-8")
+            package = Path(sys.modules[type(self).__module__].__file__).parent
+            sources = [package / f"{name}.py" for name in components]
+            for source in {*sources, *(Path(f) for source in sources for f in get_relative_import_files(source))}:
+                shutil.copyfile(source, folder / source.name)
             self.config.auto_map = self.family_auto_map()
             self.config.save_pretrained(save_directory)
             if push_to_hub:
@@ -133,10 +141,21 @@ class ZooTransformerPreTrainedModel(ZooPreTrainedModel):
 
     def base_model_outputs(self, *args, **kwargs) -> ModelOutput:
         """What a task head reads: the bare model's outputs. A mixture of experts also records its router logits,
-        from which the head adds the load-balancing loss (`losses.add_router_loss`)."""
+        from which the head adds the load-balancing loss (`add_router_loss`)."""
         if self.config.num_experts:
             kwargs["output_router_logits"] = True
         return self.model(*args, **kwargs)
+
+
+def add_router_loss(config, loss: torch.Tensor | None, outputs) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """Return (loss, aux_loss): the load-balancing loss, weighted, is added to the task loss for MoE models."""
+    if not config.num_experts:
+        return loss, None
+    experts = component("mixture_of_experts")
+    aux_loss = experts.load_balancing_loss(outputs.router_logits, config.num_experts, config.num_experts_per_tok)
+    if loss is not None:
+        loss = loss + config.router_aux_loss_coef * aux_loss
+    return loss, aux_loss
 
 
 class TransformerStack:

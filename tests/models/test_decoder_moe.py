@@ -9,8 +9,7 @@ from transformers import (
     AutoModelForTokenClassification,
 )
 
-from hfzoo.models.layers import MixtureOfExperts
-from hfzoo.models.losses import load_balancing_loss
+from hfzoo.models.mixture_of_experts import MixtureOfExperts
 
 PRESET = "llama-moe-tiny"
 INPUT_IDS = torch.tensor([[5, 6, 7, 8, 9, 10, 11], [40, 41, 42, 43, 44, 45, 46]])
@@ -50,7 +49,7 @@ def test_task_heads_add_the_load_balancing_loss_to_the_task_loss(auto_class, tin
         loss = model(INPUT_IDS, **targets).loss
         coef, config.router_aux_loss_coef = config.router_aux_loss_coef, 0.0
         task_loss = model(INPUT_IDS, **targets).loss
-    aux_loss = load_balancing_loss(router_logits, config.num_experts, config.num_experts_per_tok)
+    aux_loss = MixtureOfExperts.load_balancing_loss(router_logits, config.num_experts, config.num_experts_per_tok)
     assert coef > 0 and aux_loss >= 1.0 - 1e-6
     torch.testing.assert_close(loss, task_loss + coef * aux_loss)
 
@@ -67,7 +66,8 @@ def test_load_balancing_loss_is_one_for_a_uniform_router_and_larger_when_collaps
     skewed = torch.tensor([[2.0, 1.0, 0.0, 0.0]]).repeat(tokens, 1)
     collapsed = torch.tensor([[20.0, 0.0, 0.0, 0.0]]).repeat(tokens, 1)
     balanced = torch.eye(experts).repeat(tokens // experts, 1) * 20  # each token sure of its own, evenly spread
-    losses = [load_balancing_loss((logits,), experts, top_k) for logits in (uniform, balanced, skewed, collapsed)]
+    routers = (uniform, balanced, skewed, collapsed)
+    losses = [MixtureOfExperts.load_balancing_loss((logits,), experts, top_k) for logits in routers]
     torch.testing.assert_close(losses[0], torch.tensor(1.0))
     assert losses[1] < losses[2] < losses[3]
     # All tokens send half their slots to expert 0, which holds (almost) all the probability: 4 * 0.5 * 1.

@@ -83,9 +83,9 @@ def test_save_is_safetensors_only_and_round_trips_through_each_auto_class(encode
         weights = sorted(path.name for path in folder.iterdir() if path.suffix in (".safetensors", ".bin", ".pt"))
         assert weights == ["model.safetensors"], auto_class.__name__
         auto_map = json.loads((folder / "config.json").read_text())["auto_map"]
-        # DeBERTa's position kind ships in a file of its own, which the encoder's module for that kind imports.
+        # DeBERTa's position kind is a component file, which the module written beside the encoder's imports.
         disentangled = model.config.position_embedding == "disentangled"
-        module = "modeling_encoder_disentangled" if disentangled else "modeling_encoder"
+        module = "modeling_encoder_components" if disentangled else "modeling_encoder"
         assert auto_map[auto_class.__name__].startswith(f"{module}.")
         loaded = auto_class.from_pretrained(folder).eval()
         assert type(loaded) is type(model)

@@ -19,7 +19,7 @@ from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
 import hfzoo
 from hfzoo.core.presets import count_preset_parameters
-from hfzoo.models.losses import load_balancing_loss
+from hfzoo.models.mixture_of_experts import MixtureOfExperts
 from hfzoo.models.modeling_encoder_decoder import shift_tokens_right
 
 PRESETS = ("t5-tiny", "bart-tiny", "transformer-tiny")
@@ -263,7 +263,7 @@ def test_mixture_of_experts_task_heads_add_both_stacks_load_balancing_losses(aut
         coef, config.router_aux_loss_coef = config.router_aux_loss_coef, 0.0
         task_loss = model(**inputs, **targets).loss
     aux_losses = [
-        load_balancing_loss(router_logits, config.num_experts, config.num_experts_per_tok)
+        MixtureOfExperts.load_balancing_loss(router_logits, config.num_experts, config.num_experts_per_tok)
         for router_logits in (bare.encoder_router_logits, bare.decoder_router_logits)
     ]
     torch.testing.assert_close(loss, task_loss + coef * sum(aux_losses))

@@ -43,8 +43,8 @@ def test_round_trips_through_auto_model_for_pretraining(preset, tiny_model, tmp_
         "model.safetensors"
     ]
     auto_map = json.loads((tmp_path / "config.json").read_text())["auto_map"]
-    # DeBERTa's position kind ships in a file of its own, which the encoder's module for that kind imports.
-    module = "modeling_encoder_disentangled" if model.config.position_embedding == "disentangled" else "modeling_encoder"
+    # DeBERTa's position kind is a component file, which the module written beside the encoder's imports.
+    module = "modeling_encoder_components" if model.config.position_embedding == "disentangled" else "modeling_encoder"
     assert auto_map["AutoModelForPreTraining"] == f"{module}.ZooEncoderForPreTraining"
     loaded = AutoModelForPreTraining.from_pretrained(tmp_path).eval()
     with torch.no_grad():

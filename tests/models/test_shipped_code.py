@@ -1,6 +1,6 @@
-"""A checkpoint ships only its model's code: the files `save_pretrained` copies next to the weights, per family and
-position kind, their line counts, and the code of a position kind kept apart (DeBERTa's disentangled attention)
-loading where hfzoo cannot be imported.
+"""A checkpoint ships only its model's code: the files `save_pretrained` copies next to the weights, per family, their
+line counts, and the component files (code only some configs run) shipped only with those configs, loading where hfzoo
+cannot be imported.
 
 The file lists are pinned exactly: a file joining a checkpoint is a decision to see in review. Line counts are pinned
 as ceilings a little above today's (`HEADROOM`), so edits that shrink the code pass untouched and a growth of more
@@ -24,20 +24,21 @@ import hfzoo
 HEADROOM = 25  # lines a checkpoint's code may grow by before its ceiling here must be raised
 BASE = {"checkpoint_guard.py", "component_options.py", "losses.py", "modeling_common.py"}
 TRANSFORMER = BASE | {"compat.py", "configuration_common.py", "layers.py", "transformer_stack.py"}
-ENCODER = TRANSFORMER | {"configuration_encoder.py", "modeling_encoder.py"} | {"deberta_convolution.py", "local_attention.py"}
+ENCODER = TRANSFORMER | {"configuration_encoder.py", "modeling_encoder.py"}
 DECODER = TRANSFORMER | {"configuration_decoder.py", "modeling_decoder.py"}
 ENCODER_DECODER = TRANSFORMER | {"configuration_encoder_decoder.py", "modeling_encoder_decoder.py"}
-DISENTANGLED = {"disentangled_attention.py"}
+
 # preset -> (its LM head's Auto class, the files its checkpoint ships, their lines today)
 SHIPPED = {
-    "gpt-tiny": (AutoModelForCausalLM, DECODER, 1764),
-    "llama-tiny": (AutoModelForCausalLM, DECODER, 1764),
-    "bert-tiny": (AutoModelForMaskedLM, ENCODER, 2202),
-    "modernbert-tiny": (AutoModelForMaskedLM, ENCODER, 2202),
-    "deberta-tiny": (AutoModelForMaskedLM, ENCODER | DISENTANGLED | {"modeling_encoder_disentangled.py"}, 2318),
-    "t5-tiny": (AutoModelForSeq2SeqLM, ENCODER_DECODER, 2024),
-    "bart-tiny": (AutoModelForSeq2SeqLM, ENCODER_DECODER, 2024),
-    "elmo-tiny": (AutoModelForPreTraining, BASE | {"configuration_bilm.py", "modeling_bilm.py"}, 784),
+    "gpt-tiny": (AutoModelForCausalLM, DECODER, 1753),
+    "llama-tiny": (AutoModelForCausalLM, DECODER, 1753),
+    "bert-tiny": (AutoModelForMaskedLM, ENCODER, 2086),
+    "modernbert-tiny": (AutoModelForMaskedLM, ENCODER, 2086),
+    "deberta-tiny": (AutoModelForMaskedLM, ENCODER | {"disentangled_attention.py", "modeling_encoder_components.py"},
+                     2200),
+    "t5-tiny": (AutoModelForSeq2SeqLM, ENCODER_DECODER, 2013),
+    "bart-tiny": (AutoModelForSeq2SeqLM, ENCODER_DECODER, 2013),
+    "elmo-tiny": (AutoModelForPreTraining, BASE | {"configuration_bilm.py", "modeling_bilm.py"}, 768),
 }
 # Issue 34's targets for the lines one checkpoint ships, by family.
 TARGETS = {"decoder": 1000, "encoder": 1200}
@@ -65,25 +66,37 @@ def test_checkpoints_meet_the_line_targets(family):
     assert max(SHIPPED[preset][2] for preset in presets) <= TARGETS[family]
 
 
-@pytest.mark.parametrize("preset", ["gpt-tiny", "bart-tiny"])
-def test_the_disentangled_kind_ships_with_any_family_that_uses_it(preset, tmp_path):
-    family_module = {"gpt-tiny": "modeling_decoder", "bart-tiny": "modeling_encoder_decoder"}[preset]
-    shipped = shipped_code(preset, tmp_path, position_embedding="disentangled")
-    assert {"disentangled_attention.py", f"{family_module}_disentangled.py"} <= set(shipped)
-    auto_map = json.loads((tmp_path / "config.json").read_text())["auto_map"]
+# A component file -> a preset, its family's modeling file and the config values that use the component.
+COMPONENT_USERS = {
+    "disentangled_attention.py": ("bart-tiny", "modeling_encoder_decoder", {"position_embedding": "disentangled"}),
+    "mixture_of_experts.py": ("gpt-tiny", "modeling_decoder", {"num_experts": 4}),
+    "deberta_convolution.py": ("bert-tiny", "modeling_encoder", {"conv_kernel_size": 3}),
+    "local_attention.py": (
+        "bert-tiny", "modeling_encoder", {"local_attention_window": 8, "global_attention_every_n_layers": 2}
+    ),
+}
+
+
+@pytest.mark.parametrize("component", COMPONENT_USERS)
+def test_a_component_file_ships_only_with_the_configs_that_run_it(component, tmp_path):
+    preset, family_module, overrides = COMPONENT_USERS[component]
+    assert component not in shipped_code(preset, tmp_path / "without")
+    shipped = shipped_code(preset, tmp_path / "with", **overrides)
+    assert {component, f"{family_module}_components.py"} <= set(shipped)
+    auto_map = json.loads((tmp_path / "with" / "config.json").read_text())["auto_map"]
     heads = {name: ref for name, ref in auto_map.items() if name != "AutoConfig"}
-    assert heads and all(ref.startswith(f"{family_module}_disentangled.") for ref in heads.values()), auto_map
+    assert heads and all(ref.startswith(f"{family_module}_components.") for ref in heads.values()), auto_map
 
 
 def test_saving_to_the_hub_pushes_the_finished_folder(tmp_path, monkeypatch):
-    """transformers uploads what its own save wrote, before the position kind's module joins the folder: the
+    """transformers uploads what its own save wrote, before the components' module joins the folder: the
     push goes through `push_to_hub`, which saves the finished folder again."""
     model = AutoModelForMaskedLM.from_config(hfzoo.preset_config("deberta-tiny", vocab_size=64))
     pushed = []
     monkeypatch.setattr(type(model), "push_to_hub", lambda self, repo_id, **options: pushed.append(repo_id))
     model.save_pretrained(tmp_path / "mine", push_to_hub=True)
     assert pushed == ["mine"]
-    assert (tmp_path / "mine" / "modeling_encoder_disentangled.py").is_file()
+    assert (tmp_path / "mine" / "modeling_encoder_components.py").is_file()
 
 
 CHILD = textwrap.dedent(
@@ -109,16 +122,18 @@ CHILD = textwrap.dedent(
 )
 
 
-def test_disentangled_checkpoints_run_without_hfzoo(tmp_path):
-    """The saved code of the disentangled kind, loaded through transformers' `trust_remote_code` in a process that
-    cannot import hfzoo, gives the logits hfzoo's own classes give from the same weights."""
+def test_checkpoints_with_component_files_run_without_hfzoo(tmp_path):
+    """The saved code of checkpoints with two component files each (DeBERTa's attention with its convolution, and
+    with a mixture of experts), loaded through transformers' `trust_remote_code` in a process that cannot import
+    hfzoo, gives the logits hfzoo's own classes give from the same weights."""
     input_ids = torch.tensor([[3, 4, 5, 6], [7, 8, 9, 0]])
     inputs = {"input_ids": input_ids, "attention_mask": (input_ids != 0).long()}
     save_file(inputs, tmp_path / "inputs.safetensors")
     expected = {}
     for name, preset, auto_class in (("encoder", "deberta-tiny", AutoModelForMaskedLM),
                                      ("decoder", "gpt-tiny", AutoModelForCausalLM)):  # fmt: skip
-        overrides = {"position_embedding": "disentangled"} if name == "decoder" else {}
+        overrides = {"position_embedding": "disentangled", "num_experts": 4} if name == "decoder" else {}
+        overrides = overrides or {"conv_kernel_size": 3}
         torch.manual_seed(0)
         config = hfzoo.preset_config(preset, vocab_size=64, pad_token_id=0, **overrides)
         auto_class.from_config(config).save_pretrained(tmp_path / name)

@@ -173,7 +173,7 @@ def test_discriminator_round_trips_and_names_itself_in_the_auto_map(preset, tmp_
     weights = sorted(path.name for path in tmp_path.iterdir() if path.suffix in (".safetensors", ".bin", ".pt"))
     assert weights == ["model.safetensors"]
     auto_map = json.loads((tmp_path / "config.json").read_text())["auto_map"]
-    module = "modeling_encoder_disentangled" if model.config.position_embedding == "disentangled" else "modeling_encoder"
+    module = "modeling_encoder_components" if model.config.position_embedding == "disentangled" else "modeling_encoder"
     assert auto_map["AutoModelForPreTraining"] == f"{module}.ZooEncoderForReplacedTokenDetection"
     loaded = ZooEncoderForReplacedTokenDetection.from_pretrained(tmp_path).eval()
     batch = right_padded_batch()
