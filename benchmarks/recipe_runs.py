@@ -1,6 +1,7 @@
 """Benchmarks that run the pretraining recipe as users do (`bench_shakespeare`, `bench_mlm_pretraining`): its
 command line, and what its log says."""
 
+import bisect
 import json
 import sys
 from pathlib import Path
@@ -19,13 +20,26 @@ def recipe_command(settings: dict, data_dir: Path, output_dir: Path) -> list[str
             "--save_every", str(settings["max_steps"]), "--output_dir", str(output_dir)]  # fmt: skip
 
 
+def elapsed_at(logged: list[tuple[int, float]], step: int) -> float | None:
+    """The training seconds at `step`, from the (step, elapsed) pairs the log's training records give: exact at a
+    logged step, linear between the two logged around it (an evaluation between two logging steps), None before
+    the first or after the last."""
+    index = bisect.bisect_left(logged, (step,))
+    if index < len(logged) and logged[index][0] == step:
+        return logged[index][1]
+    if index == 0 or index == len(logged):
+        return None
+    (before, start), (after, end) = logged[index - 1], logged[index]
+    return start + (end - start) * (step - before) / (after - before)
+
+
 def read_run(output_dir: Path) -> dict:
     """What a recipe run's `log.jsonl` says: the final validation loss, the training seconds, the parameter count, the
     number of training blocks and the curve (step, training seconds, validation loss)."""
     records = read_log(output_dir)
-    elapsed = {r["step"]: r["elapsed"] for r in records if r["event"] == "train"}
+    logged = [(r["step"], r["elapsed"]) for r in records if r["event"] == "train"]
     curve = [
-        {"step": r["step"], "train_s": elapsed.get(r["step"]), "validation_loss": r["eval_loss"]}
+        {"step": r["step"], "train_s": elapsed_at(logged, r["step"]), "validation_loss": r["eval_loss"]}
         for r in records if r["event"] == "eval"
     ]  # fmt: skip
     end = next(r for r in records if r["event"] == "end")

@@ -7,7 +7,7 @@ for them in loss. Each variant first trains a short calibration run; its median 
 the budget (`hfzoo.training.logging.steps_filling`), and the run's schedule (warmup 5%, then its decay) spans those
 steps. Every run is recorded (command, machine, load) and continued from its checkpoint when stopped:
 
-    python model_cards/generate_speedrun_ablation.py run runs/results/clm-speedrun-shakespeare --minutes 2
+    python model_cards/generate_speedrun_ablation.py run runs/results/clm-speedrun-shakespeare --minutes 2 --jobs 2
     python model_cards/generate_speedrun_ablation.py card runs/results/clm-speedrun-shakespeare \
         model_cards/results/clm-speedrun-shakespeare
 
@@ -21,6 +21,7 @@ import argparse
 import json
 import os
 import shlex
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -42,7 +43,9 @@ ARCHIVE = "run_records"
 RECORDS = ("log.jsonl", "training_config.yaml", RUN_RECORD)
 CURVES = "validation_curves.png"
 RESULTS = "results.json"
-CALIBRATION_STEPS = 40
+# Long enough for a median over 20 logged intervals, logged as the runs log, so a hiccup of the machine does not size
+# a variant's budget (40 steps logged one by one gave budgets from 118 to 155 s for the same 2 minutes).
+CALIBRATION_STEPS = 200
 # Cumulative: each variant is the previous one plus its change (recipe keys), in the speedrun's order of adoption.
 VARIANTS: list[tuple[str, str, list[str]]] = [
     ("baseline", "gpt-tiny as GPT-2 (learned positions, GELU, tied head), AdamW, cosine", []),
@@ -66,13 +69,37 @@ def recipe_args(data_dir: Path, upto: int) -> list[str]:
     return [*args, *changes, "--dataset", shown(str(data_dir))]
 
 
-def run_variants(runs_dir: Path, minutes: float, names: list[str], text_limit: int | None) -> int:
-    """Calibrate and run each variant named (all by default) not finished yet; the number of failed runs."""
+def prepare_data(runs_dir: Path, text_limit: int | None) -> Path:
+    """The text's splits in `runs_dir/data`, written once for every variant."""
     data_dir = runs_dir / "data"
     if not (data_dir / "train.jsonl").is_file():
         data_dir.mkdir(parents=True, exist_ok=True)
         text = DATA.read_text(encoding="utf-8")
         write_splits(text[:text_limit] if text_limit else text, data_dir)
+    return data_dir
+
+
+def run_pinned(runs_dir: Path, minutes: float, names: list[str], text_limit: int | None, jobs: int) -> int:
+    """The variants shared out over `jobs` cores, each core running its share one by one with one thread, pinned to
+    it, as the side-by-side with nanoGPT runs; the number of failed shares. Every variant's calibration and run are
+    made on the same core under the same neighbour load, so the budgets stay comparable."""
+    prepare_data(runs_dir, text_limit)
+    chosen, cores = names or [name for name, _, _ in VARIANTS], sorted(os.sched_getaffinity(0))
+    if jobs > len(cores):
+        raise SystemExit(f"run: --jobs {jobs} needs {jobs} cores; this process may use {len(cores)}")
+    shares = []
+    for core in cores[:jobs]:
+        share = chosen[cores.index(core) :: jobs]
+        command = [sys.executable, __file__, "run", str(runs_dir), "--minutes", str(minutes), "--variants", *share]
+        command += ["--characters", str(text_limit)] if text_limit else []
+        shares.append(subprocess.Popen(command, env={**os.environ, "OMP_NUM_THREADS": "1"},
+                                       preexec_fn=lambda core=core: os.sched_setaffinity(0, {core})))  # fmt: skip
+    return sum(share.wait() != 0 for share in shares)
+
+
+def run_variants(runs_dir: Path, minutes: float, names: list[str], text_limit: int | None) -> int:
+    """Calibrate and run each variant named (all by default) not finished yet; the number of failed runs."""
+    data_dir = prepare_data(runs_dir, text_limit)
     failed = 0
     for index, (name, _, _) in enumerate(VARIANTS):
         if names and name not in names:
@@ -80,8 +107,8 @@ def run_variants(runs_dir: Path, minutes: float, names: list[str], text_limit: i
         args, calibration, run_dir = recipe_args(data_dir, index), runs_dir / f"{name}-calibration", runs_dir / name
         if not run_complete(calibration, "model.safetensors"):
             steps = str(CALIBRATION_STEPS)
-            if record(calibration, [*args, "--max_steps", steps, "--warmup_steps", "4", "--eval_every", steps,
-                                    "--save_every", steps, "--log_every", "1"]):  # fmt: skip
+            if record(calibration, [*args, "--max_steps", steps, "--warmup_steps", "10", "--eval_every", steps,
+                                    "--save_every", steps]):  # fmt: skip
                 failed += 1
                 continue
         if run_complete(run_dir, "model.safetensors"):
@@ -96,7 +123,10 @@ def run_variants(runs_dir: Path, minutes: float, names: list[str], text_limit: i
 def summary(run_dir: Path) -> dict[str, Any]:
     """What the card shows of a run: its log's figures (`recipe_runs.read_run`, as the benchmarks read them) and its
     recorded command."""
-    return {**read_run(run_dir), "command": json.loads((run_dir / RUN_RECORD).read_text())["command"]}
+    run_record = json.loads((run_dir / RUN_RECORD).read_text())
+    machine = run_record["machine"]
+    return {**read_run(run_dir), "command": run_record["command"], "cores": machine["cores"],
+            "threads": machine["torch_threads"]}  # fmt: skip
 
 
 def card(runs_dir: Path, card_dir: Path) -> Path:
@@ -132,6 +162,16 @@ def card(runs_dir: Path, card_dir: Path) -> Path:
              "the steps that fill the same wall budget at the speed its calibration run measured, each adding one "
              "change of the modded-nanoGPT speedrun to the previous one. Generated by "
              "`model_cards/generate_speedrun_ablation.py` from the recorded runs; no number is typed by hand.")
+    placement = {(s["cores"], s["threads"]) for s in results.values()}
+    if placement == {(1, 1)}:
+        intro += (" Each run had one core and one thread (`--jobs 2`: two variants at a time, one on each core, as "
+                  "the side-by-side with nanoGPT runs).")
+    else:
+        intro += f" Cores and threads per run: {', '.join(f'{c} and {t}' for c, t in sorted(placement))}."
+    loops = [s["train_s"] for s in results.values()]
+    intro += (f" The training loops took {min(loops):.0f} to {max(loops):.0f} s (the calibrations' speed sized the "
+              "steps, the loops include the evaluations): compare a row's loss with its time, not only with its "
+              "neighbour's.")
     commands = "\n".join(s["command"] for s in results.values())
     sections = [
         Section("The speedrun's changes, one at a time, at a fixed wall budget", intro, level=1),
@@ -154,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     runs.add_argument("--variants", nargs="+", default=[], choices=[name for name, _, _ in VARIANTS],
                       help="only these (default: all, in order)")  # fmt: skip
     runs.add_argument("--characters", type=int, help="only the text's first N characters (the script's test)")
+    runs.add_argument("--jobs", type=int, default=1, help="run the variants on this many cores at once, one thread "
+                      "each, pinned (default: one after the other, with every thread)")  # fmt: skip
     make = commands.add_parser("card", help="README.md, curves and results.json from the finished variants")
     make.add_argument("runs_dir", type=Path)
     make.add_argument("card_dir", type=Path)
@@ -163,6 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "card":
         print(card(runs_dir, card_dir))
         return 0
+    if args.jobs > 1:
+        return int(run_pinned(runs_dir, args.minutes, args.variants, args.characters, args.jobs) > 0)
     return int(run_variants(runs_dir, args.minutes, args.variants, args.characters) > 0)
 
 
