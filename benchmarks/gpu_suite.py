@@ -31,7 +31,7 @@ from recipe_runs import read_run
 from hfzoo.training.logging import steps_filling
 
 HERE = Path(__file__).resolve().parent
-DEFAULT_CONFIGS = ["recipes/configs/gpt-small-enwiki-clm.yaml"]
+DEFAULT_CONFIGS = ["recipes/configs/gpt-speedrun-small-enwiki-clm.yaml"]  # the new preset (issue 36 item 4)
 COMPILE = ["--dtype", "bfloat16", "--preset-size", "base", "--models", "gpt", "llama", "--rounds", "3",
            "--steps", "2", "--batch-size", "8", "--seq-len", "1024", "--gen-batch-sizes", "1", "8",
            "--matmul-size", "8192"]  # fmt: skip

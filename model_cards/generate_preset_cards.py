@@ -22,7 +22,8 @@ ARCHITECTURE_FIELDS = (
     "num_key_value_heads", "intermediate_size", "activation", "norm_type", "norm_position", "norm_eps",
     "position_embedding", "max_position_embeddings", "rope_theta", "attention_bias", "mlp_bias",
     "embedding_norm", "scale_embeddings", "tie_word_embeddings", "share_embeddings", "type_vocab_size",
-    "add_pooling_layer", "num_experts", "num_experts_per_tok", "hidden_dropout", "attention_dropout",
+    "add_pooling_layer", "num_experts", "num_experts_per_tok", "qk_norm", "logit_softcap", "zero_init_projections",
+    "hidden_dropout", "attention_dropout",
     "cell_size", "residual_connections",
 )  # fmt: skip
 

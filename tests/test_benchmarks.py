@@ -315,12 +315,13 @@ def test_the_gpu_suite_runs_every_step_in_tiny_mode(shared_data, tmp_path):
     assert train["hfzoo_compiled"]["mfu"] > 0 and train["ratio_vs_native_compiled"]["median"] > 0
     budget = json.loads((results / "wall_budget_cpu_tiny.json").read_text())
     (row,) = budget["results"]
-    assert row["steps"] == row["planned_steps"] == steps_filling(0.05, runs / "gpt-small-enwiki-clm-calibration") >= 10
+    calibration = runs / "gpt-speedrun-small-enwiki-clm-calibration"
+    assert row["steps"] == row["planned_steps"] == steps_filling(0.05, calibration) >= 10
     assert row["validation_loss"] > 0 and row["tokens_per_s_median"] > 0
     sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
     import report  # benchmarks/ is not a package
 
     text = report.render_result_file(results / "wall_budget_cpu_tiny.json")
-    assert f"| recipes/configs/gpt-small-enwiki-clm.yaml | {row['steps']:,} |" in text
+    assert f"| recipes/configs/gpt-speedrun-small-enwiki-clm.yaml | {row['steps']:,} |" in text
     rows = report.headline({results / "compile_bf16_cpu_tiny.json": compiled})
     assert "bf16 MFU, compiled" in rows and "train, compiled vs native compiled" in rows

@@ -36,7 +36,7 @@ def test_variants_fill_the_budget_accumulate_their_changes_and_card(shared_data,
     for _, _, change in ablation.VARIANTS[1:]:
         assert " ".join(change) in command
     assert ablation.main(["card", str(runs), str(card)]) == 0
-    text, results = (card / "README.md").read_text(), json.loads((card / "results.json").read_text())
+    text, results = (card / "README.md").read_text(), json.loads((card / "results.json").read_text())["variants"]
     assert set(results) == {"baseline", "muon"} and "| rotary | rotary positions | not run yet |" in text
     delta = results["muon"]["validation_loss"] - results["baseline"]["validation_loss"]
     assert f"| {results['muon']['validation_loss']:.4f} | {delta:+.4f} |" in text

@@ -9,6 +9,7 @@ from hfzoo.core.presets import preset_family
 
 DECODER_PRESET_NAMES = {
     "gpt-tiny", "gpt-small", "gpt-base", "llama-tiny", "llama-small", "llama-base", "llama-moe-tiny", "llama-moe-small",
+    "gpt-speedrun-tiny", "gpt-speedrun-small",
 }
 GPT2_PARAMETERS = 124_439_808  # GPT-2 "124M" with its tied 50257-token embedding.
 
