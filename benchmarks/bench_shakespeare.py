@@ -152,11 +152,10 @@ def shown_arguments(argv: list[str] | None) -> list[str]:
     return shown
 
 
-def results(run: dict, wall_s: float, nanogpt: dict, changed: str = "") -> tuple[list[dict], list[str], dict]:
-    """The report's rows against nanoGPT measured in the same run, its notes, and the two targets' ratios.
-    `changed`: the model options that differ from gpt-tiny's, named in the model column."""
+def results(run: dict, wall_s: float, nanogpt: dict, model: str) -> tuple[list[dict], list[str], dict]:
+    """The report's rows against nanoGPT measured in the same run (`model` names hfzoo's side), its notes, and the
+    two targets' ratios."""
     loss, theirs = run["validation_loss"], nanogpt["curve"][-1]["validation_loss"]
-    model = f"gpt-tiny ({changed}), char" if changed else "gpt-tiny, char"
     ratios = {"validation_loss": loss / theirs, "wall_s": wall_s / nanogpt["wall_s"]}
     rows = [
         {"model": model, "figure": "final validation loss (lower is better)", "unit": "nats/char", "digits": 4,
@@ -177,6 +176,14 @@ def results(run: dict, wall_s: float, nanogpt: dict, changed: str = "") -> tuple
     return rows, notes, ratios
 
 
+def key_values(parser: argparse.ArgumentParser, flag: str, given: list[str]) -> dict[str, str]:
+    """`KEY=VALUE` options as a dict; a malformed one is a usage error naming the flag."""
+    options = dict(option.partition("=")[::2] for option in given)
+    if any(not key or not value for key, value in options.items()):
+        parser.error(f"{flag} takes KEY=VALUE, got {given}")
+    return options
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, default=DATA, help="Tiny Shakespeare's input.txt")
@@ -186,11 +193,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="glibc malloc thresholds to run under (the script re-executes itself to apply them)")
     parser.add_argument("--model_option", action="append", default=[], metavar="KEY=VALUE",
                         help="a model config key of gpt-tiny to change (repeatable), e.g. position_embedding=rotary")
+    parser.add_argument("--recipe_option", action="append", default=[], metavar="KEY=VALUE",
+                        help="a recipe key to change (repeatable), e.g. preset=gpt-speedrun-tiny or lr_schedule=wsd")
     parser.add_argument("--output", type=Path, default=RESULTS_DIR / "shakespeare.json")
     args = parser.parse_args(argv)
-    options = dict(option.partition("=")[::2] for option in args.model_option)
-    if any(not key or not value for key, value in options.items()):
-        parser.error(f"--model_option takes KEY=VALUE, got {args.model_option}")
+    options = {f"model.{key}": value for key, value in key_values(parser, "--model_option", args.model_option).items()}
+    options.update(key_values(parser, "--recipe_option", args.recipe_option))
     if not args.data.is_file():
         parser.error(f"{args.data} not found: Tiny Shakespeare's input.txt (karpathy/char-rnn), see ../shared/data")
     if not (args.nanogpt / "train.py").is_file():
@@ -199,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     started = environment()
     text = args.data.read_text(encoding="utf-8")
     text = text[:TINY_CHARACTERS] if args.tiny else text
-    settings = {**SETTINGS, **(TINY if args.tiny else {}), **{f"model.{key}": value for key, value in options.items()}}
+    settings = {**SETTINGS, **(TINY if args.tiny else {}), **options}
     nanogpt_args = [*NANOGPT_ARGS, *(TINY_NANOGPT if args.tiny else []), "--out_dir=out"]
     with tempfile.TemporaryDirectory(prefix="bench-shakespeare-") as scratch:
         data_dir, output_dir = Path(scratch) / "data", Path(scratch) / "run"
@@ -216,7 +224,9 @@ def main(argv: list[str] | None = None) -> int:
     started["load_average_end"] = os.getloadavg()
     nanogpt = {"curve": nanogpt_curve(finished["nanoGPT"]["stdout"]), "wall_s": finished["nanoGPT"]["wall_s"]}
     wall_s = finished["hfzoo"]["wall_s"]
-    rows, notes, ratios = results(run, wall_s, nanogpt, ", ".join(f"{key}={value}" for key, value in options.items()))
+    changes = ", ".join(f"{key.removeprefix('model.')}={value}" for key, value in options.items() if key != "preset")
+    model = f"{settings['preset']} ({changes}), char" if changes else f"{settings['preset']}, char"
+    rows, notes, ratios = results(run, wall_s, nanogpt, model)
     payload = {
         "benchmark": "Tiny Shakespeare, characters: hfzoo's pretraining recipe beside nanoGPT at its CPU settings",
         "command": shlex.join(["python", "benchmarks/bench_shakespeare.py", *shown_arguments(argv)]),
@@ -238,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
         [Curve([p["train_s"] or 0.0 for p in run["curve"]], [p["validation_loss"] for p in run["curve"]],
                rows[0]["model"], "o-")],
         xlabel="training seconds (since the recipe started)", ylabel="validation loss (nats/char)",
-        title=f"Tiny Shakespeare, {settings['max_steps']:,} steps",
+        title=f"Tiny Shakespeare, {int(settings['max_steps']):,} steps",
         baseline=(nanogpt["curve"][-1]["validation_loss"], "nanoGPT's final loss, same run"),
     )  # fmt: skip
     print(f"wrote {args.output} and {plot}")

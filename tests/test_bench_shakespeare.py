@@ -49,14 +49,18 @@ def test_tiny_run_measures_both_sides_in_the_same_run(shared_data, tmp_path):
 
 
 @pytest.mark.slow  # a second side-by-side run, 40 s in CI; the tiny run above covers the benchmark
-def test_a_model_option_changes_the_model_and_names_itself(shared_data, tmp_path):
-    output = tmp_path / "shakespeare_rotary.json"
-    completed = run_bench(shared_data, output, "--model_option", "position_embedding=rotary")
+def test_model_and_recipe_options_change_the_run_and_name_themselves(shared_data, tmp_path):
+    output = tmp_path / "shakespeare_speedrun.json"
+    options = ["--model_option", "qk_norm=true", "--recipe_option", "preset=gpt-speedrun-tiny",
+               "--recipe_option", "lr_schedule=wsd"]  # fmt: skip
+    completed = run_bench(shared_data, output, *options)
     assert completed.returncode == 0, completed.stderr[-3000:]
     payload = json.loads(output.read_text())
-    assert payload["settings"]["model.position_embedding"] == "rotary"
-    assert payload["results"][0]["model"] == "gpt-tiny (position_embedding=rotary), char"
-    assert "--model_option position_embedding=rotary" in payload["command"]
+    settings = payload["settings"]
+    assert settings["preset"] == "gpt-speedrun-tiny" and settings["lr_schedule"] == "wsd"
+    assert settings["model.qk_norm"] == "true"
+    assert payload["results"][0]["model"] == "gpt-speedrun-tiny (qk_norm=true, lr_schedule=wsd), char"
+    assert " ".join(options) in payload["command"]
 
     refused = run_bench(shared_data, tmp_path / "bad.json", "--model_option", "position_embedding=spiral")
     assert refused.returncode != 0 and not (tmp_path / "bad.json").exists()
