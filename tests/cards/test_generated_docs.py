@@ -35,11 +35,14 @@ def test_result_card_is_current(card_dir, monkeypatch):
     import generate_electra_results
     import generate_finetune_results
     import generate_pretraining_study
+    import generate_preset_race
     import generate_results
     import generate_speedrun_ablation
 
     results = json.loads((card_dir / "results.json").read_text(encoding="utf-8"))
-    if results.get("kind") == generate_speedrun_ablation.KIND:
+    if results.get("kind") == generate_preset_race.KIND:
+        text = generate_preset_race.render(results, generate_preset_race.card_command(results["runs_dir"], card_dir))
+    elif results.get("kind") == generate_speedrun_ablation.KIND:
         command = generate_speedrun_ablation.card_command(results["runs_dir"], card_dir)
         text = generate_speedrun_ablation.render(results, command)
     elif results.get("kind") == generate_adapter_study.KIND:
