@@ -37,12 +37,16 @@ def read_run(output_dir: Path) -> dict:
     """What a recipe run's `log.jsonl` says: the final validation loss, the training seconds, the parameter count, the
     number of training blocks and the curve (step, training seconds, validation loss)."""
     records = read_log(output_dir)
-    logged = [(r["step"], r["elapsed"]) for r in records if r["event"] == "train"]
+    end = next(r for r in records if r["event"] == "end")
+    # Training starts at step 0, second 0, and the end record times the last step: an evaluation before the first
+    # logging step or after the last one is placed too.
+    logged = [(0, 0.0), *((r["step"], r["elapsed"]) for r in records if r["event"] == "train")]
+    if logged[-1][0] < end["step"]:
+        logged.append((end["step"], end["elapsed"]))
     curve = [
         {"step": r["step"], "train_s": elapsed_at(logged, r["step"]), "validation_loss": r["eval_loss"]}
         for r in records if r["event"] == "eval"
     ]  # fmt: skip
-    end = next(r for r in records if r["event"] == "end")
     tokens_per_s = [r["tokens_per_s"] for r in records if r["event"] == "train"]
     return {
         "validation_loss": curve[-1]["validation_loss"], "train_s": end["elapsed"], "steps": end["step"],

@@ -41,7 +41,7 @@ ARCHIVE = "run_records"
 RECORDS = ("log.jsonl", "training_config.yaml", RUN_RECORD)
 CURVES = "validation_curves.png"
 RESULTS = "results.json"
-ORDER = "order.json"  # the configs' names as given to `run`, the first first (in the runs folder and results.json)
+RACE = "race.json"  # `run`'s budget and the configs' names in its order, the first first (in the runs folder)
 CALIBRATION_STEPS = 40
 TARGET_TIME_RATIO = 0.6  # issue 36: the first config's final loss in at most this share of its time
 
@@ -68,7 +68,7 @@ def race(runs_dir: Path, configs: list[str], minutes: float, extra: list[str]) -
             return 1
     common = [*extra, "--tokenizer", shown(str(tokenizer))]
     names = {config: Path(config).stem for config in configs}
-    write_atomic(runs_dir / ORDER, json.dumps(list(names.values())) + "\n")
+    write_atomic(runs_dir / RACE, json.dumps({"minutes": minutes, "order": list(names.values())}) + "\n")
     calibrations = {config: runs_dir / f"{name}-calibration" for config, name in names.items()}
     steps = str(CALIBRATION_STEPS)
     failed = pinned({config: [str(run), "--", "--config", config, *common, "--max_steps", steps, "--warmup_steps",
@@ -130,8 +130,10 @@ def render(results: dict[str, Any], command: str) -> str:
     table = markdown_table(["config", "parameters", "steps in the budget", "training loop", "tokens/s (median)",
                             "final validation loss", f"time to {first_name}'s final loss"], rows)  # fmt: skip
     placement = {(s["cores"], s["threads"]) for s in runs.values()}
-    intro = (f"{len(runs)} recipe configs on the same corpus and tokenizer, each trained for the steps that fill the "
-             "same wall budget at the speed its calibration run measured, all at the same time"
+    budget = f"{results['minutes']:g}-minute" if results["minutes"] else "same"
+    intro = (f"{len(runs)} recipe configs on the same corpus and tokenizer, each trained for the steps that fill a "
+             f"{budget} training budget at the speed its calibration run measured (the loops also evaluate ten "
+             "times), all at the same time"
              + (", each on one core with one thread." if placement == {(1, 1)} else f" (cores and threads: "
                 f"{sorted(placement)}).")
              + " The time to reach the first config's final loss is read off each validation curve (linear between "
@@ -156,10 +158,9 @@ def card(runs_dir: Path, card_dir: Path) -> Path:
             (archive / run.name).mkdir(parents=True, exist_ok=True)
             for file in RECORDS:
                 write_atomic(archive / run.name / file, (run / file).read_bytes())
-    if (runs_dir / ORDER).is_file():
-        order = json.loads((runs_dir / ORDER).read_text())
-    else:
-        order = json.loads((card_dir / RESULTS).read_text())["order"] if (card_dir / RESULTS).is_file() else []
+    known = runs_dir / RACE if (runs_dir / RACE).is_file() else card_dir / RESULTS
+    race_settings = json.loads(known.read_text()) if known.is_file() else {"minutes": None, "order": []}
+    order = race_settings["order"]
     finished = [run.name for run in sorted(archive.glob("*")) if (run / RUN_RECORD).is_file()]
     order = [name for name in order if name in finished] + [name for name in finished if name not in order]
     if not order:
@@ -169,7 +170,8 @@ def card(runs_dir: Path, card_dir: Path) -> Path:
                                           [p["validation_loss"] for p in s["curve"]], name, "o-")
                                     for name, s in runs.items()],
                 xlabel="training loop (seconds)", ylabel="validation loss (nats/token)", dpi=100)  # fmt: skip
-    results = {"kind": KIND, "runs_dir": shown(str(runs_dir)), "order": order, "runs": runs}
+    results = {"kind": KIND, "runs_dir": shown(str(runs_dir)), "minutes": race_settings["minutes"], "order": order,
+               "runs": runs}  # fmt: skip
     write_atomic(card_dir / RESULTS, json.dumps(results, indent=1) + "\n")
     return write_atomic(card_dir / CARD, render(results, card_command(runs_dir, card_dir)))
 
