@@ -246,10 +246,19 @@ def _scores(results: dict[str, Any], task: str, base: str) -> tuple[str, list[fl
     return best, [100 * run[metric] for run in rates[best].values()]
 
 
+def trains_encoder_decoder(results: dict[str, Any]) -> bool:
+    """Whether the study pretrains an encoder-decoder (T5's span corruption): its tasks are text to text and its
+    perplexity is the decoder's over the targets, not a masked LM's."""
+    return any(OBJECTIVES[objective].family == "encoder_decoder" for objective in results["pretraining"])
+
+
+def perplexity_name(results: dict[str, Any]) -> str:
+    return "target perplexity" if trains_encoder_decoder(results) else "masked-LM perplexity"
+
+
 def verdicts(results: dict[str, Any]) -> list[str]:
     """One line per target of the issue: met, missed (with the figures), or waiting for runs."""
-    objectives = list(results["pretraining"])
-    seq2seq = any(OBJECTIVES[objective].family == "encoder_decoder" for objective in objectives)
+    objectives, seq2seq = list(results["pretraining"]), trains_encoder_decoder(results)
     lines = []
     for task, base, than, margin in GAINS:
         if (task in TEXT_TO_TEXT_TASKS) != seq2seq:
@@ -292,7 +301,7 @@ def _pretraining_table(results: dict[str, Any]) -> str:
             _compute(results, objective),
         ])  # fmt: skip
     return markdown_table(["objective", "parameters trained", "steps", "tokens seen", "training loop",
-                           "tokens/s (median)", "masked-LM perplexity", "unigram perplexity", "token accuracy",
+                           "tokens/s (median)", perplexity_name(results), "unigram perplexity", "token accuracy",
                            "unigram accuracy", "load", "training FLOPs (vs the first)"], rows)  # fmt: skip
 
 
@@ -323,13 +332,13 @@ def _finetuning_table(results: dict[str, Any], task: str) -> str:
 
 
 def plot_curves(results: dict[str, Any], path: Path) -> None:
-    """Each objective's validation masked-LM loss against its training-loop minutes, with the unigram floor."""
+    """Each objective's validation perplexity against its training-loop minutes, with the unigram floor."""
     curves = []
     for objective, summary in results["pretraining"].items():
         timed = [p for p in summary["evaluation"] if p["elapsed_s"] is not None]  # one before the first train log: no time
         curves.append(Curve([p["elapsed_s"] / 60 for p in timed], [p["perplexity"] for p in timed], objective, "o-"))
     floor = min(s["baseline"]["unigram_perplexity"] for s in results["pretraining"].values())
-    plot_losses(path, curves, xlabel="training loop (minutes)", ylabel="validation masked-LM perplexity",
+    plot_losses(path, curves, xlabel="training loop (minutes)", ylabel=f"validation {perplexity_name(results)}",
                 baseline=(floor, "unigram perplexity"), dpi=100)  # fmt: skip
 
 
