@@ -27,14 +27,12 @@ from pathlib import Path
 from typing import Any
 
 from generate_results import record
+from generate_speedrun_ablation import summary  # a run's figures, command and placement, as the ablation's card shows
 from recording import REPO_ROOT, RUN_RECORD, run_complete, shown
 
 from hfzoo.card_writing import CARD, Curve, RunRecord, Section, markdown_table, model_card_data, plot_losses, render_card
 from hfzoo.core.files import write_atomic
 from hfzoo.training.logging import steps_filling
-
-sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
-from recipe_runs import read_run  # noqa: E402
 
 KIND = "preset-race"  # results.json's `kind`: how tests/cards/test_generated_docs.py knows the card
 ARCHIVE = "run_records"
@@ -83,12 +81,6 @@ def race(runs_dir: Path, configs: list[str], minutes: float, extra: list[str]) -
         runs[config] = [str(runs_dir / name), "--", "--config", config, *common, "--max_steps", str(planned),
                         "--eval_every", every, "--save_every", every]  # fmt: skip
     return pinned({config: job for config, job in runs.items() if not run_complete(Path(job[0]), "model.safetensors")})
-
-
-def summary(run_dir: Path) -> dict[str, Any]:
-    run_record = json.loads((run_dir / RUN_RECORD).read_text())
-    return {**read_run(run_dir), "command": run_record["command"], "cores": run_record["machine"]["cores"],
-            "threads": run_record["machine"]["torch_threads"]}  # fmt: skip
 
 
 def seconds_to_reach(curve: list[dict], loss: float) -> float | None:

@@ -15,7 +15,7 @@ from transformers.utils.output_capturing import capture_outputs
 
 from .component_options import GATED_ACTIVATIONS
 from .configuration_encoder import ZooEncoderConfig
-from .layers import PositionSignals, build_norm, component
+from .layers import build_norm, component
 from .transformer_stack import TransformerStack, ZooTransformerPreTrainedModel, add_router_loss
 
 
@@ -128,24 +128,6 @@ class ZooEncoderModel(TransformerStack, ZooEncoderPreTrainedModel):
                 f"{self.config.type_vocab_size}; pass segment ids below type_vocab_size or raise it in the config."
             )
         return self.token_type_embeddings(token_type_ids)
-
-    def local_attention_inputs(
-        self,
-        hidden_states: torch.Tensor,
-        attention_mask: torch.Tensor | None,
-        position_ids: torch.Tensor | None,
-        signals: PositionSignals,
-    ) -> tuple[torch.Tensor | None, PositionSignals] | None:
-        if self.local_attention is None:
-            return None
-        return self.local_attention(hidden_states, attention_mask, position_ids, signals)
-
-    def after_first_block(
-        self, hidden_states: torch.Tensor, embeddings: torch.Tensor, attention_mask: torch.Tensor | None
-    ) -> torch.Tensor:
-        if self.convolution is None:
-            return hidden_states
-        return self.convolution(hidden_states, embeddings, attention_mask)
 
     def embed(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
         """The embeddings as `forward` computes them before `embeddings_project`: token, position and token-type

@@ -7,6 +7,7 @@ only in what surrounds that (caches, token types, the pooler, cross-attention in
 
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -113,8 +114,8 @@ class ZooTransformerPreTrainedModel(ZooPreTrainedModel):
         if self.should_save_on_this_rank(args[0] if args else kwargs.get("is_main_process", True)):
             family, folder = super().code_module(), Path(save_directory)
             lines = [f"from .{module} import *  # noqa: F403" for module in (*components, family)]
-            name = family.removeprefix("modeling_")
-            docstring = f'"""The {name} family with the component files its config runs (written by hfzoo)."""'
+            family_name = family.removeprefix("modeling_")
+            docstring = f'"""The {family_name} family with the component files its config runs (written by hfzoo)."""'
             text = "\n".join([docstring, "", *lines, f"from .{family} import __all__  # noqa: F401", ""])
             (folder / f"{self.code_module()}.py").write_text(text, encoding="utf-8")
             package = Path(sys.modules[type(self).__module__].__file__).parent
@@ -170,6 +171,12 @@ class TransformerStack:
     positions_skip_padding: bool = False
     # Keyword arguments, beyond `PASSED_THROUGH_KWARGS`, that transformers hands this stack and it ignores.
     also_passed_through: frozenset[str] = frozenset()
+    # Component files a stack may hold (the encoder's, where its config runs them; None unless set after
+    # `build_blocks`): the mask and position signals of its local-attention layers (ModernBERT's `local_attention`),
+    # and a branch that rewrites the first block's output from the embeddings it read (`deberta_convolution`).
+    # Instance attributes only: a class default would hide a registered submodule from `nn.Module.__getattr__`.
+    local_attention: Callable[..., tuple[torch.Tensor | None, PositionSignals]] | None
+    convolution: nn.Module | None
 
     def build_inputs(self, config, is_causal: bool, embedding_size: int | None = None) -> None:
         """Token embedding (optionally scaled), positions, embedding norm and dropout, `embedding_size` wide
@@ -193,6 +200,7 @@ class TransformerStack:
         )
         self.norm = build_norm(config) if config.norm_position == "pre" else nn.Identity()
         self.gradient_checkpointing = False
+        self.local_attention, self.convolution = None, None
 
     def cache_to_fill(self, past_key_values: Cache | None, use_cache: bool | None, kwargs: dict) -> Cache | None:
         """The cache this forward extends: the caller's (`compat.cache_argument`), else a new empty one
@@ -294,30 +302,14 @@ class TransformerStack:
                 attention_mask=encoder_attention_mask,
                 encoder_hidden_states=encoder_hidden_states,
             )
-        local = self.local_attention_inputs(hidden_states, attention_mask, position_ids, signals)
+        local = None
+        if self.local_attention is not None:
+            local = self.local_attention(hidden_states, attention_mask, position_ids, signals)
         embeddings = hidden_states
         for index, layer in enumerate(self.layers):
             is_local = local is not None and self.config.is_local_layer(index)
             layer_mask, layer_signals = local if is_local else (mask, signals)
             hidden_states = layer(hidden_states, layer_mask, layer_signals, past_key_values, **kwargs)
-            if index == 0:
-                hidden_states = self.after_first_block(hidden_states, embeddings, attention_mask)
+            if index == 0 and self.convolution is not None:
+                hidden_states = self.convolution(hidden_states, embeddings, attention_mask)
         return self.norm(hidden_states)
-
-    def after_first_block(
-        self, hidden_states: torch.Tensor, embeddings: torch.Tensor, attention_mask: torch.Tensor | None
-    ) -> torch.Tensor:
-        """The first block's output as the next block reads it: unchanged, or with DeBERTa-v2's convolution branch
-        over the `embeddings` the first block read (`conv_kernel_size`)."""
-        return hidden_states
-
-    def local_attention_inputs(
-        self,
-        hidden_states: torch.Tensor,
-        attention_mask: torch.Tensor | None,
-        position_ids: torch.Tensor | None,
-        signals: PositionSignals,
-    ) -> tuple[torch.Tensor | None, PositionSignals] | None:
-        """The mask and position signals of the stack's local-attention layers (ModernBERT's, `local_attention`);
-        None where every layer attends to the whole sequence."""
-        return None

@@ -30,14 +30,14 @@ ENCODER_DECODER = TRANSFORMER | {"configuration_encoder_decoder.py", "modeling_e
 
 # preset -> (its LM head's Auto class, the files its checkpoint ships, their lines today)
 SHIPPED = {
-    "gpt-tiny": (AutoModelForCausalLM, DECODER, 1753),
-    "llama-tiny": (AutoModelForCausalLM, DECODER, 1753),
-    "bert-tiny": (AutoModelForMaskedLM, ENCODER, 2086),
-    "modernbert-tiny": (AutoModelForMaskedLM, ENCODER, 2086),
+    "gpt-tiny": (AutoModelForCausalLM, DECODER, 1748),
+    "llama-tiny": (AutoModelForCausalLM, DECODER, 1748),
+    "bert-tiny": (AutoModelForMaskedLM, ENCODER, 2063),
+    "modernbert-tiny": (AutoModelForMaskedLM, ENCODER, 2063),
     "deberta-tiny": (AutoModelForMaskedLM, ENCODER | {"disentangled_attention.py", "modeling_encoder_components.py"},
-                     2200),
-    "t5-tiny": (AutoModelForSeq2SeqLM, ENCODER_DECODER, 2013),
-    "bart-tiny": (AutoModelForSeq2SeqLM, ENCODER_DECODER, 2013),
+                     2177),
+    "t5-tiny": (AutoModelForSeq2SeqLM, ENCODER_DECODER, 2008),
+    "bart-tiny": (AutoModelForSeq2SeqLM, ENCODER_DECODER, 2008),
     "elmo-tiny": (AutoModelForPreTraining, BASE | {"configuration_bilm.py", "modeling_bilm.py"}, 768),
 }
 # Issue 34's targets for the lines one checkpoint ships, by family.
