@@ -9,7 +9,8 @@ from .configuration_bilm import ZooBiLMConfig
 from .configuration_decoder import ZooDecoderConfig
 from .configuration_encoder import ZooEncoderConfig
 from .configuration_encoder_decoder import ZooEncoderDecoderConfig
-from .deberta_convolution import ConvolutionBranch  # noqa: F401  (the component files register their code)
+from .alibi_positions import AlibiBias  # noqa: F401  (the component files register their code)
+from .deberta_convolution import ConvolutionBranch  # noqa: F401
 from .disentangled_attention import DisentangledPositionEmbedding  # noqa: F401
 from .local_attention import LocalAttention  # noqa: F401
 from .mixture_of_experts import MixtureOfExperts  # noqa: F401
@@ -21,6 +22,7 @@ from .modeling_encoder import *  # noqa: F403
 from .modeling_encoder import __all__ as _encoder_models
 from .modeling_encoder_decoder import *  # noqa: F403
 from .modeling_encoder_decoder import __all__ as _encoder_decoder_models
+from .relative_positions import RelativePositionBias  # noqa: F401
 
 __all__ = [
     "ZooDecoderConfig",

@@ -139,6 +139,8 @@ class ZooTransformerConfig(PreTrainedConfig):
         """The component files (`layers.COMPONENTS`, `layers.POSITION_KINDS`) this config's forward pass runs: the
         ones its checkpoints carry."""
         uses = {
+            "alibi_positions": self.position_embedding == "alibi",
+            "relative_positions": self.position_embedding == "relative",
             "disentangled_attention": self.position_embedding == "disentangled",
             "mixture_of_experts": self.num_experts,
         }

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .layers import POSITION_KINDS, PositionKind
+from .layers import POSITION_KINDS, PositionKind, PositionSignals, build_norm, key_minus_query
 
 __all__ = ["DisentangledPositionEmbedding"]
 
@@ -50,13 +50,14 @@ def log_bucket_position(relative: torch.Tensor, buckets: int, max_distance: int)
 class DisentangledPositionEmbedding(nn.Module):
     """The stack's relative position embeddings (2 * span rows) and their norm (DeBERTa-v2's `norm_rel_ebd`)."""
 
-    def __init__(self, config, norm: nn.Module):
+    def __init__(self, config, bidirectional: bool, width: int):
         super().__init__()
+        self.config = config
         self.buckets = config.position_buckets
         self.max_distance = config.max_relative_positions
         self.span = self.buckets if self.buckets > 0 else self.max_distance
         self.relative_embeddings = nn.Embedding(2 * self.span, config.hidden_size)
-        self.relative_norm = norm
+        self.relative_norm = build_norm(config)
 
     def relative_rows(self, relative: torch.Tensor) -> torch.Tensor:
         """The embedding row of each signed distance (query minus key, as DeBERTa counts)."""
@@ -64,18 +65,21 @@ class DisentangledPositionEmbedding(nn.Module):
             relative = log_bucket_position(relative, self.buckets, self.max_distance)
         return torch.clamp(relative + self.span, 0, 2 * self.span - 1)
 
-    def forward(self, query_positions: torch.Tensor, key_length: int) -> DisentangledPositions:
-        """`query_positions` `[query, 1]` are the queries' slots among `key_length` keys (a cache holds the others)."""
-        relative = query_positions - torch.arange(key_length, device=query_positions.device)[None, :]
+    def forward(self, position_ids: torch.Tensor, query_start, key_length: int, dtype: torch.dtype) -> PositionSignals:
+        """What each layer projects (`disentangled_position_bias`) for queries at cache slots `query_start` onwards
+        against `key_length` keys (a cache holds the others)."""
+        relative = -key_minus_query(self.config, position_ids, query_start, key_length)  # query minus key
         index = self.relative_rows(relative)
         if torch.compiler.is_compiling():
             # Slicing by tensor values would break the graph: a compiled forward projects every row.
-            return DisentangledPositions(self.relative_norm(self.relative_embeddings.weight), index)
+            return PositionSignals(
+                layer_positions=DisentangledPositions(self.relative_norm(self.relative_embeddings.weight), index)
+            )
         # Only the rows between the extreme distances are used (the bucketing is monotone): the layers project
         # those alone, not all 2 * span (512 rows at DeBERTa-v3's 256 buckets) for a short sequence.
         first, last = int(index.min()), int(index.max())
         embeddings = self.relative_norm(self.relative_embeddings.weight[first : last + 1])
-        return DisentangledPositions(embeddings, index - first)
+        return PositionSignals(layer_positions=DisentangledPositions(embeddings, index - first))
 
 
 def disentangled_position_bias(
@@ -106,4 +110,6 @@ def disentangled_position_bias(
     return bias * attention.scaling
 
 
-POSITION_KINDS["disentangled"] = PositionKind(DisentangledPositionEmbedding, disentangled_position_bias, score_terms)
+POSITION_KINDS["disentangled"] = PositionKind(
+    DisentangledPositionEmbedding, "disentangled", disentangled_position_bias, score_terms
+)

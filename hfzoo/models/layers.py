@@ -84,16 +84,19 @@ class PositionSignals(NamedTuple):
 
 
 class PositionKind(NamedTuple):
-    """A position kind whose code is a file of its own: the stack's module that computes the signals
-    (`PositionEncoding` holds it under the kind's name), the bias each self-attention layer adds to its scores from
-    its own query and keys, and how many terms a score sums (scores are scaled by 1/sqrt(head_dim * terms))."""
+    """A position kind whose code is a file of its own: the module that computes its signals, built as
+    `module(config, bidirectional, width)` and held by `PositionEncoding` under `attribute` (which names its weights),
+    and, for a kind whose self-attention layers each compute their own bias from their query and keys (DeBERTa's),
+    that bias and how many terms a score sums (scores are scaled by 1/sqrt(head_dim * terms))."""
 
-    embedding: type[nn.Module]
-    layer_bias: Callable[..., torch.Tensor]
-    score_terms: Callable[..., int]
+    module: type[nn.Module]
+    attribute: str
+    layer_bias: Callable[..., torch.Tensor] | None = None
+    score_terms: Callable[..., int] | None = None
 
 
-# Filled by the file of a position kind when imported (`disentangled_attention`, DeBERTa's), like `COMPONENTS`.
+# Filled by the file of a position kind when imported (ALiBi, T5's relative bias, DeBERTa's disentangled
+# attention), like `COMPONENTS`.
 POSITION_KINDS: dict[str, PositionKind] = {}
 
 
@@ -124,35 +127,17 @@ def apply_rotary(states: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> 
     return states * cos + rotated * sin
 
 
-def alibi_slopes(num_heads: int, device: torch.device) -> torch.Tensor:
-    """Press et al. (2022): a geometric sequence of slopes, interleaved for head counts that are not powers of 2."""
-    closest = 2 ** math.floor(math.log2(num_heads))
-    base = 2.0 ** (-8.0 / closest)
-    slopes = [base ** (i + 1) for i in range(closest)]
-    if closest < num_heads:
-        extra = 2.0 ** (-4.0 / closest)
-        slopes += [extra ** (2 * i + 1) for i in range(num_heads - closest)]
-    return torch.tensor(slopes, device=device, dtype=torch.float32)
-
-
-def relative_position_bucket(relative_position: torch.Tensor, bidirectional: bool, num_buckets: int, max_distance: int):
-    """T5's buckets: exact for small distances, logarithmic up to `max_distance`, one bucket beyond."""
-    buckets = torch.zeros_like(relative_position)
-    if bidirectional:
-        num_buckets //= 2
-        buckets += (relative_position > 0).long() * num_buckets
-        relative_position = relative_position.abs()
-    else:
-        relative_position = -torch.clamp(relative_position, max=0)
-    max_exact = num_buckets // 2
-    is_small = relative_position < max_exact
-    large = max_exact + (
-        torch.log(relative_position.float().clamp(min=1) / max_exact)
-        / math.log(max_distance / max_exact)
-        * (num_buckets - max_exact)
-    ).long()
-    large = torch.clamp(large, max=num_buckets - 1)
-    return buckets + torch.where(is_small, relative_position, large)
+def key_minus_query(config, position_ids: torch.Tensor, query_start: int | torch.Tensor, key_length: int):
+    """`[query, key]`: each key's cache slot minus each query's, for a position kind that biases the attention
+    scores; refuses the kernels that would silently drop such a bias (flash kernels take none)."""
+    if config._attn_implementation not in ("eager", "sdpa"):
+        raise ValueError(
+            f"position_embedding={config.position_embedding!r} adds a bias to the attention scores, which "
+            f"attn_implementation={config._attn_implementation!r} does not support; use 'sdpa' or 'eager'."
+        )
+    device = position_ids.device
+    query_slots = torch.arange(position_ids.shape[-1], device=device)[:, None] + query_start
+    return torch.arange(key_length, device=device)[None, :] - query_slots
 
 
 class PositionEncoding(nn.Module):
@@ -163,18 +148,15 @@ class PositionEncoding(nn.Module):
         given (ELECTRA's narrower embeddings)."""
         super().__init__()
         self.kind = config.position_embedding
-        self.bidirectional = bidirectional
         self.config = config
         self.width = width or config.hidden_size
         if self.kind == "learned":
             self.embeddings = nn.Embedding(config.max_position_embeddings, self.width)
-        elif self.kind == "relative":
-            # Shared by all layers of a stack, as in T5.
-            self.relative_attention_bias = nn.Embedding(config.relative_attention_num_buckets, config.num_attention_heads)
         elif self.kind in POSITION_KINDS:
-            # Shared by all layers of a stack, as in DeBERTa, with their own norm.
-            self.add_module(self.kind, POSITION_KINDS[self.kind].embedding(config, build_norm(config)))
-        elif self.kind not in ("sinusoidal", "rotary", "alibi", "none"):
+            # Shared by all layers of a stack, as T5's bias and DeBERTa's relative embeddings are.
+            kind = POSITION_KINDS[self.kind]
+            self.add_module(kind.attribute, kind.module(config, bidirectional, self.width))
+        elif self.kind not in ("sinusoidal", "rotary", "none"):
             raise ValueError(
                 f"position_embedding={self.kind!r} is implemented in a file of its own that this code did not import; "
                 "load the model through the module its checkpoint's auto_map names."
@@ -201,30 +183,8 @@ class PositionEncoding(nn.Module):
             return PositionSignals(added=sinusoidal_embedding(position_ids, self.width, dtype))
         if self.kind == "rotary":
             return PositionSignals(rotary=rotary_angles(position_ids, config.head_dim, config.rope_theta, dtype))
-        if self.kind in ("alibi", "relative") or self.kind in POSITION_KINDS:
-            if config._attn_implementation not in ("eager", "sdpa"):
-                # Flash kernels would silently drop the bias; only eager and sdpa add it to the scores.
-                raise ValueError(
-                    f"position_embedding={self.kind!r} adds a bias to the attention scores, which "
-                    f"attn_implementation={config._attn_implementation!r} does not support; use 'sdpa' or 'eager'."
-                )
-            device = position_ids.device
-            query_pos = torch.arange(position_ids.shape[-1], device=device)[:, None] + query_start
-            if self.kind in POSITION_KINDS:
-                return PositionSignals(layer_positions=getattr(self, self.kind)(query_pos, key_length))
-            relative = torch.arange(key_length, device=device)[None, :] - query_pos  # key minus query
-            if self.kind == "alibi":
-                distance = relative.abs().neg() if self.bidirectional else relative.clamp(max=0)
-                bias = alibi_slopes(config.num_attention_heads, device)[:, None, None] * distance
-            else:
-                buckets = relative_position_bucket(
-                    relative,
-                    self.bidirectional,
-                    config.relative_attention_num_buckets,
-                    config.relative_attention_max_distance,
-                )
-                bias = self.relative_attention_bias(buckets).permute(2, 0, 1)
-            return PositionSignals(attention_bias=bias.unsqueeze(0).to(dtype))
+        if self.kind in POSITION_KINDS:
+            return getattr(self, POSITION_KINDS[self.kind].attribute)(position_ids, query_start, key_length, dtype)
         return PositionSignals()
 
 
@@ -318,7 +278,7 @@ class Attention(nn.Module):
         self.num_key_value_groups = self.num_heads // self.num_key_value_heads
         kind = None if is_cross_attention else POSITION_KINDS.get(config.position_embedding)
         self.layer_bias = kind.layer_bias if kind else None
-        self.scaling = (self.head_dim * (kind.score_terms(config) if kind else 1)) ** -0.5
+        self.scaling = (self.head_dim * (kind.score_terms(config) if kind and kind.score_terms else 1)) ** -0.5
         self.attention_dropout = config.attention_dropout
         q_width = self.num_heads * self.head_dim
         kv_width = self.num_key_value_heads * self.head_dim
