@@ -56,9 +56,6 @@ def build_optimizer(
     for parameters, lr in layers if layers is not None else [(list(model.parameters()), learning_rate)]:
         trainable = [p for p in parameters if p.requires_grad]
         if optimizer == "muon":
-            if any(isinstance(p, DTensor) for p in trainable):
-                raise ValueError("--optimizer muon cannot run with --sharding fsdp: Muon orthogonalises whole "
-                                 "matrices and each process holds a shard of each; use --optimizer adamw.")  # fmt: skip
             hidden = muon_parameters(model, trainable)
             muon_groups.append({"params": [p for p in trainable if p in hidden], "weight_decay": weight_decay,
                                 "lr": muon_learning_rate * lr / learning_rate})  # fmt: skip

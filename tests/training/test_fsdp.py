@@ -4,12 +4,14 @@ An uninterrupted 2-process run is the reference. The same run, its whole job (to
 with SIGKILL at a random step or while it writes a checkpoint, then resumed with `--resume`, must end with
 bit-identical weights. A checkpoint of the reference resumes in one process, and a one-process checkpoint on two
 (DCP reshards them): those runs train on and their logs say they are not exact. No checkpoint holds a pickle file,
-and the consolidated `model.safetensors` loads with the Auto class. gpt-tiny with recipes/configs/test-gpt-tiny-clm
+and the consolidated `model.safetensors` loads with the Auto class. Muon's sharded updates are the unsharded ones
+and its run resumes bit-identically too. gpt-tiny with recipes/configs/test-gpt-tiny-clm
 (dropout and gradient accumulation on), one thread per process.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -23,6 +25,7 @@ import psutil
 import pytest
 import torch
 from peft import LoraConfig, get_peft_model
+from safetensors import safe_open
 from tests.helpers.recipe_runs import complete_records, in_one_thread, launch, on_two_processes, recipe_env
 from tests.helpers.run_outputs import train_losses, weights
 from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoModelForSequenceClassification, BertConfig
@@ -213,10 +216,29 @@ def test_the_units_sharded_are_each_models_transformer_blocks(build, blocks):
     assert sum(type(m).__name__ in blocks for m in model.modules()) >= 2
 
 
-def test_muon_under_fsdp_is_refused_saying_why(tmp_path):
-    """Muon orthogonalises a whole matrix; sharded on two processes, each would hold rows of it (one process is not
-    sharded, and Muon runs there as unsharded)."""
-    command = torchrun(tmp_path / "out", "--optimizer", "muon")
-    result = subprocess.run(command, env=recipe_env(threads=1), capture_output=True, text=True, timeout=300)
-    assert result.returncode != 0
-    assert "--optimizer muon cannot run with --sharding fsdp: Muon orthogonalises whole matrices" in result.stderr
+def test_muon_on_two_processes_orthogonalises_whole_matrices_as_one_process_does(tmp_path):
+    """One step of hfzoo's Muon + AdamW on gpt-tiny sharded over two processes changes every weight as the unsharded
+    step does (`tests/helpers/fsdp_muon_steps.py`, which says why its iterations run in float64)."""
+    report = tmp_path / "differences.json"
+    launch(on_two_processes(REPO / "tests" / "helpers" / "fsdp_muon_steps.py", report))
+    differences = json.loads(report.read_text())
+    assert "model.layers.0.mlp.down_proj.weight" in differences  # a matrix Muon trains
+    assert max(differences.values()) < 1e-9, differences
+
+
+def test_muon_on_two_processes_keeps_sharded_momentum_and_resumes_bit_identically(tmp_path):
+    reference, resumed = tmp_path / "reference", tmp_path / "resumed"
+    launch(torchrun(reference, "--optimizer", "muon"))
+    rows, columns = weights(reference)["model.layers.0.mlp.down_proj.weight"].shape
+    momentum = "optimizer.0.model.layers.0.mlp.down_proj.weight.momentum_buffer"
+    for shard in sorted((list_checkpoints(reference)[-1] / "state").iterdir()):  # each process its half of the rows
+        with safe_open(shard, framework="pt") as state:
+            assert state.get_slice(momentum).get_shape() == [rows // 2, columns]
+    shutil.copytree(reference, resumed, ignore=shutil.ignore_patterns("model.safetensors"))
+    for later in list_checkpoints(resumed)[1:]:  # resume from the earliest kept checkpoint
+        shutil.rmtree(later)
+    launch(torchrun(resumed, "--optimizer", "muon", "--resume", "true"))
+    assert starts(resumed)[-1]["resumed_exactly"] is True
+    assert train_losses(resumed) == train_losses(reference)
+    after, uninterrupted = weights(resumed), weights(reference)
+    assert [name for name in uninterrupted if not torch.equal(after[name], uninterrupted[name])] == []
