@@ -23,8 +23,9 @@ from .component_options import GATED_ACTIVATIONS
 
 
 # ----------------------------------------------------------------------------------------------- component files
-# Code that only some configs run is a file of its own that fills these tables when imported: DeBERTa's disentangled
-# attention (`POSITION_KINDS`), the mixture of experts, DeBERTa-v2's convolution and ModernBERT's local attention
+# Code that only some configs run is a file of its own that fills these tables when imported: the position kinds
+# that bias attention scores (ALiBi, T5's relative bias, DeBERTa's disentangled attention: `POSITION_KINDS`), the
+# mixture of experts, DeBERTa-v2's convolution and ModernBERT's local attention
 # (`COMPONENTS`, by file name). A checkpoint carries such a file only where its config uses it
 # (`config.component_files()`), through the module its `auto_map` names, which saving writes to import them
 # (`ZooTransformerPreTrainedModel.save_pretrained`).
