@@ -5,11 +5,11 @@ next to the weights, so a checkpoint runs where hfzoo is not installed. The modu
 this package file (which is not copied).
 """
 
+from .alibi_positions import AlibiBias  # noqa: F401  (the component files register their code)
 from .configuration_bilm import ZooBiLMConfig
 from .configuration_decoder import ZooDecoderConfig
 from .configuration_encoder import ZooEncoderConfig
 from .configuration_encoder_decoder import ZooEncoderDecoderConfig
-from .alibi_positions import AlibiBias  # noqa: F401  (the component files register their code)
 from .deberta_convolution import ConvolutionBranch  # noqa: F401
 from .disentangled_attention import DisentangledPositionEmbedding  # noqa: F401
 from .local_attention import LocalAttention  # noqa: F401

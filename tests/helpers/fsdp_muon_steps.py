@@ -24,17 +24,16 @@ from hfzoo.training.loop import build_optimizer
 from hfzoo.training.sharding import shard_model
 
 
-
 def newton_schulz_in_float64(grad: torch.Tensor, coefficients, steps: int, eps: float) -> torch.Tensor:
     """torch's `_zeropower_via_newtonschulz` (its quintic iteration, same coefficients and steps) in float64."""
     a, b, c = coefficients
-    wide = grad.size(0) > grad.size(1)
-    ortho = (grad.T if wide else grad).double()
+    tall = grad.size(0) > grad.size(1)
+    ortho = (grad.T if tall else grad).double()
     ortho = ortho / ortho.norm().clamp(min=eps)
     for _ in range(steps):
         gram = ortho @ ortho.T
         ortho = a * ortho + (b * gram + c * gram @ gram) @ ortho
-    return (ortho.T if wide else ortho).to(grad.dtype)
+    return (ortho.T if tall else ortho).to(grad.dtype)
 
 
 def updated(sharded: bool, accelerator: Accelerator) -> dict[str, torch.Tensor]:
