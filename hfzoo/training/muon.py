@@ -8,8 +8,8 @@ which the two never share), and each inner optimizer steps its own groups, so sa
 
 Sharded with FSDP2 (`--sharding fsdp`), the weights, gradients and momentum are DTensors holding each process's rows;
 torch's Muon computes on them with whole-matrix semantics (DTensor gathers what the Newton-Schulz iterations
-multiply), so each update is the unsharded one, at the cost of gathering the operands of each Newton-Schulz product
-(some 15 gathers per matrix and step).
+multiply), so each update is the unsharded one, at the cost of gathering the operands of its Newton-Schulz products
+every step.
 
 torch's Muon runs its Newton-Schulz iterations in bfloat16, as the speedrun does on GPUs: on a CPU without bfloat16
 matrix units that costs more than the step's forward and backward of a small model, so measure before using it there.
