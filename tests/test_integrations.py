@@ -1,6 +1,7 @@
 """The seam to third-party internals (hfzoo/integrations/): its version guards and pyproject.toml's bounds."""
 
 import tomllib
+import warnings
 from importlib.metadata import version
 from pathlib import Path
 
@@ -63,6 +64,27 @@ def test_a_guarded_function_refuses_an_installed_version_outside_its_range(monke
     try:
         with pytest.raises(UnsupportedVersionError, match=r"uses_tqdm_internals: installed tqdm .* tqdm>=999,<1000"):
             uses_tqdm_internals()
+    finally:
+        versions._installed_problem.cache_clear()
+
+
+def test_the_override_runs_an_unsupported_version_with_one_warning(monkeypatch):
+    """A GPU image's torch cannot be swapped for the tested one: HFZOO_ALLOW_UNSUPPORTED_VERSIONS=1 runs anyway."""
+    monkeypatch.setitem(SUPPORTED, "tqdm", ("999", "1000"))
+    monkeypatch.setenv(versions.ALLOW_UNSUPPORTED, "1")
+    monkeypatch.setattr(versions, "_warned", set())
+    versions._installed_problem.cache_clear()
+
+    @written_for("tqdm")
+    def uses_tqdm_internals() -> str:
+        return "ran"
+
+    try:
+        with pytest.warns(UserWarning, match=r"installed tqdm .*running anyway because HFZOO_ALLOW_UNSUPPORTED"):
+            assert uses_tqdm_internals() == "ran"
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert uses_tqdm_internals() == "ran"  # warned once per library, not per call
     finally:
         versions._installed_problem.cache_clear()
 

@@ -2,9 +2,14 @@
 
 pyproject.toml's bounds for these libraries are these ranges (a test keeps them equal): the lower bound is the
 version the test suite passed on, the upper bound the next release line, whose internals nobody has checked.
+
+`HFZOO_ALLOW_UNSUPPORTED_VERSIONS=1` turns the refusal into a warning, once per library: for a machine whose
+library cannot be changed (a GPU image's CUDA build of torch, say), at the user's own risk.
 """
 
 import functools
+import os
+import warnings
 from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
 from typing import TypeVar
@@ -18,6 +23,8 @@ SUPPORTED: dict[str, tuple[str, str]] = {
     "peft": ("0.21.2", "1"),
     "accelerate": ("1.15.0", "2"),
 }
+
+ALLOW_UNSUPPORTED = "HFZOO_ALLOW_UNSUPPORTED_VERSIONS"
 
 Function = TypeVar("Function", bound=Callable)
 
@@ -46,6 +53,17 @@ def _installed_problem(library: str) -> str | None:
         return f"{library} is not installed; hfzoo needs {library}>={SUPPORTED[library][0]}"
 
 
+def _refuse_or_warn(library: str, message: str) -> None:
+    if os.environ.get(ALLOW_UNSUPPORTED) != "1":
+        raise UnsupportedVersionError(f"{message} (or set {ALLOW_UNSUPPORTED}=1 to run anyway)")
+    if library not in _warned:
+        _warned.add(library)
+        warnings.warn(f"{message}; running anyway because {ALLOW_UNSUPPORTED}=1", stacklevel=3)
+
+
+_warned: set[str] = set()
+
+
 def written_for(library: str) -> Callable[[Function], Function]:
     """Mark a function as using `library`'s internals: calling it with an unsupported version installed raises
     `UnsupportedVersionError` naming the function and the range."""
@@ -55,7 +73,7 @@ def written_for(library: str) -> Callable[[Function], Function]:
         def guarded(*args, **kwargs):
             problem = _installed_problem(library)
             if problem is not None:
-                raise UnsupportedVersionError(f"{function.__module__}.{function.__qualname__}: {problem}")
+                _refuse_or_warn(library, f"{function.__module__}.{function.__qualname__}: {problem}")
             return function(*args, **kwargs)
 
         return guarded  # type: ignore[return-value]
