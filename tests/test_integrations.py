@@ -52,8 +52,9 @@ def test_the_guard_names_the_supported_range(library: str, installed: str, suppo
         assert f"installed {library} {installed}" in problem and f"{library}>={oldest},<{first_unsupported}" in problem
 
 
-def test_a_guarded_function_refuses_an_installed_version_outside_its_range(monkeypatch):
-    """Checked against the installed package metadata (tqdm's here, given a range it is outside of)."""
+@pytest.fixture
+def uses_tqdm_internals(monkeypatch):
+    """A function guarded by tqdm's installed metadata, with a supported range the installed tqdm is outside of."""
     monkeypatch.setitem(SUPPORTED, "tqdm", ("999", "1000"))
     versions._installed_problem.cache_clear()
 
@@ -61,32 +62,25 @@ def test_a_guarded_function_refuses_an_installed_version_outside_its_range(monke
     def uses_tqdm_internals() -> str:
         return "ran"
 
-    try:
-        with pytest.raises(UnsupportedVersionError, match=r"uses_tqdm_internals: installed tqdm .* tqdm>=999,<1000"):
-            uses_tqdm_internals()
-    finally:
-        versions._installed_problem.cache_clear()
+    yield uses_tqdm_internals
+    versions._installed_problem.cache_clear()
 
 
-def test_the_override_runs_an_unsupported_version_with_one_warning(monkeypatch):
+def test_a_guarded_function_refuses_an_installed_version_outside_its_range(uses_tqdm_internals):
+    refusal = r"uses_tqdm_internals: installed tqdm .* tqdm>=999,<1000.* set HFZOO_ALLOW_UNSUPPORTED_VERSIONS=1"
+    with pytest.raises(UnsupportedVersionError, match=refusal):
+        uses_tqdm_internals()
+
+
+def test_the_override_runs_an_unsupported_version_with_one_warning(uses_tqdm_internals, monkeypatch):
     """A GPU image's torch cannot be swapped for the tested one: HFZOO_ALLOW_UNSUPPORTED_VERSIONS=1 runs anyway."""
-    monkeypatch.setitem(SUPPORTED, "tqdm", ("999", "1000"))
     monkeypatch.setenv(versions.ALLOW_UNSUPPORTED, "1")
     monkeypatch.setattr(versions, "_warned", set())
-    versions._installed_problem.cache_clear()
-
-    @written_for("tqdm")
-    def uses_tqdm_internals() -> str:
-        return "ran"
-
-    try:
-        with pytest.warns(UserWarning, match=r"installed tqdm .*running anyway because HFZOO_ALLOW_UNSUPPORTED"):
-            assert uses_tqdm_internals() == "ran"
-        with warnings.catch_warnings():
-            warnings.simplefilter("error")
-            assert uses_tqdm_internals() == "ran"  # warned once per library, not per call
-    finally:
-        versions._installed_problem.cache_clear()
+    with pytest.warns(UserWarning, match=r"installed tqdm .*running anyway because HFZOO_ALLOW_UNSUPPORTED"):
+        assert uses_tqdm_internals() == "ran"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert uses_tqdm_internals() == "ran"  # warned once per library, not per call
 
 
 def test_default_targets_name_an_unknown_peft_mapping():

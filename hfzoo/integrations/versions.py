@@ -53,6 +53,9 @@ def _installed_problem(library: str) -> str | None:
         return f"{library} is not installed; hfzoo needs {library}>={SUPPORTED[library][0]}"
 
 
+_warned: set[str] = set()  # the libraries already warned about under ALLOW_UNSUPPORTED
+
+
 def _refuse_or_warn(library: str, message: str) -> None:
     if os.environ.get(ALLOW_UNSUPPORTED) != "1":
         raise UnsupportedVersionError(f"{message} (or set {ALLOW_UNSUPPORTED}=1 to run anyway)")
@@ -61,12 +64,9 @@ def _refuse_or_warn(library: str, message: str) -> None:
         warnings.warn(f"{message}; running anyway because {ALLOW_UNSUPPORTED}=1", stacklevel=3)
 
 
-_warned: set[str] = set()
-
-
 def written_for(library: str) -> Callable[[Function], Function]:
     """Mark a function as using `library`'s internals: calling it with an unsupported version installed raises
-    `UnsupportedVersionError` naming the function and the range."""
+    `UnsupportedVersionError` naming the function and the range (a warning instead under ALLOW_UNSUPPORTED)."""
 
     def decorate(function: Function) -> Function:
         @functools.wraps(function)
