@@ -24,6 +24,12 @@ machine, load) and continued from its checkpoint when stopped, so the study goes
         --objectives spanbert electra -- --config recipes/configs/bert-small-enwiki-mlm.yaml \
         --tokenizer runs/results/pretraining-enwiki/tokenizer
 
+    # An objective added later, beside the runs a card already archived (`--tokenizer`: the study's own): only its
+    # pretraining and its fine-tuning, the random-weights base's runs kept as they are.
+    python model_cards/generate_pretraining_study.py run runs/results/pretraining-enwiki --steps electra=5538 \
+        --tasks conll2003 sst2-1k --without_scratch -- --config recipes/configs/bert-small-enwiki-mlm.yaml \
+        --tokenizer runs/results/pretraining-enwiki/tokenizer
+
 Run folders: `pretrain-<objective>`, then `<task>-<base>-lr<rate>-seed<seed>` for every base (each objective, and
 `scratch`: the first objective's config and tokenizer with random weights, the floor that shows whether pretraining
 transferred). The fine-tuning learning rate is chosen per base and task as the papers do: every rate with the first
@@ -65,6 +71,7 @@ FINETUNE_RECIPE = "recipes/finetune.py"
 RESULTS = "results.json"
 CURVES = "validation_curves.png"
 SCRATCH = "scratch"
+STARTED_BY = "command.json"  # the study command that made a runs folder's runs
 STEP_FLOPS = "step_flops.json"  # `flops`' count, in the runs folder and archived with the card
 ARCHIVE = "run_records"  # in the card's folder (not `runs/`, which git ignores)
 # What the card reads of a finished run, small enough to commit (no weights, no checkpoints); the run record last, as
@@ -205,10 +212,21 @@ def archive(runs_dir: Path, archive_dir: Path) -> list[str]:
         for name in RECORDS:
             if (run_dir / name).is_file():
                 write_atomic(kept / name, (run_dir / name).read_bytes())
-    for name in ("command.json", STEP_FLOPS):
-        if (runs_dir / name).is_file():
-            write_atomic(archive_dir / name, (runs_dir / name).read_bytes())
+    if (runs_dir / STEP_FLOPS).is_file():
+        write_atomic(archive_dir / STEP_FLOPS, (runs_dir / STEP_FLOPS).read_bytes())
+    if (runs_dir / STARTED_BY).is_file():  # each study command once, in the order they first ran
+        commands = _study_commands(archive_dir)
+        command = json.loads((runs_dir / STARTED_BY).read_text())
+        write_atomic(archive_dir / STARTED_BY, json.dumps([*commands, *([] if command in commands else [command])]))
     return [run_dir.name for run_dir in copied]
+
+
+def _study_commands(archive_dir: Path) -> list[list[str]]:
+    """The study commands (argument lists) whose runs the archive holds; an older archive kept only the latest."""
+    if not (archive_dir / STARTED_BY).is_file():
+        return []
+    kept = json.loads((archive_dir / STARTED_BY).read_text())
+    return [kept] if kept and isinstance(kept[0], str) else kept
 
 
 def collect(archive_dir: Path, card_command: str) -> dict[str, Any]:
@@ -216,6 +234,8 @@ def collect(archive_dir: Path, card_command: str) -> dict[str, Any]:
     fine-tuning runs' metrics (with their commands and code)."""
     results: dict[str, Any] = {"pretraining": {}, "finetuning": {}, "floors": {}}
     pretraining, finetuning = _finished_runs(archive_dir, "config.json")
+    # In the order they ran: the first objective is the one the others' compute is matched to.
+    pretraining.sort(key=lambda run_dir: json.loads((run_dir / RUN_RECORD).read_text())["started"])
     for run_dir in pretraining:
         results["pretraining"][run_dir.name.removeprefix("pretrain-")] = summarize(run_dir, card_command)
     for run_dir, name in finetuning:
@@ -228,8 +248,7 @@ def collect(archive_dir: Path, card_command: str) -> dict[str, Any]:
             results["floors"][name["task"]] = baselines(run_dir)
     counted = archive_dir / STEP_FLOPS
     results["step_flops"] = json.loads(counted.read_text()) if counted.is_file() else {}
-    started = archive_dir / "command.json"
-    results["command"] = json.loads(started.read_text()) if started.is_file() else None
+    results["commands"] = _study_commands(archive_dir)
     return results
 
 
@@ -344,12 +363,13 @@ def plot_curves(results: dict[str, Any], path: Path) -> None:
 
 def render(results: dict[str, Any], card_command: str) -> str:
     first = next(iter(results["pretraining"].values()))
+    kind = "encoder-decoder" if trains_encoder_decoder(results) else "encoder"
     shape = ", ".join(f"{key} {value}" for key, value in first["config"]["model"].items())  # the preset's overrides
     intro = (
         f"`{first['preset']}`{f' ({shape})' if shape else ''} pretrained from scratch on {first['data']['name']} by `recipes/pretrain.py` with each objective ("
         + ", ".join(f"`{o}` for {s['training']['steps']} steps" for o, s in results["pretraining"].items())
-        + "), the same tokenizer, data order, batch, schedule and seed; then every pretrained encoder, and the same "
-        "encoder from random weights (`scratch`), fine-tuned fully by `recipes/finetune.py` with the same settings "
+        + f"), the same tokenizer, data order, batch, schedule and seed; then every pretrained {kind}, and the same "
+        f"{kind} from random weights (`scratch`), fine-tuned fully by `recipes/finetune.py` with the same settings "
         "on each task: every learning rate with the first seed, then the other seeds at the best one. Generated by "
         "`model_cards/generate_pretraining_study.py` from the run folders; no number is typed by hand."
     )
@@ -357,13 +377,14 @@ def render(results: dict[str, Any], card_command: str) -> str:
     runs += [(f"{task}-{base}-lr{rate}-seed{seed}", run["command"]) for task, bases in results["finetuning"].items()
              for base, rates in bases.items() for rate, seeds in rates.items() for seed, run in seeds.items()]
     commands = "\n".join(command for _, command in runs)
+    started = " and ".join(f"`{shlex.join(command)}`" for command in results["commands"])
     sections = [
         Section("Does hfzoo's own pretraining pay?", intro, level=1),
         Section("Verdict", "\n".join(f"- {line}." for line in verdicts(results))),
         Section("Pretraining", _pretraining_table(results) + f"\n\n![validation curves]({CURVES})"),
         *[Section(f"Fine-tuning: {task}", _finetuning_table(results, task)) for task in results["finetuning"]],
         Section("Commands", f"The runs, as recorded (`python`: the virtualenv's):\n\n```bash\n{commands}\n```\n\n"
-                + (f"which `{shlex.join(results['command'])}` started.\n\n" if results["command"] else "")
+                + (f"which {started} started.\n\n" if started else "")
                 + f"This card:\n\n```bash\n{card_command}\n```"),
     ]  # fmt: skip
     metadata = model_card_data(None, ["hfzoo", first["preset"], *results["pretraining"], "pretraining", "results"])
@@ -422,6 +443,8 @@ def main(argv: list[str] | None = None) -> int:
                       "checkpoints of the run it stops; the same command continues")  # fmt: skip
     runs.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where every run trains (the recipes' "
                       "--cpu true|false); named in the records")  # fmt: skip
+    runs.add_argument("--without_scratch", action="store_true", help="fine-tune only the pretrained bases: for an "
+                      "objective added to a study whose random-weights runs are already archived in its card")
     runs.add_argument("--finetune_args", default="", help="recipe arguments added to every fine-tuning run after the "
                       "task's own, e.g. '--mixed_precision bf16'")  # fmt: skip
     count = commands.add_parser("flops", help="each objective's training FLOPs per step, and the steps of equal "
@@ -454,14 +477,15 @@ def main(argv: list[str] | None = None) -> int:
     check_runs_device(runs_dir, args.device)  # a GPU torch sees, and one device per runs folder
     os.chdir(REPO_ROOT)  # the recipes' config files and data paths are relative to the repository root
     runs_dir.mkdir(parents=True, exist_ok=True)
-    (runs_dir / "command.json").write_text(json.dumps(["python", "model_cards/generate_pretraining_study.py", *argv]))
+    (runs_dir / STARTED_BY).write_text(json.dumps(["python", "model_cards/generate_pretraining_study.py", *argv]))
     execution = Execution(args.device, save_every=200, budget=Budget(args.max_minutes))
     for stop in (signal.SIGTERM, signal.SIGINT):
         signal.signal(stop, execution.budget.stop)
     failed = pretrain(runs_dir, recipe_args, steps, execution)
     if failed == STOPPED_EXIT:
         return STOPPED_EXIT
-    failed += finetune(runs_dir, [*steps, SCRATCH], args.tasks, args.learning_rates, args.seeds, execution,
+    bases = [*steps, *([] if args.without_scratch else [SCRATCH])]
+    failed += finetune(runs_dir, bases, args.tasks, args.learning_rates, args.seeds, execution,
                        shlex.split(args.finetune_args))
     if execution.budget.left:
         print(f"stopped by the budget with runs left ({', '.join(execution.budget.left)}): the same command continues")
