@@ -222,11 +222,9 @@ def archive(runs_dir: Path, archive_dir: Path) -> list[str]:
 
 
 def _study_commands(archive_dir: Path) -> list[list[str]]:
-    """The study commands (argument lists) whose runs the archive holds; an older archive kept only the latest."""
-    if not (archive_dir / STARTED_BY).is_file():
-        return []
-    kept = json.loads((archive_dir / STARTED_BY).read_text())
-    return [kept] if kept and isinstance(kept[0], str) else kept
+    """The study commands (argument lists) whose runs the archive holds."""
+    started = archive_dir / STARTED_BY
+    return json.loads(started.read_text()) if started.is_file() else []
 
 
 def collect(archive_dir: Path, card_command: str) -> dict[str, Any]:
