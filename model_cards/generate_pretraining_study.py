@@ -314,12 +314,14 @@ def _pretraining_table(results: dict[str, Any]) -> str:
             objective, f"{s['parameters']:,}", t["steps"], f"{t['tokens_seen']:,}", f"{t['loop_wall_s'] / 60:.1f} min",
             f"{t['tokens_per_s_median']:,.0f}", f"{final['perplexity']:.1f}", f"{baseline['unigram_perplexity']:.1f}",
             "-" if accuracy is None else f"{accuracy:.3f}", f"{baseline.get('unigram_accuracy', float('nan')):.3f}",
+            f"{s['machine']['cpu']}, {s['config']['mixed_precision'] or 'fp32'}",
             f"{s['machine']['load_average_1min']['mean']:.1f}" if s["machine"]["load_average_1min"] else "-",
             _compute(results, objective),
         ])  # fmt: skip
     return markdown_table(["objective", "parameters trained", "steps", "tokens seen", "training loop",
                            "tokens/s (median)", perplexity_name(results), "unigram perplexity", "token accuracy",
-                           "unigram accuracy", "load", "training FLOPs (vs the first)"], rows)  # fmt: skip
+                           "unigram accuracy", "machine, precision", "load", "training FLOPs (vs the first)"],
+                          rows)  # fmt: skip
 
 
 def _compute(results: dict[str, Any], objective: str) -> str:
