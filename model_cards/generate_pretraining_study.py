@@ -25,10 +25,16 @@ machine, load) and continued from its checkpoint when stopped, so the study goes
         --tokenizer runs/results/pretraining-enwiki/tokenizer
 
     # An objective added later, beside the runs a card already archived (`--tokenizer`: the study's own): only its
-    # pretraining and its fine-tuning, the random-weights base's runs kept as they are.
+    # pretraining and its fine-tuning, the random-weights base's runs kept as they are. A base named OBJECTIVE.LABEL
+    # is that objective run again with other settings (here ELECTRA with a gentler learning rate and warmup, in its
+    # own runs folder), beside the base of the same objective; each is its own row of the card.
     python model_cards/generate_pretraining_study.py run runs/results/pretraining-enwiki --steps electra=5538 \
         --tasks conll2003 sst2-1k --without_scratch -- --config recipes/configs/bert-small-enwiki-mlm.yaml \
         --tokenizer runs/results/pretraining-enwiki/tokenizer
+    python model_cards/generate_pretraining_study.py run runs/results/pretraining-enwiki-electra \
+        --steps electra.warmup1000=5538 --tasks conll2003 sst2-1k --without_scratch -- \
+        --config recipes/configs/bert-small-enwiki-mlm.yaml --tokenizer runs/results/pretraining-enwiki/tokenizer \
+        --learning_rate 5e-4 --warmup_steps 1000 --adam_beta2 0.999
 
 Run folders: `pretrain-<objective>`, then `<task>-<base>-lr<rate>-seed<seed>` for every base (each objective, and
 `scratch`: the first objective's config and tokenizer with random weights, the floor that shows whether pretraining
@@ -92,6 +98,11 @@ TASKS: dict[str, tuple[str, list[str], str]] = {
 }  # fmt: skip
 
 
+def objective_of(base: str) -> str:
+    """The objective a base was pretrained with: its name up to the label that tells two runs of it apart."""
+    return base.partition(".")[0]
+
+
 def finetune_dir(runs_dir: Path, task: str, base: str, learning_rate: str, seed: int) -> Path:
     return runs_dir / f"{task}-{base}-lr{learning_rate}-seed{seed}"
 
@@ -115,7 +126,7 @@ def pretrain(runs_dir: Path, recipe_args: list[str], steps: dict[str, int], exec
             continue
         # on a CPU the recipe's default device is it: a run started without `--cpu` resumes (the key is not resumable)
         device = ["--cpu", "false"] if execution.device == "cuda" else []
-        args = [*recipe_args, "--objective", objective, "--max_steps", str(max_steps), *device]
+        args = [*recipe_args, "--objective", objective_of(objective), "--max_steps", str(max_steps), *device]
         code = record(run_dir, args, execution.budget, execution.device)
         if code == STOPPED_EXIT:
             return STOPPED_EXIT
@@ -180,7 +191,9 @@ def step_flops(recipe_args: list[str], objectives: list[str], texts: int = 64) -
 
 
 # ------------------------------------------------------------------------------------------------ card
-FINETUNE_RUN = re.compile(r"(?P<task>.+?)-(?P<base>[a-z_]+)-lr(?P<rate>.+)-seed(?P<seed>\d+)")  # finetune_dir's
+BASE_NAME = re.compile(r"[a-z_]+(?:\.[a-z0-9_]+)?")  # an objective, or OBJECTIVE.LABEL for another run of it
+# finetune_dir's names
+FINETUNE_RUN = re.compile(rf"(?P<task>.+?)-(?P<base>{BASE_NAME.pattern})-lr(?P<rate>.+)-seed(?P<seed>\d+)")
 # The issue's targets: (task, base, than, margin in points): base's mean >= than's mean + margin. A task and a base
 # go together where the task is text to text exactly when the base's objective trains an encoder-decoder.
 TEXT_TO_TEXT_TASKS = {"sst2-1k-t5"}
@@ -266,7 +279,7 @@ def _scores(results: dict[str, Any], task: str, base: str) -> tuple[str, list[fl
 def trains_encoder_decoder(results: dict[str, Any]) -> bool:
     """Whether the study pretrains an encoder-decoder (T5's span corruption): its tasks are text to text and its
     perplexity is the decoder's over the targets, not a masked LM's."""
-    return any(OBJECTIVES[objective].family == "encoder_decoder" for objective in results["pretraining"])
+    return any(OBJECTIVES[objective_of(base)].family == "encoder_decoder" for base in results["pretraining"])
 
 
 def perplexity_name(results: dict[str, Any]) -> str:
@@ -280,7 +293,8 @@ def verdicts(results: dict[str, Any]) -> list[str]:
     for task, base, than, margin in GAINS:
         if (task in TEXT_TO_TEXT_TASKS) != seq2seq:
             continue
-        for side in objectives if base == "*" else [base]:
+        # a named objective's target holds for each run of it (`electra`, `electra.warmup1000`)
+        for side in objectives if base == "*" else [o for o in objectives if objective_of(o) == base] or [base]:
             mine, theirs = _scores(results, task, side), _scores(results, task, than)
             target = f"{task}: {side} >= {than}" + (f" + {margin:g} points" if margin else "")
             if unpretrained := [o for o in (side, than) if o != SCRATCH and o not in results["pretraining"]]:
@@ -314,23 +328,25 @@ def _pretraining_table(results: dict[str, Any]) -> str:
             objective, f"{s['parameters']:,}", t["steps"], f"{t['tokens_seen']:,}", f"{t['loop_wall_s'] / 60:.1f} min",
             f"{t['tokens_per_s_median']:,.0f}", f"{final['perplexity']:.1f}", f"{baseline['unigram_perplexity']:.1f}",
             "-" if accuracy is None else f"{accuracy:.3f}", f"{baseline.get('unigram_accuracy', float('nan')):.3f}",
+            f"{s['config']['learning_rate']:g}, {s['config']['warmup_steps']}, {s['config']['adam_beta2']:g}",
             f"{s['machine']['cpu']}, {s['config']['mixed_precision'] or 'fp32'}",
             f"{s['machine']['load_average_1min']['mean']:.1f}" if s["machine"]["load_average_1min"] else "-",
             _compute(results, objective),
         ])  # fmt: skip
     return markdown_table(["objective", "parameters trained", "steps", "tokens seen", "training loop",
                            "tokens/s (median)", perplexity_name(results), "unigram perplexity", "token accuracy",
-                           "unigram accuracy", "machine, precision", "load", "training FLOPs (vs the first)"],
-                          rows)  # fmt: skip
+                           "unigram accuracy", "peak lr, warmup steps, Adam's beta2", "machine, precision", "load",
+                           "training FLOPs (vs the first)"], rows)  # fmt: skip
 
 
 def _compute(results: dict[str, Any], objective: str) -> str:
     """A run's training FLOPs (its steps x `flops`' count per step) and their ratio to the first objective's."""
     counted = results.get("step_flops", {})
-    if objective not in counted:
+    if objective_of(objective) not in counted:
         return "not counted"
     first = next(iter(results["pretraining"]))
-    total = {o: counted[o] * results["pretraining"][o]["training"]["steps"] for o in (objective, first) if o in counted}
+    total = {o: counted[objective_of(o)] * results["pretraining"][o]["training"]["steps"]
+             for o in (objective, first) if objective_of(o) in counted}  # fmt: skip
     ratio = f" ({total[objective] / total[first]:.2f}x)" if first in total else ""
     return f"{total[objective]:.3g}{ratio}"
 
@@ -368,7 +384,8 @@ def render(results: dict[str, Any], card_command: str) -> str:
     intro = (
         f"`{first['preset']}`{f' ({shape})' if shape else ''} pretrained from scratch on {first['data']['name']} by `recipes/pretrain.py` with each objective ("
         + ", ".join(f"`{o}` for {s['training']['steps']} steps" for o, s in results["pretraining"].items())
-        + f"), the same tokenizer, data order, batch, schedule and seed; then every pretrained {kind}, and the same "
+        + f"), the same tokenizer, data order, batch and seed, and the learning-rate schedule the pretraining table "
+        f"gives for each; then every pretrained {kind}, and the same "
         f"{kind} from random weights (`scratch`), fine-tuned fully by `recipes/finetune.py` with the same settings "
         "on each task: every learning rate with the first seed, then the other seeds at the best one. Generated by "
         "`model_cards/generate_pretraining_study.py` from the run folders; no number is typed by hand."
@@ -423,8 +440,9 @@ def _steps(values: list[str]) -> dict[str, int]:
     steps = {}
     for value in values:
         objective, _, count = value.partition("=")
-        if not count.isdigit():
-            raise SystemExit(f"--steps {value}: expected OBJECTIVE=STEPS, e.g. mlm=6000")
+        if not count.isdigit() or not BASE_NAME.fullmatch(objective):
+            raise SystemExit(f"--steps {value}: expected OBJECTIVE=STEPS or OBJECTIVE.LABEL=STEPS (the label in "
+                             "lower-case letters, digits and _), e.g. mlm=6000 or electra.warmup1000=5538")
         steps[objective] = int(count)
     return steps
 
@@ -434,8 +452,8 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     runs = commands.add_parser("run", help="pretrain with each objective, then fine-tune every base on every task")
     runs.add_argument("runs_dir", type=Path)
-    runs.add_argument("--steps", nargs="+", required=True, help="OBJECTIVE=STEPS for each objective, the first one "
-                      "also giving the random-weights base its config and tokenizer")  # fmt: skip
+    runs.add_argument("--steps", nargs="+", required=True, help="OBJECTIVE=STEPS for each objective (OBJECTIVE.LABEL "
+                      "for another run of one), the first also giving the random-weights base its config and tokenizer")  # fmt: skip
     runs.add_argument("--tasks", nargs="+", choices=list(TASKS), default=list(TASKS))
     runs.add_argument("--learning-rates", nargs="+", default=["1e-4", "3e-4", "1e-3"])
     runs.add_argument("--seeds", nargs="+", type=int, default=[42, 43, 44])

@@ -106,11 +106,17 @@ class ElectraGenerator(nn.Module):
 class ElectraPreTrainingOutput(ModelOutput):
     """`loss` = `generator_loss` + discriminator_weight * `discriminator_loss`. `generator_logits` are the masked
     positions' (`[num_masked, vocab]`); `discriminator_labels` mark the replaced tokens (1), originals (0), padding
-    (-100) of the discriminator's input `discriminator_input_ids`."""
+    (-100) of the discriminator's input `discriminator_input_ids`.
+
+    `discriminator_constant_loss` is what the discriminator's loss would be if it guessed the batch's share of
+    replaced tokens for every token (the entropy of that share), so a discriminator whose loss sits there has learned
+    nothing about which tokens were replaced: the sign of a collapsed one, which the loss alone cannot show, since the
+    share falls as the generator improves. Not part of `loss`."""
 
     loss: torch.FloatTensor | None = None
     generator_loss: torch.FloatTensor | None = None
     discriminator_loss: torch.FloatTensor | None = None
+    discriminator_constant_loss: torch.FloatTensor | None = None
     generator_logits: torch.FloatTensor | None = None
     discriminator_logits: torch.FloatTensor | None = None
     discriminator_input_ids: torch.LongTensor | None = None
@@ -173,10 +179,14 @@ class ElectraPreTraining(PretrainingModule):
             batch["token_type_ids"] = token_type_ids
         detection = replaced_token_detection_batch(batch, sampled_ids)
         discriminated = self.discriminator(**detection)
+        with torch.no_grad():
+            replaced = detection["labels"][detection["labels"] != IGNORE_INDEX].float().mean()
+            constant_loss = F.binary_cross_entropy(replaced, replaced)  # the entropy of the replaced share
         return ElectraPreTrainingOutput(
             loss=generator_loss + self.discriminator_weight * discriminated.loss,
             generator_loss=generator_loss,
             discriminator_loss=discriminated.loss,
+            discriminator_constant_loss=constant_loss,
             generator_logits=generator_logits,
             discriminator_logits=discriminated.logits,
             discriminator_input_ids=detection["input_ids"],

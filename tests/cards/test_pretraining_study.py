@@ -1,6 +1,7 @@
 """model_cards/generate_pretraining_study.py at a tiny scale: two objectives pretrained and recorded, then each base
 (and random weights) fine-tuned at every learning rate with the first seed and at its best rate with the others; a
-second invocation keeps every finished run, and a third objective added later (`--without_scratch`) runs only its own;
+second invocation keeps every finished run, and a third objective added later (`--without_scratch`, as a labelled base
+`OBJECTIVE.LABEL`: its run with settings of its own) runs only its own;
 the card's verdicts come from the runs' own numbers, and the card is made again, the same, from the records it
 archived once the run folders are gone."""
 
@@ -52,12 +53,14 @@ def test_every_base_is_fine_tuned_at_each_rate_then_at_its_best_with_every_seed_
     finished = {path: path.stat().st_mtime_ns for path in runs.glob("*/run_record.json")}
     assert study.main(argv) == 0  # nothing left to do: every finished run kept as it is
     assert {path: path.stat().st_mtime_ns for path in runs.glob("*/run_record.json")} == finished
-    added = ["run", str(runs), "--steps", "electra=2", "--tasks", "sst2-1k", "--learning-rates", "1e-4", "3e-3",
-             "--seeds", "42", "--without_scratch", "--", *PRETRAINING]
+    added = ["run", str(runs), "--steps", "electra.warmup1=2", "--tasks", "sst2-1k", "--learning-rates", "1e-4",
+             "3e-3", "--seeds", "42", "--without_scratch", "--", *PRETRAINING, "--warmup_steps", "1"]
     assert study.main(added) == 0  # an objective added later: its own runs only, the others kept as they are
     assert {path: path.stat().st_mtime_ns for path in finished} == finished
     assert sorted(path.parent.name for path in runs.glob("*/run_record.json") if path not in finished) == [
-        "pretrain-electra", "sst2-1k-electra-lr1e-4-seed42", "sst2-1k-electra-lr3e-3-seed42"]
+        "pretrain-electra.warmup1", "sst2-1k-electra.warmup1-lr1e-4-seed42", "sst2-1k-electra.warmup1-lr3e-3-seed42"]
+    record = json.loads((runs / "pretrain-electra.warmup1" / "run_record.json").read_text())
+    assert "--warmup_steps 1 --objective electra --max_steps 2" in record["command"]
 
     flops = ["flops", str(runs), "--steps", "mlm=2", "--objectives", "spanbert", "--", *PRETRAINING, "--tokenizer",
              str(runs / "pretrain-mlm")]  # fmt: skip
@@ -66,7 +69,7 @@ def test_every_base_is_fine_tuned_at_each_rate_then_at_its_best_with_every_seed_
     assert card == 0
     results = json.loads((tmp_path / "card" / "results.json").read_text())
     text = (tmp_path / "card" / "README.md").read_text()
-    assert set(results["pretraining"]) == {"mlm", "spanbert", "electra"}
+    assert set(results["pretraining"]) == {"mlm", "spanbert", "electra.warmup1"}
     assert (tmp_path / "card" / "validation_curves.png").is_file()
     assert 0 <= results["pretraining"]["spanbert"]["final"]["eval_token_accuracy"] <= 1
     assert 0 <= results["pretraining"]["mlm"]["baseline"]["unigram_accuracy"] <= 1
@@ -80,7 +83,7 @@ def test_every_base_is_fine_tuned_at_each_rate_then_at_its_best_with_every_seed_
     assert (f"- sst2-1k: mlm >= scratch + 5 points: {verdict} ({means['mlm']:.2f} vs {means['scratch']:.2f}, "
             f"{gain:+.2f} points; 2 and 2 seeds") in text
     assert "- conll2003: spanbert >= mlm: waiting for its fine-tuning runs." in text
-    assert "- sst2-1k: electra >= mlm: met (" in text or "- sst2-1k: electra >= mlm: MISSED (" in text
+    assert "- sst2-1k: electra.warmup1 >= mlm: met (" in text or "- sst2-1k: electra.warmup1 >= mlm: MISSED (" in text
     counted = json.loads((runs / study.STEP_FLOPS).read_text())
     assert results["step_flops"] == counted and counted["spanbert"] > counted["mlm"]  # its span-boundary head
     assert f"| {2 * counted['mlm']:.3g} (1.00x) |" in text

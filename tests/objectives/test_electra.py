@@ -61,6 +61,10 @@ def test_loss_is_the_generator_loss_plus_lambda_times_the_discriminator_loss():
         ),
     )
     torch.testing.assert_close(output.loss, output.generator_loss + 50.0 * output.discriminator_loss)
+    # The loss of guessing the replaced share for every token: the share's binary entropy.
+    share = output.discriminator_labels[labelled].float().mean()
+    entropy = -(share * share.log() + (1 - share) * (-share).log1p())
+    torch.testing.assert_close(output.discriminator_constant_loss, entropy)
     # Zero-weighted, the discriminator adds nothing: the loss is the generator's masked-LM loss.
     torch.testing.assert_close(unweighted.loss, unweighted.generator_loss)
     torch.testing.assert_close(unweighted.generator_loss, output.generator_loss)
@@ -244,6 +248,7 @@ def test_the_recipe_trains_electra_and_saves_a_discriminator_the_classifier_load
         evaluation["eval_generator_loss"] + 50 * evaluation["eval_discriminator_loss"]
     )
     assert evaluation["perplexity"] == pytest.approx(torch.tensor(evaluation["eval_generator_loss"]).exp().item())
+    assert 0 < evaluation["eval_discriminator_constant_loss"] <= 0.7  # a share's entropy, at most log 2
     saved = json.loads((output_dir / "config.json").read_text())
     assert saved["architectures"] == ["ZooEncoderForReplacedTokenDetection"] and saved["hidden_size"] == 128
     # The Auto class the card names gives back the discriminator, every weight loaded.
