@@ -72,12 +72,15 @@ from hfzoo.data.corpus import load_corpus
 from hfzoo.data.streaming import held_out
 from hfzoo.objectives import get_objective
 from hfzoo.objectives.objective import OBJECTIVES
+from hfzoo.training.logging import read_log
 
 FINETUNE_RECIPE = "recipes/finetune.py"
 RESULTS = "results.json"
 CURVES = "validation_curves.png"
 SCRATCH = "scratch"
 STARTED_BY = "command.json"  # the study command that made a runs folder's runs
+CONSTANT_LOSS = "eval_discriminator_constant_loss"  # ELECTRA's reference: guessing the replaced share everywhere
+DISCRIMINATOR_STEPS = (250, 500, 1000, 2500)  # the evaluations its table shows, beside the last
 STEP_FLOPS = "step_flops.json"  # `flops`' count, in the runs folder and archived with the card
 ARCHIVE = "run_records"  # in the card's folder (not `runs/`, which git ignores)
 # What the card reads of a finished run, small enough to commit (no weights, no checkpoints); the run record last, as
@@ -248,7 +251,12 @@ def collect(archive_dir: Path, card_command: str) -> dict[str, Any]:
     # In the order they ran: the first objective is the one the others' compute is matched to.
     pretraining.sort(key=lambda run_dir: json.loads((run_dir / RUN_RECORD).read_text())["started"])
     for run_dir in pretraining:
-        results["pretraining"][run_dir.name.removeprefix("pretrain-")] = summarize(run_dir, card_command)
+        summary = summarize(run_dir, card_command)
+        summary["discriminator"] = [  # ELECTRA's: its loss and a constant guess's at each evaluation
+            {"step": r["step"], "loss": r["eval_discriminator_loss"], "constant_loss": r.get(CONSTANT_LOSS)}
+            for r in read_log(run_dir) if r["event"] == "eval" and "eval_discriminator_loss" in r
+        ]  # fmt: skip
+        results["pretraining"][run_dir.name.removeprefix("pretrain-")] = summary
     for run_dir, name in finetuning:
         recorded = json.loads((run_dir / RUN_RECORD).read_text())
         run = {**run_metrics(run_dir), "wall_s": recorded["process_wall_s"], "command": recorded["command"],
@@ -339,6 +347,24 @@ def _pretraining_table(results: dict[str, Any]) -> str:
                            "training FLOPs (vs the first)"], rows)  # fmt: skip
 
 
+def _discriminator_table(results: dict[str, Any]) -> str:
+    """ELECTRA's discriminator loss against a constant guess's (the entropy of the replaced share), at the steps of
+    `DISCRIMINATOR_STEPS` and at the end: where the two meet, it tells replaced tokens from originals no better than
+    the share alone (logged since commit eb45950: `-` for runs before it)."""
+    def cell(point: dict | None) -> str:
+        if point is None:
+            return ""
+        constant = "-" if point["constant_loss"] is None else f"{point['constant_loss']:.3f}"
+        return f"{point['loss']:.3f} / {constant}"
+
+    rows = []
+    for base, summary in results["pretraining"].items():
+        if points := summary.get("discriminator"):
+            at = {point["step"]: point for point in points}
+            rows.append([base, *(cell(at.get(step)) for step in DISCRIMINATOR_STEPS), cell(points[-1])])
+    return markdown_table(["run", *(f"step {step}" for step in DISCRIMINATOR_STEPS), "end"], rows)
+
+
 def _compute(results: dict[str, Any], objective: str) -> str:
     """A run's training FLOPs (its steps x `flops`' count per step) and their ratio to the first objective's."""
     counted = results.get("step_flops", {})
@@ -399,6 +425,8 @@ def render(results: dict[str, Any], card_command: str) -> str:
         Section("Does hfzoo's own pretraining pay?", intro, level=1),
         Section("Verdict", "\n".join(f"- {line}." for line in verdicts(results))),
         Section("Pretraining", _pretraining_table(results) + f"\n\n![validation curves]({CURVES})"),
+        *([Section("ELECTRA's discriminator: validation loss / a constant guess's", _discriminator_table(results))]
+          if any(s.get("discriminator") for s in results["pretraining"].values()) else []),
         *[Section(f"Fine-tuning: {task}", _finetuning_table(results, task)) for task in results["finetuning"]],
         Section("Commands", f"The runs, as recorded (`python`: the virtualenv's):\n\n```bash\n{commands}\n```\n\n"
                 + (f"which {started} started.\n\n" if started else "")
@@ -453,7 +481,8 @@ def main(argv: list[str] | None = None) -> int:
     runs = commands.add_parser("run", help="pretrain with each objective, then fine-tune every base on every task")
     runs.add_argument("runs_dir", type=Path)
     runs.add_argument("--steps", nargs="+", required=True, help="OBJECTIVE=STEPS for each objective (OBJECTIVE.LABEL "
-                      "for another run of one), the first also giving the random-weights base its config and tokenizer")  # fmt: skip
+                      "for another run of one), the first also giving the random-weights base its config and "
+                      "tokenizer")  # fmt: skip
     runs.add_argument("--tasks", nargs="+", choices=list(TASKS), default=list(TASKS))
     runs.add_argument("--learning-rates", nargs="+", default=["1e-4", "3e-4", "1e-3"])
     runs.add_argument("--seeds", nargs="+", type=int, default=[42, 43, 44])

@@ -84,6 +84,11 @@ def test_every_base_is_fine_tuned_at_each_rate_then_at_its_best_with_every_seed_
             f"{gain:+.2f} points; 2 and 2 seeds") in text
     assert "- conll2003: spanbert >= mlm: waiting for its fine-tuning runs." in text
     assert "- sst2-1k: electra.warmup1 >= mlm: met (" in text or "- sst2-1k: electra.warmup1 >= mlm: MISSED (" in text
+    # ELECTRA's discriminator beside a constant guess of the replaced share, at each evaluation (a share's entropy)
+    discriminator = results["pretraining"]["electra.warmup1"]["discriminator"]
+    assert discriminator and all(0 < point["constant_loss"] <= 0.7 for point in discriminator)
+    end = discriminator[-1]
+    assert f"| electra.warmup1 |  |  |  |  | {end['loss']:.3f} / {end['constant_loss']:.3f} |" in text  # the end only
     counted = json.loads((runs / study.STEP_FLOPS).read_text())
     assert results["step_flops"] == counted and counted["spanbert"] > counted["mlm"]  # its span-boundary head
     assert f"| {2 * counted['mlm']:.3g} (1.00x) |" in text
