@@ -26,15 +26,15 @@ machine, load) and continued from its checkpoint when stopped, so the study goes
 
     # An objective added later, beside the runs a card already archived (`--tokenizer`: the study's own): only its
     # pretraining and its fine-tuning, the random-weights base's runs kept as they are. A base named OBJECTIVE.LABEL
-    # is that objective run again with other settings (here ELECTRA with a gentler learning rate and warmup, in its
-    # own runs folder), beside the base of the same objective; each is its own row of the card.
+    # is that objective run again with other settings (here ELECTRA at a 20x lower peak learning rate, in its own runs
+    # folder), beside the base of the same objective; each is its own row of the card.
     python model_cards/generate_pretraining_study.py run runs/results/pretraining-enwiki --steps electra=5538 \
         --tasks conll2003 sst2-1k --without_scratch -- --config recipes/configs/bert-small-enwiki-mlm.yaml \
         --tokenizer runs/results/pretraining-enwiki/tokenizer
-    python model_cards/generate_pretraining_study.py run runs/results/pretraining-enwiki-electra \
-        --steps electra.warmup1000=5538 --tasks conll2003 sst2-1k --without_scratch -- \
+    python model_cards/generate_pretraining_study.py run runs/results/pretraining-enwiki-electra-lr5e-5 \
+        --steps electra.lr5e_5=5538 --tasks conll2003 sst2-1k --without_scratch -- \
         --config recipes/configs/bert-small-enwiki-mlm.yaml --tokenizer runs/results/pretraining-enwiki/tokenizer \
-        --learning_rate 5e-4 --warmup_steps 1000 --adam_beta2 0.999
+        --mixed_precision bf16 --learning_rate 5e-5 --warmup_steps 300 --adam_beta2 0.999
 
 Run folders: `pretrain-<objective>`, then `<task>-<base>-lr<rate>-seed<seed>` for every base (each objective, and
 `scratch`: the first objective's config and tokenizer with random weights, the floor that shows whether pretraining
