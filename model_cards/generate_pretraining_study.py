@@ -301,7 +301,7 @@ def verdicts(results: dict[str, Any]) -> list[str]:
     for task, base, than, margin in GAINS:
         if (task in TEXT_TO_TEXT_TASKS) != seq2seq:
             continue
-        # a named objective's target holds for each run of it (`electra`, `electra.warmup1000`)
+        # a named objective's target holds for each run of it (`electra`, `electra.lr5e_5`)
         for side in objectives if base == "*" else [o for o in objectives if objective_of(o) == base] or [base]:
             mine, theirs = _scores(results, task, side), _scores(results, task, than)
             target = f"{task}: {side} >= {than}" + (f" + {margin:g} points" if margin else "")
@@ -470,7 +470,7 @@ def _steps(values: list[str]) -> dict[str, int]:
         objective, _, count = value.partition("=")
         if not count.isdigit() or not BASE_NAME.fullmatch(objective):
             raise SystemExit(f"--steps {value}: expected OBJECTIVE=STEPS or OBJECTIVE.LABEL=STEPS (the label in "
-                             "lower-case letters, digits and _), e.g. mlm=6000 or electra.warmup1000=5538")
+                             "lower-case letters, digits and _), e.g. mlm=6000 or electra.lr5e_5=5538")
         steps[objective] = int(count)
     return steps
 
