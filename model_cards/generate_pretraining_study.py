@@ -47,64 +47,36 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shlex
 import signal
-import statistics
 import sys
 from pathlib import Path
-from typing import Any
 
-from generate_finetune_results import baselines
-from generate_results import BASELINE, DATA_SPLIT, record, summarize, unigram_baseline
+from generate_results import record
 from grid_runs import STOPPED_EXIT, Execution, check_runs_device, run_once
-from recording import REPO_ROOT, RUN_RECORD, Budget, run_complete, run_metrics, shown
+from pretraining_study_card import (
+    BASE_NAME,
+    SCRATCH,
+    STARTED_BY,
+    STEP_FLOPS,
+    TASKS,
+    card,
+    objective_of,
+)
+from recording import REPO_ROOT, Budget, run_complete, run_metrics
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 from transformers import AutoTokenizer
 
-from hfzoo.card_writing import CARD, Curve, RunRecord, Section, markdown_table, model_card_data, plot_losses, render_card
 from hfzoo.commands.pretrain import parse_args
 from hfzoo.core.files import write_atomic
 from hfzoo.core.presets import preset_config
 from hfzoo.data.corpus import load_corpus
 from hfzoo.data.streaming import held_out
 from hfzoo.objectives import get_objective
-from hfzoo.objectives.objective import OBJECTIVES
-from hfzoo.training.logging import read_log
 
 FINETUNE_RECIPE = "recipes/finetune.py"
-RESULTS = "results.json"
-CURVES = "validation_curves.png"
-SCRATCH = "scratch"
-STARTED_BY = "command.json"  # the study command that made a runs folder's runs
-CONSTANT_LOSS = "eval_discriminator_constant_loss"  # ELECTRA's reference: guessing the replaced share everywhere
-DISCRIMINATOR_STEPS = (250, 500, 1000, 2500)  # the evaluations its table shows, beside the last
-STEP_FLOPS = "step_flops.json"  # `flops`' count, in the runs folder and archived with the card
-ARCHIVE = "run_records"  # in the card's folder (not `runs/`, which git ignores)
-# What the card reads of a finished run, small enough to commit (no weights, no checkpoints); the run record last, as
-# the recorder writes it: an archive that lacks it is unfinished, as a run folder is.
-RECORDS = ("log.jsonl", "config.json", "training_config.yaml", "metrics.json", BASELINE, DATA_SPLIT, RUN_RECORD)
-# Each task: its fine-tuning config, the run length and data, and the metric its learning rate is chosen by.
-TASKS: dict[str, tuple[str, list[str], str]] = {
-    "conll2003": ("recipes/configs/finetune/conll2003.yaml", ["--num_epochs", "2"], "f1"),
-    # 1,000 of SST-2's 67,349 training phrases, drawn with seed 0 (the same for every run), 5 epochs: few labels,
-    # where a pretrained encoder should matter most.
-    "sst2-1k": ("recipes/configs/finetune/sst2.yaml",
-                ["--max_train_samples", "1000", "--train_subset_seed", "0", "--num_epochs", "5"], "accuracy"),
-    "sst2": ("recipes/configs/finetune/sst2.yaml", ["--max_train_samples", "null", "--num_epochs", "1"], "accuracy"),
-    "rte": ("recipes/configs/finetune/rte.yaml", ["--max_length", "128", "--num_epochs", "6"], "accuracy"),
-    # The same 1,000 phrases, text to text for an encoder-decoder base (T5's span corruption): the label generated.
-    "sst2-1k-t5": ("recipes/configs/finetune/sst2-t5.yaml",
-                   ["--max_train_samples", "1000", "--train_subset_seed", "0", "--num_epochs", "5"], "accuracy"),
-}  # fmt: skip
-
-
-def objective_of(base: str) -> str:
-    """The objective a base was pretrained with: its name up to the label that tells two runs of it apart."""
-    return base.partition(".")[0]
-
 
 def finetune_dir(runs_dir: Path, task: str, base: str, learning_rate: str, seed: int) -> Path:
     return runs_dir / f"{task}-{base}-lr{learning_rate}-seed{seed}"
@@ -191,277 +163,6 @@ def step_flops(recipe_args: list[str], objectives: list[str], texts: int = 64) -
             model(**batch).loss.backward()
         flops[name] = float(counter.get_total_flops())
     return flops
-
-
-# ------------------------------------------------------------------------------------------------ card
-BASE_NAME = re.compile(r"[a-z_]+(?:\.[a-z0-9_]+)?")  # an objective, or OBJECTIVE.LABEL for another run of it
-# finetune_dir's names
-FINETUNE_RUN = re.compile(rf"(?P<task>.+?)-(?P<base>{BASE_NAME.pattern})-lr(?P<rate>.+)-seed(?P<seed>\d+)")
-# The issue's targets: (task, base, than, margin in points): base's mean >= than's mean + margin. A task and a base
-# go together where the task is text to text exactly when the base's objective trains an encoder-decoder.
-TEXT_TO_TEXT_TASKS = {"sst2-1k-t5"}
-GAINS = [("conll2003", "*", SCRATCH, 10.0), ("sst2-1k", "*", SCRATCH, 5.0), ("sst2", "*", SCRATCH, 2.0),
-         ("sst2-1k-t5", "*", SCRATCH, 5.0),
-         ("conll2003", "electra", "mlm", 0.0), ("sst2-1k", "electra", "mlm", 0.0), ("conll2003", "spanbert", "mlm", 0.0)]
-
-
-def _finished_runs(runs_dir: Path, pretrained_file: str) -> tuple[list[Path], list[tuple[Path, re.Match]]]:
-    """The finished pretraining runs (`pretrained_file` there) and fine-tuning runs (with their names' parts)."""
-    pretraining = [run for run in sorted(runs_dir.glob("pretrain-*")) if run_complete(run, pretrained_file)]
-    names = [(run, FINETUNE_RUN.fullmatch(run.name)) for run in sorted(runs_dir.iterdir())]
-    finetuning = [(run, name) for run, name in names if name and name["task"] in TASKS and run_complete(run)]
-    return pretraining, finetuning
-
-
-def archive(runs_dir: Path, archive_dir: Path) -> list[str]:
-    """Copies each finished run's `RECORDS` from `runs_dir` into `archive_dir` (a run's unigram baseline computed
-    first: it needs the run's tokenizer and data); the names of the runs copied."""
-    pretraining, finetuning = _finished_runs(runs_dir, "model.safetensors")
-    for run_dir in pretraining:
-        if not (run_dir / BASELINE).is_file():
-            unigram_baseline(run_dir)
-    copied = [*pretraining, *(run_dir for run_dir, _ in finetuning)]
-    for run_dir in copied:
-        kept = archive_dir / run_dir.name
-        kept.mkdir(parents=True, exist_ok=True)
-        (kept / RUN_RECORD).unlink(missing_ok=True)  # unfinished until its records are all there
-        for name in RECORDS:
-            if (run_dir / name).is_file():
-                write_atomic(kept / name, (run_dir / name).read_bytes())
-    if (runs_dir / STEP_FLOPS).is_file():
-        write_atomic(archive_dir / STEP_FLOPS, (runs_dir / STEP_FLOPS).read_bytes())
-    if (runs_dir / STARTED_BY).is_file():  # each study command once, in the order they first ran
-        commands = _study_commands(archive_dir)
-        command = json.loads((runs_dir / STARTED_BY).read_text())
-        write_atomic(archive_dir / STARTED_BY, json.dumps([*commands, *([] if command in commands else [command])]))
-    return [run_dir.name for run_dir in copied]
-
-
-def _study_commands(archive_dir: Path) -> list[list[str]]:
-    """The study commands (argument lists) whose runs the archive holds."""
-    started = archive_dir / STARTED_BY
-    return json.loads(started.read_text()) if started.is_file() else []
-
-
-def collect(archive_dir: Path, card_command: str) -> dict[str, Any]:
-    """results.json: each archived pretraining run's summary, and per task, base, rate and seed the archived
-    fine-tuning runs' metrics (with their commands and code)."""
-    results: dict[str, Any] = {"pretraining": {}, "finetuning": {}, "floors": {}}
-    pretraining, finetuning = _finished_runs(archive_dir, "config.json")
-    # In the order they ran: the first objective is the one the others' compute is matched to.
-    pretraining.sort(key=lambda run_dir: json.loads((run_dir / RUN_RECORD).read_text())["started"])
-    for run_dir in pretraining:
-        summary = summarize(run_dir, card_command)
-        summary["discriminator"] = [  # ELECTRA's: its loss and a constant guess's at each evaluation
-            {"step": r["step"], "loss": r["eval_discriminator_loss"], "constant_loss": r.get(CONSTANT_LOSS)}
-            for r in read_log(run_dir) if r["event"] == "eval" and "eval_discriminator_loss" in r
-        ]  # fmt: skip
-        results["pretraining"][run_dir.name.removeprefix("pretrain-")] = summary
-    for run_dir, name in finetuning:
-        recorded = json.loads((run_dir / RUN_RECORD).read_text())
-        run = {**run_metrics(run_dir), "wall_s": recorded["process_wall_s"], "command": recorded["command"],
-               "git": recorded["git"]}  # fmt: skip
-        results["finetuning"].setdefault(name["task"], {}).setdefault(name["base"], {}).setdefault(
-            name["rate"], {})[name["seed"]] = run
-        if name["task"] not in results["floors"]:  # the task's data, read once
-            results["floors"][name["task"]] = baselines(run_dir)
-    counted = archive_dir / STEP_FLOPS
-    results["step_flops"] = json.loads(counted.read_text()) if counted.is_file() else {}
-    results["commands"] = _study_commands(archive_dir)
-    return results
-
-
-def _scores(results: dict[str, Any], task: str, base: str) -> tuple[str, list[float]] | None:
-    """The base's best learning rate on `task` (by the mean over its seeds, among the rates with the most seeds:
-    the one `run` chose) and its seeds' scores in points; None if it has no finished run."""
-    rates = results["finetuning"].get(task, {}).get(base)
-    if not rates:
-        return None
-    metric = TASKS[task][2]
-    most = max(len(seeds) for seeds in rates.values())
-    best = max((rate for rate, seeds in rates.items() if len(seeds) == most),
-               key=lambda rate: statistics.fmean(run[metric] for run in rates[rate].values()))  # fmt: skip
-    return best, [100 * run[metric] for run in rates[best].values()]
-
-
-def trains_encoder_decoder(results: dict[str, Any]) -> bool:
-    """Whether the study pretrains an encoder-decoder (T5's span corruption): its tasks are text to text and its
-    perplexity is the decoder's over the targets, not a masked LM's."""
-    return any(OBJECTIVES[objective_of(base)].family == "encoder_decoder" for base in results["pretraining"])
-
-
-def perplexity_name(results: dict[str, Any]) -> str:
-    return "target perplexity" if trains_encoder_decoder(results) else "masked-LM perplexity"
-
-
-def verdicts(results: dict[str, Any]) -> list[str]:
-    """One line per target of the issue: met, missed (with the figures), or waiting for runs."""
-    objectives, seq2seq = list(results["pretraining"]), trains_encoder_decoder(results)
-    lines = []
-    for task, base, than, margin in GAINS:
-        if (task in TEXT_TO_TEXT_TASKS) != seq2seq:
-            continue
-        # a named objective's target holds for each run of it (`electra`, `electra.lr5e_5`)
-        for side in objectives if base == "*" else [o for o in objectives if objective_of(o) == base] or [base]:
-            mine, theirs = _scores(results, task, side), _scores(results, task, than)
-            target = f"{task}: {side} >= {than}" + (f" + {margin:g} points" if margin else "")
-            if unpretrained := [o for o in (side, than) if o != SCRATCH and o not in results["pretraining"]]:
-                lines.append(f"{target}: waiting for the pretraining of {' and '.join(unpretrained)}")
-                continue
-            if mine is None or theirs is None:
-                lines.append(f"{target}: waiting for its fine-tuning runs")
-                continue
-            gain = statistics.fmean(mine[1]) - statistics.fmean(theirs[1])
-            lines.append(f"{target}: {'met' if gain >= margin else 'MISSED'} ({statistics.fmean(mine[1]):.2f} vs "
-                         f"{statistics.fmean(theirs[1]):.2f}, {gain:+.2f} points; {len(mine[1])} and "
-                         f"{len(theirs[1])} seeds at each one's best learning rate)")  # fmt: skip
-    majority = results["floors"].get("rte", {}).get("majority_class_accuracy")
-    for side in [] if seq2seq else objectives:
-        scores = _scores(results, "rte", side)
-        if scores is None or majority is None:
-            lines.append(f"rte: {side} above the majority class: waiting for its fine-tuning runs")
-            continue
-        mean = statistics.fmean(scores[1])
-        lines.append(f"rte: {side} above the majority class: {'met' if mean > 100 * majority else 'MISSED'} "
-                     f"({mean:.2f} vs {100 * majority:.2f})")  # fmt: skip
-    return lines
-
-
-def _pretraining_table(results: dict[str, Any]) -> str:
-    rows = []
-    for objective, s in results["pretraining"].items():
-        t, final, baseline = s["training"], s["final"], s["baseline"]
-        accuracy = final.get("eval_token_accuracy")
-        rows.append([
-            objective, f"{s['parameters']:,}", t["steps"], f"{t['tokens_seen']:,}", f"{t['loop_wall_s'] / 60:.1f} min",
-            f"{t['tokens_per_s_median']:,.0f}", f"{final['perplexity']:.1f}", f"{baseline['unigram_perplexity']:.1f}",
-            "-" if accuracy is None else f"{accuracy:.3f}", f"{baseline.get('unigram_accuracy', float('nan')):.3f}",
-            f"{s['config']['learning_rate']:g}, {s['config']['warmup_steps']}, {s['config']['adam_beta2']:g}",
-            f"{s['machine']['cpu']}, {s['config']['mixed_precision'] or 'fp32'}",
-            f"{s['machine']['load_average_1min']['mean']:.1f}" if s["machine"]["load_average_1min"] else "-",
-            _compute(results, objective),
-        ])  # fmt: skip
-    return markdown_table(["objective", "parameters trained", "steps", "tokens seen", "training loop",
-                           "tokens/s (median)", perplexity_name(results), "unigram perplexity", "token accuracy",
-                           "unigram accuracy", "peak lr, warmup steps, Adam's beta2", "machine, precision", "load",
-                           "training FLOPs (vs the first)"], rows)  # fmt: skip
-
-
-def _discriminator_table(results: dict[str, Any]) -> str:
-    """ELECTRA's discriminator loss against a constant guess's (the entropy of the replaced share), at the steps of
-    `DISCRIMINATOR_STEPS` and at the end: where the two meet, it tells replaced tokens from originals no better than
-    the share alone (logged since commit eb45950: `-` for runs before it)."""
-    def cell(point: dict | None) -> str:
-        if point is None:
-            return ""
-        constant = "-" if point["constant_loss"] is None else f"{point['constant_loss']:.3f}"
-        return f"{point['loss']:.3f} / {constant}"
-
-    rows = []
-    for base, summary in results["pretraining"].items():
-        if points := summary.get("discriminator"):
-            at = {point["step"]: point for point in points}
-            rows.append([base, *(cell(at.get(step)) for step in DISCRIMINATOR_STEPS), cell(points[-1])])
-    return markdown_table(["run", *(f"step {step}" for step in DISCRIMINATOR_STEPS), "end"], rows)
-
-
-def _compute(results: dict[str, Any], objective: str) -> str:
-    """A run's training FLOPs (its steps x `flops`' count per step) and their ratio to the first objective's."""
-    counted = results.get("step_flops", {})
-    if objective_of(objective) not in counted:
-        return "not counted"
-    first = next(iter(results["pretraining"]))
-    total = {o: counted[objective_of(o)] * results["pretraining"][o]["training"]["steps"]
-             for o in (objective, first) if objective_of(o) in counted}  # fmt: skip
-    ratio = f" ({total[objective] / total[first]:.2f}x)" if first in total else ""
-    return f"{total[objective]:.3g}{ratio}"
-
-
-def _finetuning_table(results: dict[str, Any], task: str) -> str:
-    metric, rows = TASKS[task][2], []
-    for base, rates in results["finetuning"][task].items():
-        best = _scores(results, task, base)[0]
-        for rate, seeds in sorted(rates.items(), key=lambda item: float(item[0])):
-            scores = [100 * run[metric] for run in seeds.values()]
-            rows.append([base, rate + (" (best)" if rate == best else ""), f"{statistics.fmean(scores):.2f}",
-                         " / ".join(f"{score:.2f}" for score in scores), ", ".join(seeds),
-                         f"{statistics.fmean(run['wall_s'] for run in seeds.values()):.0f} s"])  # fmt: skip
-    floors = {k: v for k, v in results["floors"][task].items() if isinstance(v, float)}
-    rows += [[name.replace("_", " "), "-", f"{100 * value:.2f}", "-", "-", "-"] for name, value in floors.items()]
-    return markdown_table(["fine-tuned from", "learning rate", f"mean {metric}", "per seed", "seeds", "mean wall time"],
-                          rows)  # fmt: skip
-
-
-def plot_curves(results: dict[str, Any], path: Path) -> None:
-    """Each objective's validation perplexity against its training-loop minutes, with the unigram floor."""
-    curves = []
-    for objective, summary in results["pretraining"].items():
-        timed = [p for p in summary["evaluation"] if p["elapsed_s"] is not None]  # one before the first train log: no time
-        curves.append(Curve([p["elapsed_s"] / 60 for p in timed], [p["perplexity"] for p in timed], objective, "o-"))
-    floor = min(s["baseline"]["unigram_perplexity"] for s in results["pretraining"].values())
-    plot_losses(path, curves, xlabel="training loop (minutes)", ylabel=f"validation {perplexity_name(results)}",
-                baseline=(floor, "unigram perplexity"), dpi=100)  # fmt: skip
-
-
-def render(results: dict[str, Any], card_command: str) -> str:
-    first = next(iter(results["pretraining"].values()))
-    kind = "encoder-decoder" if trains_encoder_decoder(results) else "encoder"
-    shape = ", ".join(f"{key} {value}" for key, value in first["config"]["model"].items())  # the preset's overrides
-    intro = (
-        f"`{first['preset']}`{f' ({shape})' if shape else ''} pretrained from scratch on {first['data']['name']} by `recipes/pretrain.py` with each objective ("
-        + ", ".join(f"`{o}` for {s['training']['steps']} steps" for o, s in results["pretraining"].items())
-        + f"), the same tokenizer, data order, batch and seed, and the learning-rate schedule the pretraining table "
-        f"gives for each; then every pretrained {kind}, and the same "
-        f"{kind} from random weights (`scratch`), fine-tuned fully by `recipes/finetune.py` with the same settings "
-        "on each task: every learning rate with the first seed, then the other seeds at the best one. Generated by "
-        "`model_cards/generate_pretraining_study.py` from the run folders; no number is typed by hand."
-    )
-    runs = [(f"pretrain-{o}", s["commands"]["run"]) for o, s in results["pretraining"].items()]
-    runs += [(f"{task}-{base}-lr{rate}-seed{seed}", run["command"]) for task, bases in results["finetuning"].items()
-             for base, rates in bases.items() for rate, seeds in rates.items() for seed, run in seeds.items()]
-    commands = "\n".join(command for _, command in runs)
-    started = " and ".join(f"`{shlex.join(command)}`" for command in results["commands"])
-    sections = [
-        Section("Does hfzoo's own pretraining pay?", intro, level=1),
-        Section("Verdict", "\n".join(f"- {line}." for line in verdicts(results))),
-        Section("Pretraining", _pretraining_table(results) + f"\n\n![validation curves]({CURVES})"),
-        *([Section("ELECTRA's discriminator: validation loss / a constant guess's", _discriminator_table(results))]
-          if any(s.get("discriminator") for s in results["pretraining"].values()) else []),
-        *[Section(f"Fine-tuning: {task}", _finetuning_table(results, task)) for task in results["finetuning"]],
-        Section("Commands", f"The runs, as recorded (`python`: the virtualenv's):\n\n```bash\n{commands}\n```\n\n"
-                + (f"which {started} started.\n\n" if started else "")
-                + f"This card:\n\n```bash\n{card_command}\n```"),
-    ]  # fmt: skip
-    metadata = model_card_data(None, ["hfzoo", first["preset"], *results["pretraining"], "pretraining", "results"])
-    return render_card(RunRecord("pretraining-study", {}, summary=results), sections, metadata)
-
-
-def card_command(runs_dir: str | Path, card_dir: str | Path) -> str:
-    """The command that makes the card in `card_dir` (shown as the card shows it)."""
-    return shlex.join(["python", "model_cards/generate_pretraining_study.py", "card", shown(str(runs_dir)),
-                       shown(str(card_dir))])  # fmt: skip
-
-
-def card(runs_dir: Path, card_dir: Path) -> Path:
-    """README.md, the curves and results.json into `card_dir`, from the runs archived there: those already kept, and
-    the finished runs of `runs_dir` (if it is there), which replace their earlier copies."""
-    command = card_command(runs_dir, card_dir)
-    if runs_dir.is_dir():
-        print(f"archived {len(archive(runs_dir, card_dir / ARCHIVE))} finished runs of {shown(str(runs_dir))}")
-    else:
-        print(f"{shown(str(runs_dir))} is not here: the card is made from the runs archived before")
-    results = collect(card_dir / ARCHIVE, command) if (card_dir / ARCHIVE).is_dir() else {"pretraining": {}}
-    if not results["pretraining"]:
-        raise SystemExit(f"card: no pretraining run in {runs_dir} is finished yet; `run` goes on with them")
-    results["runs_dir"] = shown(str(runs_dir))
-    kept = shown(str(card_dir / ARCHIVE))
-    for run in (run for bases in results["finetuning"].values() for rates in bases.values()
-                for seeds in rates.values() for run in seeds.values()):  # fmt: skip
-        if run.get("model", "").startswith(kept + "/"):  # the base as the run named it, not its archived records
-            run["model"] = results["runs_dir"] + run["model"].removeprefix(kept)
-    plot_curves(results, card_dir / CURVES)
-    write_atomic(card_dir / RESULTS, json.dumps(results, indent=1) + "\n")
-    return write_atomic(card_dir / CARD, render(results, command))
 
 
 def _steps(values: list[str]) -> dict[str, int]:

@@ -34,10 +34,10 @@ def test_result_card_is_current(card_dir, monkeypatch):
     import generate_adapter_study
     import generate_electra_results
     import generate_finetune_results
-    import generate_pretraining_study
     import generate_preset_race
     import generate_results
     import generate_speedrun_ablation
+    import pretraining_study_card
 
     results = json.loads((card_dir / "results.json").read_text(encoding="utf-8"))
     if results.get("kind") == generate_preset_race.KIND:
@@ -53,8 +53,8 @@ def test_result_card_is_current(card_dir, monkeypatch):
                                                          results.get("targets", False))
         text = generate_finetune_results.render(results, command)
     elif "finetuning" in results:  # the pretraining study
-        command = generate_pretraining_study.card_command(results["runs_dir"], card_dir)
-        text = generate_pretraining_study.render(results, command)
+        command = pretraining_study_card.card_command(results["runs_dir"], card_dir)
+        text = pretraining_study_card.render(results, command)
     elif "objectives" in results:  # ELECTRA against the masked LM
         command = generate_electra_results.card_command(results["runs_dir"], card_dir)
         text = generate_electra_results.render(results, command)

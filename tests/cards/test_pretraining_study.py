@@ -16,6 +16,7 @@ from tests.helpers.paths import REPO
 
 sys.path.insert(0, str(REPO / "model_cards"))
 import generate_pretraining_study as study  # noqa: E402
+import pretraining_study_card  # noqa: E402
 
 import hfzoo  # noqa: E402
 from hfzoo.data.corpus import load_corpus  # noqa: E402
@@ -94,7 +95,7 @@ def test_every_base_is_fine_tuned_at_each_rate_then_at_its_best_with_every_seed_
     assert f"| {2 * counted['mlm']:.3g} (1.00x) |" in text
     assert f"| {3 * counted['spanbert']:.3g} ({3 * counted['spanbert'] / (2 * counted['mlm']):.2f}x) |" in text
     assert "majority class accuracy" in text and "--model /" not in text and "--output_dir /" not in text
-    archived = tmp_path / "card" / study.ARCHIVE
+    archived = tmp_path / "card" / pretraining_study_card.ARCHIVE
     runs_made = [path.name for path in runs.iterdir() if path.is_dir()]
     assert sorted(path.name for path in archived.iterdir()) == sorted([*runs_made, "command.json", study.STEP_FLOPS])
     assert not list(archived.rglob("*.safetensors")) and not list(archived.rglob("checkpoints"))
