@@ -57,9 +57,9 @@ from grid_runs import STOPPED_EXIT, Execution, check_runs_device, run_once
 from pretraining_study_card import (
     BASE_NAME,
     SCRATCH,
-    STARTED_BY,
     STEP_FLOPS,
     TASKS,
+    add_study_commands,
     card,
     objective_of,
 )
@@ -109,16 +109,16 @@ def pretrain(runs_dir: Path, recipe_args: list[str], steps: dict[str, int], exec
     return failed
 
 
-def finetune(runs_dir: Path, bases: list[str], tasks: list[str], learning_rates: list[str], seeds: list[int],
-             execution: Execution, finetune_args: list[str]) -> int:  # fmt: skip
+def finetune(runs_dir: Path, bases: list[str], first: str, tasks: list[str], learning_rates: list[str],
+             seeds: list[int], execution: Execution, finetune_args: list[str]) -> int:  # fmt: skip
     """Every base whose pretraining finished on every task: each learning rate with the first seed, then the other
     seeds at the best rate, with `finetune_args` after the task's own settings (e.g. `--mixed_precision bf16`); the
-    number of failed runs."""
+    random-weights base takes the config and tokenizer of the `first` objective's run. The number of failed runs."""
     failed = 0
     for task in tasks:
         config_file, length, _ = TASKS[task]
         for base in bases:
-            pretrained = runs_dir / f"pretrain-{bases[0] if base == SCRATCH else base}"
+            pretrained = runs_dir / f"pretrain-{first if base == SCRATCH else base}"
             if not run_complete(pretrained, "model.safetensors"):
                 continue  # its pretraining failed (counted) or was stopped: nothing to start from yet
             method = ["--method", "full", *(["--from_scratch", "true"] if base == SCRATCH else [])]
@@ -191,8 +191,11 @@ def main(argv: list[str] | None = None) -> int:
                       "checkpoints of the run it stops; the same command continues")  # fmt: skip
     runs.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where every run trains (the recipes' "
                       "--cpu true|false); named in the records")  # fmt: skip
-    runs.add_argument("--without_scratch", action="store_true", help="fine-tune only the pretrained bases: for an "
-                      "objective added to a study whose random-weights runs are already archived in its card")
+    which = runs.add_mutually_exclusive_group()
+    which.add_argument("--without_scratch", action="store_true", help="fine-tune only the pretrained bases: for an "
+                       "objective added to a study whose random-weights runs are already archived in its card")
+    which.add_argument("--bases", nargs="+", help="fine-tune only these bases (objectives of --steps, or scratch), "
+                       "e.g. `--bases scratch` for the random-weights runs of a task added later")  # fmt: skip
     runs.add_argument("--finetune_args", default="", help="recipe arguments added to every fine-tuning run after the "
                       "task's own, e.g. '--mixed_precision bf16'")  # fmt: skip
     count = commands.add_parser("flops", help="each objective's training FLOPs per step, and the steps of equal "
@@ -222,18 +225,22 @@ def main(argv: list[str] | None = None) -> int:
                   f"{objective}={round(reference_steps * flops[reference] / count)}")
         return 0
     steps = _steps(args.steps)
+    bases = [*steps, *([] if args.without_scratch else [SCRATCH])]
+    if args.bases:
+        if unknown := sorted(set(args.bases) - set(bases)):
+            raise SystemExit(f"--bases {' '.join(unknown)}: not a base of this study ({', '.join(bases)})")
+        bases = [base for base in bases if base in args.bases]
     check_runs_device(runs_dir, args.device)  # a GPU torch sees, and one device per runs folder
     os.chdir(REPO_ROOT)  # the recipes' config files and data paths are relative to the repository root
     runs_dir.mkdir(parents=True, exist_ok=True)
-    (runs_dir / STARTED_BY).write_text(json.dumps(["python", "model_cards/generate_pretraining_study.py", *argv]))
+    add_study_commands(runs_dir, [["python", "model_cards/generate_pretraining_study.py", *argv]])
     execution = Execution(args.device, save_every=200, budget=Budget(args.max_minutes))
     for stop in (signal.SIGTERM, signal.SIGINT):
         signal.signal(stop, execution.budget.stop)
     failed = pretrain(runs_dir, recipe_args, steps, execution)
     if failed == STOPPED_EXIT:
         return STOPPED_EXIT
-    bases = [*steps, *([] if args.without_scratch else [SCRATCH])]
-    failed += finetune(runs_dir, bases, args.tasks, args.learning_rates, args.seeds, execution,
+    failed += finetune(runs_dir, bases, next(iter(steps)), args.tasks, args.learning_rates, args.seeds, execution,
                        shlex.split(args.finetune_args))
     if execution.budget.left:
         print(f"stopped by the budget with runs left ({', '.join(execution.budget.left)}): the same command continues")

@@ -24,7 +24,7 @@ from hfzoo.training.logging import read_log
 RESULTS = "results.json"
 CURVES = "validation_curves.png"
 SCRATCH = "scratch"
-STARTED_BY = "command.json"  # the study command that made a runs folder's runs
+STARTED_BY = "command.json"  # the study commands that made a folder's runs, each once, in the order they ran
 CONSTANT_LOSS = "eval_discriminator_constant_loss"  # ELECTRA's reference: guessing the replaced share everywhere
 DISCRIMINATOR_STEPS = (250, 500, 1000, 2500)  # the evaluations its table shows, beside the last
 STEP_FLOPS = "step_flops.json"  # `flops`' count, in the runs folder and archived with the card
@@ -88,17 +88,23 @@ def archive(runs_dir: Path, archive_dir: Path) -> list[str]:
                 write_atomic(kept / name, (run_dir / name).read_bytes())
     if (runs_dir / STEP_FLOPS).is_file():
         write_atomic(archive_dir / STEP_FLOPS, (runs_dir / STEP_FLOPS).read_bytes())
-    if (runs_dir / STARTED_BY).is_file():  # each study command once, in the order they first ran
-        commands = _study_commands(archive_dir)
-        command = json.loads((runs_dir / STARTED_BY).read_text())
-        write_atomic(archive_dir / STARTED_BY, json.dumps([*commands, *([] if command in commands else [command])]))
+    add_study_commands(archive_dir, study_commands(runs_dir))
     return [run_dir.name for run_dir in copied]
 
 
-def _study_commands(archive_dir: Path) -> list[list[str]]:
-    """The study commands (argument lists) whose runs the archive holds."""
-    started = archive_dir / STARTED_BY
-    return json.loads(started.read_text()) if started.is_file() else []
+def study_commands(folder: Path) -> list[list[str]]:
+    """The study commands (argument lists) that made the runs of `folder` (a runs folder or a card's archive); a
+    runs folder of an earlier version kept its last command alone."""
+    started = folder / STARTED_BY
+    commands = json.loads(started.read_text()) if started.is_file() else []
+    return [commands] if commands and isinstance(commands[0], str) else commands
+
+
+def add_study_commands(folder: Path, commands: list[list[str]]) -> None:
+    """Adds to the study commands of `folder` those it does not hold yet, after its own."""
+    known = study_commands(folder)
+    if added := [command for command in commands if command not in known]:
+        write_atomic(folder / STARTED_BY, json.dumps([*known, *added]))
 
 
 def collect(archive_dir: Path, card_command: str) -> dict[str, Any]:
@@ -125,7 +131,7 @@ def collect(archive_dir: Path, card_command: str) -> dict[str, Any]:
             results["floors"][name["task"]] = baselines(run_dir)
     counted = archive_dir / STEP_FLOPS
     results["step_flops"] = json.loads(counted.read_text()) if counted.is_file() else {}
-    results["commands"] = _study_commands(archive_dir)
+    results["commands"] = study_commands(archive_dir)
     return results
 
 
