@@ -27,7 +27,8 @@ machine, load) and continued from its checkpoint when stopped, so the study goes
     # An objective added later, beside the runs a card already archived (`--tokenizer`: the study's own): only its
     # pretraining and its fine-tuning, the random-weights base's runs kept as they are. A base named OBJECTIVE.LABEL
     # is that objective run again with other settings (here ELECTRA at a 20x lower peak learning rate, in its own runs
-    # folder), beside the base of the same objective; each is its own row of the card.
+    # folder), beside the base of the same objective; each is its own row of the card. `--bases` fine-tunes only
+    # the bases it names: `--tasks sst2 --bases scratch` adds a task's random-weights runs to such a folder.
     python model_cards/generate_pretraining_study.py run runs/results/pretraining-enwiki --steps electra=5538 \
         --tasks conll2003 sst2-1k --without_scratch -- --config recipes/configs/bert-small-enwiki-mlm.yaml \
         --tokenizer runs/results/pretraining-enwiki/tokenizer
