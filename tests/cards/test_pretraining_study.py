@@ -59,9 +59,11 @@ def test_every_base_is_fine_tuned_at_each_rate_then_at_its_best_with_every_seed_
     finished = {path: path.stat().st_mtime_ns for path in runs.glob("*/run_record.json")}
     assert study.main(argv) == 0  # nothing left to do: every finished run kept as it is
     assert {path: path.stat().st_mtime_ns for path in runs.glob("*/run_record.json")} == finished
-    scratch_only = [*argv[: argv.index("--seeds")], "--seeds", "42", "44", "--bases", "scratch", *argv[argv.index("--"):]]
+    scratch_only = [*argv[: argv.index("--seeds")], "--seeds", "42", "44", "--bases", "scratch",
+                    *argv[argv.index("--") :]]  # fmt: skip
     assert study.main(scratch_only) == 0  # one more seed for the random-weights base alone
-    assert sorted(path.name for path in runs.glob("*-seed44")) == [f"sst2-1k-scratch-lr{best_rate(runs, 'scratch')}-seed44"]
+    added_seed = sorted(path.name for path in runs.glob("*-seed44"))
+    assert added_seed == [f"sst2-1k-scratch-lr{best_rate(runs, 'scratch')}-seed44"]
     finished = {path: path.stat().st_mtime_ns for path in runs.glob("*/run_record.json")}
     added = ["run", str(runs), "--steps", "electra.warmup1=2", "--tasks", "sst2-1k", "--learning-rates", "1e-4",
              "3e-3", "--seeds", "42", "--without_scratch", "--", *PRETRAINING, "--warmup_steps", "1"]
