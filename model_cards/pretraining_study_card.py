@@ -86,10 +86,17 @@ def archive(runs_dir: Path, archive_dir: Path) -> list[str]:
         for name in RECORDS:
             if (run_dir / name).is_file():
                 write_atomic(kept / name, (run_dir / name).read_bytes())
-    if (runs_dir / STEP_FLOPS).is_file():
-        write_atomic(archive_dir / STEP_FLOPS, (runs_dir / STEP_FLOPS).read_bytes())
+    if (runs_dir / STEP_FLOPS).is_file():  # merged: each runs folder may count only its own objectives
+        counted = {**read_step_flops(archive_dir), **read_step_flops(runs_dir)}
+        write_atomic(archive_dir / STEP_FLOPS, json.dumps(counted, indent=1) + "\n")
     add_study_commands(archive_dir, study_commands(runs_dir))
     return [run_dir.name for run_dir in copied]
+
+
+def read_step_flops(folder: Path) -> dict[str, float]:
+    """`flops`' count per objective kept in `folder` (a runs folder or a card's archive); none counted: empty."""
+    counted = folder / STEP_FLOPS
+    return json.loads(counted.read_text()) if counted.is_file() else {}
 
 
 def study_commands(folder: Path) -> list[list[str]]:
@@ -129,8 +136,7 @@ def collect(archive_dir: Path, card_command: str) -> dict[str, Any]:
             name["rate"], {})[name["seed"]] = run
         if name["task"] not in results["floors"]:  # the task's data, read once
             results["floors"][name["task"]] = baselines(run_dir)
-    counted = archive_dir / STEP_FLOPS
-    results["step_flops"] = json.loads(counted.read_text()) if counted.is_file() else {}
+    results["step_flops"] = read_step_flops(archive_dir)
     results["commands"] = study_commands(archive_dir)
     return results
 

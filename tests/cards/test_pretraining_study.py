@@ -138,3 +138,14 @@ def test_flops_counts_each_objectives_training_step_and_the_steps_of_equal_compu
     block_weights = layers * (4 * width**2 + 2 * width * config.intermediate_size)
     assert counted["mlm"] >= 6 * block_weights * 4 * 32  # 4 blocks of 32 tokens per step
     assert f"electra={round(100 * counted['mlm'] / counted['electra'])}" in capsys.readouterr().out
+
+
+def test_an_objective_counted_in_a_later_runs_folder_joins_the_archived_counts(tmp_path):
+    """A runs folder added later counts its own objective beside the reference; the archive keeps every count."""
+    runs, card = tmp_path / "runs", tmp_path / "card" / pretraining_study_card.ARCHIVE
+    runs.mkdir()
+    card.mkdir(parents=True)
+    (card / study.STEP_FLOPS).write_text(json.dumps({"mlm": 1.0, "spanbert": 2.0, "electra": 3.0}))
+    (runs / study.STEP_FLOPS).write_text(json.dumps({"mlm": 1.5, "mlm_nsp": 4.0}))
+    assert pretraining_study_card.archive(runs, card) == []
+    assert pretraining_study_card.read_step_flops(card) == {"mlm": 1.5, "spanbert": 2.0, "electra": 3.0, "mlm_nsp": 4.0}
