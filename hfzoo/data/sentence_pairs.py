@@ -5,7 +5,8 @@ must be the one that follows A *in its document* (the collator then swaps half o
 document, `MaskedLMCollator(next_sentence_prediction=True)`). Each document's tokens are split into an even number of
 near-equal segments of at most `(block_size - 3) // 2` tokens, so that `[CLS] A [SEP] B [SEP]` fits `block_size`
 whichever B the collator picks, and are paired in order without overlap: (1, 2), (3, 4), ... Every token of a
-document of two tokens or more is used once; a shorter document cannot be split and is left out.
+document of two tokens or more is used once; a shorter document cannot be split and is left out. The pairs are
+interleaved across documents (see `sentence_pairs`).
 """
 
 from __future__ import annotations
@@ -49,12 +50,14 @@ def sentence_pairs(
         )
     max_length = segment_length(block_size)
     documents = tokenizer(list(dataset[text_column]), add_special_tokens=False)["input_ids"]
-    rows = {"input_ids": [], "next_input_ids": [], "document_id": []}
-    for document_id, token_ids in enumerate(documents):
-        for a, b in split_document(token_ids, max_length):
-            rows["input_ids"].append(a)
-            rows["next_input_ids"].append(b)
-            rows["document_id"].append(document_id)
+    pairs = [(index, document_id, pair) for document_id, token_ids in enumerate(documents)
+             for index, pair in enumerate(split_document(token_ids, max_length))]  # fmt: skip
+    # Every document's first pair, then every second pair, ...: a batch read in order (an evaluation's) holds pairs
+    # of many documents, so the collator finds a random B in another document for half of them, as in training's
+    # shuffled batches; in document order, a long article filled whole batches that could draw no random B.
+    pairs.sort(key=lambda entry: entry[:2])
+    rows = {"input_ids": [a for _, _, (a, _) in pairs], "next_input_ids": [b for _, _, (_, b) in pairs],
+            "document_id": [document_id for _, document_id, _ in pairs]}  # fmt: skip
     segment = datasets.List(datasets.Value("int32"))
     features = datasets.Features(
         {"input_ids": segment, "next_input_ids": segment, "document_id": datasets.Value("int64")}

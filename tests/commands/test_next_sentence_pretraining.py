@@ -16,8 +16,9 @@ from hfzoo.models import ZooEncoderForPreTraining
 from hfzoo.objectives.objective import get_objective
 from hfzoo.training.logging import read_log
 
-# Measured: 0.782 on the 409 held-out pairs of the default corpus after this run (chance: 0.5).
-NSP_ACCURACY_AFTER_600_STEPS = 0.7
+# Measured: 0.711 on the 409 held-out pairs of the default corpus after this run (chance: 0.5; 6 standard errors
+# above it at 0.65). 0.782 when the pairs were in document order and the held-out labels leaned to "B follows A".
+NSP_ACCURACY_AFTER_600_STEPS = 0.65
 
 
 def test_a_document_is_cut_into_consecutive_pairs_that_fit_the_block():
@@ -42,6 +43,27 @@ def test_sentence_pairs_keep_each_pair_inside_its_document(tokenizer):
         original = tokenizer(texts[example["document_id"]]["text"], add_special_tokens=False)["input_ids"]
         joined = example["input_ids"] + example["next_input_ids"]
         assert any(original[i : i + len(joined)] == joined for i in range(len(original)))  # B follows A
+
+
+def test_pairs_read_in_order_mix_documents_so_half_of_an_evaluation_batch_gets_a_random_b(tokenizer):
+    """An evaluation reads the pairs in order: each batch must hold several documents, or the collator finds no other
+    document to draw a random B from and the held-out next-sentence labels are nearly all "B follows A"."""
+    from hfzoo.data.collators import MaskedLMCollator
+
+    tokenizer = tokenizer.__class__(tokenizer_object=tokenizer.backend_tokenizer, cls_token="<s>", sep_token="</s>",
+                                    mask_token="<unk>", pad_token="<pad>")  # fmt: skip
+    documents = 6
+    texts = datasets.Dataset.from_dict({"text": ["one two three four five six seven eight nine ten " * 6] * documents})
+    pairs = sentence_pairs(texts, tokenizer, block_size=16)
+    assert len(pairs) >= 4 * documents  # long documents: 4 pairs or more each
+    assert list(pairs["document_id"][:documents]) == list(range(documents))  # each document's first pair first
+    collator = MaskedLMCollator(tokenizer, next_sentence_prediction=True, generator=torch.Generator().manual_seed(0))
+    labels = []
+    for start in range(0, len(pairs), 4):
+        batch = [pairs[i] for i in range(start, min(start + 4, len(pairs)))]
+        assert len({example["document_id"] for example in batch}) == len(batch)
+        labels += collator(batch)["next_sentence_label"].tolist()
+    assert 0.25 <= sum(labels) / len(labels) <= 0.75  # document order gave 0: a batch of one article has no random B
 
 
 def test_nsp_under_the_plain_mlm_objective_is_refused_naming_mlm_nsp():
