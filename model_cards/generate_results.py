@@ -146,7 +146,6 @@ def unigram_baseline(run_dir: Path) -> dict[str, Any]:
     from transformers import AutoTokenizer
 
     from hfzoo.data.corpus import load_corpus
-    from hfzoo.data.packing import pack
     from hfzoo.tasks.baselines import unigram_accuracy, unigram_perplexity
     from hfzoo.core.recipe_config import from_dict, load_yaml
     from hfzoo.commands.pretrain import PretrainConfig
@@ -162,7 +161,7 @@ def unigram_baseline(run_dir: Path) -> dict[str, Any]:
     splits = {}
     for name, limit in (("train", config.data.max_train_samples), ("validation", config.data.max_eval_samples)):
         texts = corpus[name] if limit is None else corpus[name].select(range(min(limit, len(corpus[name]))))
-        splits[name] = pack(texts, tokenizer, config.data.block_size)
+        splits[name] = objective.examples(texts, tokenizer, config.data.block_size)  # the recipe's: blocks or pairs
 
     def collator(generator: torch.Generator):
         return objective.make_collator(tokenizer, config.collator, generator)

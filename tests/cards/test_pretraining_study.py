@@ -149,3 +149,25 @@ def test_an_objective_counted_in_a_later_runs_folder_joins_the_archived_counts(t
     (runs / study.STEP_FLOPS).write_text(json.dumps({"mlm": 1.5, "mlm_nsp": 4.0}))
     assert pretraining_study_card.archive(runs, card) == []
     assert pretraining_study_card.read_step_flops(card) == {"mlm": 1.5, "spanbert": 2.0, "electra": 3.0, "mlm_nsp": 4.0}
+
+
+def test_the_unigram_baseline_of_a_next_sentence_run_scores_the_pairs_the_run_scored(tmp_path):
+    """BERT's `mlm_nsp` trains on pairs of segments, not packed blocks: the baseline builds the examples as the recipe
+    does (it raised a KeyError for the missing B segment), and finds the run's own number of masked targets."""
+    from accelerate.state import AcceleratorState, GradientState
+    from generate_results import unigram_baseline
+
+    from hfzoo.commands.pretrain import main
+
+    try:
+        run_dir = main(["--preset", "bert-tiny", "--objective", "mlm_nsp", "--tokenizer_kind", "wordpiece",
+                        "--vocab_size", "384", "--max_train_samples", "40", "--max_eval_samples", "10",
+                        "--block_size", "32", "--per_device_batch_size", "4", "--max_steps", "2", "--eval_every", "2",
+                        "--save_every", "100", "--tensorboard", "false", "--output_dir", str(tmp_path / "run")])  # fmt: skip
+    finally:
+        GradientState._reset_state()
+        AcceleratorState._reset_state(reset_partial_state=True)
+    baseline = unigram_baseline(run_dir)
+    scored = [json.loads(line) for line in (run_dir / "log.jsonl").read_text().splitlines()][-2]
+    assert baseline["validation_targets"] == scored["eval_targets"] > 0
+    assert baseline["unigram_perplexity"] > 1
