@@ -163,7 +163,8 @@ def test_the_unigram_baseline_of_a_next_sentence_run_scores_the_pairs_the_run_sc
         run_dir = main(["--preset", "bert-tiny", "--objective", "mlm_nsp", "--tokenizer_kind", "wordpiece",
                         "--vocab_size", "384", "--max_train_samples", "40", "--max_eval_samples", "10",
                         "--block_size", "32", "--per_device_batch_size", "4", "--max_steps", "2", "--eval_every", "2",
-                        "--save_every", "100", "--tensorboard", "false", "--output_dir", str(tmp_path / "run")])  # fmt: skip
+                        "--save_every", "100", "--tensorboard", "false",
+                        "--output_dir", str(tmp_path / "run")])  # fmt: skip
     finally:
         GradientState._reset_state()
         AcceleratorState._reset_state(reset_partial_state=True)
