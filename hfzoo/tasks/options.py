@@ -25,6 +25,9 @@ class TaskOptions:
     import_native: bool = key(False, "true = --model is a native transformers checkpoint (GPT-2, Llama, BERT, "
                               "RoBERTa, T5, BART): import it into hfzoo's family on the fly (hfzoo.convert."
                               "from_native), keep its tokenizer, train and save the hfzoo model")  # fmt: skip
+    config_overrides: dict = key({}, "values that replace the model config's, validated as a new config is, e.g. "
+                                 "'{hidden_dropout: 0.1, attention_dropout: 0.1}' for a checkpoint pretrained "
+                                 "without dropout; a key the config lacks is refused")  # fmt: skip
     allow_other_base: bool = key(False, "use an adapter (--adapter, --adapters) on a base of its kind and sizes but "
                                  "with other weights or config than the one it recorded, with a warning")  # fmt: skip
     # Data.

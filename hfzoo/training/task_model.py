@@ -5,6 +5,7 @@ training rather than after it (a missing local path, inputs longer than the posi
 
 from __future__ import annotations
 
+import difflib
 import logging
 import math
 import tempfile
@@ -103,6 +104,7 @@ def _load_checkpoint(
         model_config.vocab_size = vocab_size
     if len(tokenizer) > getattr(model_config, "vocab_size", math.inf):
         raise ValueError(f"the tokenizer has {len(tokenizer)} tokens, the model only {model_config.vocab_size}")
+    model_config = override_config(model_config, config.config_overrides)
     for name, value in {**task.model_kwargs(family), "pad_token_id": tokenizer.pad_token_id}.items():
         setattr(model_config, name, value)
     if from_scratch:
@@ -113,6 +115,23 @@ def _load_checkpoint(
     model, new = load_checked(auto_class, source, config=model_config, trust_remote_code=config.trust_remote_code)
     parameters = dict(model.named_parameters())
     return model, family, [key for key in new if key in parameters]
+
+
+def override_config(model_config: PretrainedConfig, overrides: dict) -> PretrainedConfig:
+    """`model_config` with `overrides` (config key `config_overrides`), built anew so that its own checks run on the
+    new values. A key the config lacks is refused: transformers would keep it as an attribute no layer reads."""
+    if not overrides:
+        return model_config
+    values = model_config.to_dict()
+    names = sorted(name for name in values if not name.startswith("_"))
+    for name in overrides:
+        if name not in values:
+            close = difflib.get_close_matches(name, names, n=1)
+            raise ValueError(
+                f"config key 'config_overrides': a {model_config.model_type!r} config has no {name!r}."
+                + (f" Did you mean {close[0]!r}?" if close else "") + f" Its keys: {', '.join(names)}."
+            )
+    return type(model_config).from_dict({**values, **overrides})
 
 
 def train_task_tokenizer(

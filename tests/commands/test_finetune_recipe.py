@@ -222,6 +222,25 @@ def test_from_scratch_keeps_the_architecture_and_none_of_the_weights(checkpoints
                  "--method", "lora")  # fmt: skip
 
 
+def test_config_overrides_reach_the_trained_model_and_bad_ones_are_refused_before_training(checkpoints, tmp_path):
+    """A checkpoint pretrained without dropout fine-tunes with it: the override is in the model that trains (its
+    dropout layers) and in the config saved with it. A misspelt key or an invalid value stops the run at once."""
+    out, model = tmp_path / "dropout", str(checkpoints["bert-tiny"])
+    finetune(out, "--model", model, *SST2, "--max_steps", "1",
+             "--config_overrides", "{hidden_dropout: 0.3, classifier_dropout: 0.2}")  # fmt: skip
+    saved = json.loads((out / "config.json").read_text())
+    assert (saved["hidden_dropout"], saved["classifier_dropout"]) == (0.3, 0.2)
+    dropouts = {m.p for m in AutoModelForSequenceClassification.from_pretrained(out).modules()
+                if isinstance(m, torch.nn.Dropout)}  # fmt: skip
+    assert dropouts == {0.3, 0.2}
+    refused = {"{hidden_dropout_prob: 0.1}": r"no 'hidden_dropout_prob'\. Did you mean 'hidden_dropout'\?",
+               "{hidden_dropout: 1.5}": r"hidden_dropout must be in \[0, 1\), got 1\.5"}  # fmt: skip
+    for overrides, message in refused.items():
+        with pytest.raises(ValueError, match=message):
+            finetune(tmp_path / "refused", "--model", model, *SST2, "--config_overrides", overrides)
+        assert not (tmp_path / "refused" / "log.jsonl").exists()
+
+
 def test_adalora_from_a_peft_config_file(checkpoints, tmp_path):
     out = tmp_path / "sst2-adalora"
     metrics, _ = finetune(out, "--model", str(checkpoints["gpt-tiny"]), *SST2,
