@@ -57,7 +57,9 @@ from ..training.evaluation import predict_all
 from ..training.logging import start_recipe
 from ..training.loop import build_optimizer, build_scheduler, run_length, train_loader
 from ..training.losses import smoothed_loss_function
-from ..training.options import CheckpointOptions, RunOptions, TaskTrainingOptions, check_task_run
+from ..training.options import (
+    CheckpointOptions, RunOptions, TaskTrainingOptions, check_adapter_overrides, check_task_run,
+)  # fmt: skip
 from ..training.run_folder import run_output
 from ..training.run_lock import holding_run_folder
 from ..training.sharding import prepare, ready_for_training, whole_for_saving, whole_state_dict
@@ -138,6 +140,7 @@ class ComposeConfig:
                 raise ValueError("config key 'composition' is required with --do_train false: the saved composition "
                                  "to evaluate (a compose run's composition/ folder).")  # fmt: skip
             return
+        check_adapter_overrides(self.data)
         if self.composition is not None:
             raise ValueError("config key 'composition' names a saved composition to evaluate: use it with "
                              "--do_train false.")  # fmt: skip

@@ -55,7 +55,9 @@ from ..training.checkpointing import exit_on_checkpoint_error
 from ..training.logging import start_recipe
 from ..training.loop import build_optimizer, build_task_scheduler, run_length, train_loader
 from ..training.losses import smoothed_loss_function
-from ..training.options import CheckpointOptions, RunOptions, TaskTrainingOptions, ULMFiTOptions, check_task_run
+from ..training.options import (
+    CheckpointOptions, RunOptions, TaskTrainingOptions, ULMFiTOptions, check_adapter_overrides, check_task_run,
+)  # fmt: skip
 from ..training.run_folder import run_output
 from ..training.run_lock import holding_run_folder
 from ..training.sharding import prepare, ready_for_training, whole_for_saving
@@ -91,6 +93,8 @@ class FinetuneConfig:
         if data.allow_other_base and self.adapter is None:
             raise ValueError("config key 'allow_other_base' lets --adapter run on another base; without --adapter "
                              "there is none: drop it.")  # fmt: skip
+        if self.do_train and (tuning.method != "full" or tuning.peft_config):
+            check_adapter_overrides(data)
         if tuning.from_scratch and not self.do_train:
             raise ValueError("config key 'from_scratch': an evaluation-only run (do_train false) would score random "
                              "weights; drop from_scratch.")  # fmt: skip

@@ -164,6 +164,16 @@ class ULMFiTOptions:
         return self.discriminative_lr_decay is not None or self.gradual_unfreezing
 
 
+def check_adapter_overrides(data: TaskOptions) -> None:
+    """An adapter is saved for its base as the base is, and reloads onto it so: `config_overrides` other than dropout
+    (which only training reads) would make the trained adapter compute something else once reloaded."""
+    if changed := sorted(name for name in data.config_overrides if "dropout" not in name):
+        raise ValueError(
+            f"config key 'config_overrides': {', '.join(changed)} would change what the base computes, but an adapter "
+            "reloads onto its base as saved, without them: override only dropout with an adapter, or use --method full."
+        )
+
+
 def check_task_run(data: TaskOptions, training: TaskTrainingOptions, checkpoints: CheckpointOptions,
                    do_train: bool) -> None:  # fmt: skip
     """The checks across the sections of a run on a labelled task (each section checks its own keys)."""

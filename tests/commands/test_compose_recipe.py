@@ -186,6 +186,7 @@ def test_an_adapter_for_another_base_shape_is_named(setup, tmp_path):
         (["--strategy", "fixed"], "'fixed' applies the adapter each example names"),
         (["--strategy", "mixture"], "unknown value 'mixture'. Valid: average, soft, hard, fusion"),
         (["--method", "lora"], "config key 'method' picks a fine-tuning method"),
+        (["--config_overrides", "{max_position_embeddings: 64}"], "max_position_embeddings would change what the base"),
     ],
 )
 def test_config_mistakes_are_named(setup, tmp_path, args, message):
