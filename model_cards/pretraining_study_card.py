@@ -23,6 +23,7 @@ from hfzoo.training.logging import read_log
 
 RESULTS = "results.json"
 CURVES = "validation_curves.png"
+ACCURACY_CURVES = "validation_accuracy.png"
 SCRATCH = "scratch"
 STARTED_BY = "command.json"  # the study commands that made a folder's runs, each once, in the order they ran
 CONSTANT_LOSS = "eval_discriminator_constant_loss"  # ELECTRA's reference: guessing the replaced share everywhere
@@ -198,14 +199,16 @@ def verdicts(results: dict[str, Any]) -> list[str]:
 
 
 def _pretraining_table(results: dict[str, Any]) -> str:
-    rows = []
+    rows, first = [], next(iter(results["pretraining"].values()))["config"]["model"]
     for objective, s in results["pretraining"].items():
+        unlike = [f"{key} {value}" for key, value in s["config"]["model"].items() if first.get(key) != value]
         t, final, baseline = s["training"], s["final"], s["baseline"]
         accuracy = final.get("eval_token_accuracy")
         rows.append([
             objective, f"{s['parameters']:,}", t["steps"], f"{t['tokens_seen']:,}", f"{t['loop_wall_s'] / 60:.1f} min",
             f"{t['tokens_per_s_median']:,.0f}", f"{final['perplexity']:.1f}", f"{baseline['unigram_perplexity']:.1f}",
             "-" if accuracy is None else f"{accuracy:.3f}", f"{baseline.get('unigram_accuracy', float('nan')):.3f}",
+            ", ".join(unlike) or "-",
             f"{s['config']['learning_rate']:g}, {s['config']['warmup_steps']}, {s['config']['adam_beta2']:g}",
             f"{s['machine']['cpu']}, {s['config']['mixed_precision'] or 'fp32'}",
             f"{s['machine']['load_average_1min']['mean']:.1f}" if s["machine"]["load_average_1min"] else "-",
@@ -213,7 +216,8 @@ def _pretraining_table(results: dict[str, Any]) -> str:
         ])  # fmt: skip
     return markdown_table(["objective", "parameters trained", "steps", "tokens seen", "training loop",
                            "tokens/s (median)", perplexity_name(results), "unigram perplexity", "token accuracy",
-                           "unigram accuracy", "peak lr, warmup steps, Adam's beta2", "machine, precision", "load",
+                           "unigram accuracy", "model keys unlike the first's", "peak lr, warmup steps, Adam's beta2",
+                           "machine, precision", "load",
                            "training FLOPs (vs the first)"], rows)  # fmt: skip
 
 
@@ -262,15 +266,28 @@ def _finetuning_table(results: dict[str, Any], task: str) -> str:
                           rows)  # fmt: skip
 
 
-def plot_curves(results: dict[str, Any], path: Path) -> None:
-    """Each objective's validation perplexity against its training-loop minutes, with the unigram floor."""
+def _timed_curves(results: dict[str, Any], value: str) -> list[Curve]:
+    """Each objective's validation `value` against its training-loop minutes, where it was measured."""
     curves = []
     for objective, summary in results["pretraining"].items():
-        timed = [p for p in summary["evaluation"] if p["elapsed_s"] is not None]  # one before the first train log: no time
-        curves.append(Curve([p["elapsed_s"] / 60 for p in timed], [p["perplexity"] for p in timed], objective, "o-"))
-    floor = min(s["baseline"]["unigram_perplexity"] for s in results["pretraining"].values())
-    plot_losses(path, curves, xlabel="training loop (minutes)", ylabel=f"validation {perplexity_name(results)}",
-                baseline=(floor, "unigram perplexity"), dpi=100)  # fmt: skip
+        # the evaluation before the first training log has no time; an encoder-decoder's has no token accuracy
+        timed = [p for p in summary["evaluation"] if p["elapsed_s"] is not None and p.get(value) is not None]
+        if timed:
+            curves.append(Curve([p["elapsed_s"] / 60 for p in timed], [p[value] for p in timed], objective, "o-"))
+    return curves
+
+
+def plot_curves(results: dict[str, Any], card_dir: Path) -> None:
+    """Each objective's validation perplexity, and its masked-LM token accuracy where measured, against its
+    training-loop minutes, with the unigram model's as the floor."""
+    baselines = [s["baseline"] for s in results["pretraining"].values()]
+    plot_losses(card_dir / CURVES, _timed_curves(results, "perplexity"), xlabel="training loop (minutes)",
+                ylabel=f"validation {perplexity_name(results)}",
+                baseline=(min(b["unigram_perplexity"] for b in baselines), "unigram perplexity"), dpi=100)  # fmt: skip
+    if accuracy := _timed_curves(results, "token_accuracy"):
+        plot_losses(card_dir / ACCURACY_CURVES, accuracy, xlabel="training loop (minutes)",
+                    ylabel="validation masked-token accuracy", dpi=100,
+                    baseline=(max(b["unigram_accuracy"] for b in baselines), "unigram accuracy"))  # fmt: skip
 
 
 def render(results: dict[str, Any], card_command: str) -> str:
@@ -278,10 +295,11 @@ def render(results: dict[str, Any], card_command: str) -> str:
     kind = "encoder-decoder" if trains_encoder_decoder(results) else "encoder"
     shape = ", ".join(f"{key} {value}" for key, value in first["config"]["model"].items())  # the preset's overrides
     intro = (
-        f"`{first['preset']}`{f' ({shape})' if shape else ''} pretrained from scratch on {first['data']['name']} by `recipes/pretrain.py` with each objective ("
+        f"`{first['preset']}`{f' ({shape})' if shape else ''} pretrained from scratch on {first['data']['name']} "
+        "by `recipes/pretrain.py` with each objective ("
         + ", ".join(f"`{o}` for {s['training']['steps']} steps" for o, s in results["pretraining"].items())
-        + f"), the same tokenizer, data order, batch and seed, and the learning-rate schedule the pretraining table "
-        f"gives for each; then every pretrained {kind}, and the same "
+        + "), the same tokenizer, data order, batch and seed, and the model keys and learning-rate schedule the "
+        f"pretraining table gives for each; then every pretrained {kind}, and the same "
         f"{kind} from random weights (`scratch`), fine-tuned fully by `recipes/finetune.py` with the same settings "
         "on each task: every learning rate with the first seed, then the other seeds at the best one. Generated by "
         "`model_cards/generate_pretraining_study.py` from the run folders; no number is typed by hand."
@@ -291,10 +309,11 @@ def render(results: dict[str, Any], card_command: str) -> str:
              for base, rates in bases.items() for rate, seeds in rates.items() for seed, run in seeds.items()]
     commands = "\n".join(command for _, command in runs)
     started = " and ".join(f"`{shlex.join(command)}`" for command in results["commands"])
+    accuracy_plot = f"\n\n![validation accuracy]({ACCURACY_CURVES})" if _timed_curves(results, "token_accuracy") else ""
     sections = [
         Section("Does hfzoo's own pretraining pay?", intro, level=1),
         Section("Verdict", "\n".join(f"- {line}." for line in verdicts(results))),
-        Section("Pretraining", _pretraining_table(results) + f"\n\n![validation curves]({CURVES})"),
+        Section("Pretraining", _pretraining_table(results) + f"\n\n![validation curves]({CURVES})" + accuracy_plot),
         *([Section("ELECTRA's discriminator: validation loss / a constant guess's", _discriminator_table(results))]
           if any(s.get("discriminator") for s in results["pretraining"].values()) else []),
         *[Section(f"Fine-tuning: {task}", _finetuning_table(results, task)) for task in results["finetuning"]],
@@ -329,6 +348,6 @@ def card(runs_dir: Path, card_dir: Path) -> Path:
                 for seeds in rates.values() for run in seeds.values()):  # fmt: skip
         if run.get("model", "").startswith(kept + "/"):  # the base as the run named it, not its archived records
             run["model"] = results["runs_dir"] + run["model"].removeprefix(kept)
-    plot_curves(results, card_dir / CURVES)
+    plot_curves(results, card_dir)
     write_atomic(card_dir / RESULTS, json.dumps(results, indent=1) + "\n")
     return write_atomic(card_dir / CARD, render(results, command))

@@ -66,13 +66,14 @@ def test_every_base_is_fine_tuned_at_each_rate_then_at_its_best_with_every_seed_
     assert added_seed == [f"sst2-1k-scratch-lr{best_rate(runs, 'scratch')}-seed44"]
     finished = {path: path.stat().st_mtime_ns for path in runs.glob("*/run_record.json")}
     added = ["run", str(runs), "--steps", "electra.warmup1=2", "--tasks", "sst2-1k", "--learning-rates", "1e-4",
-             "3e-3", "--seeds", "42", "--without_scratch", "--", *PRETRAINING, "--warmup_steps", "1"]
+             "3e-3", "--seeds", "42", "--without_scratch", "--", *PRETRAINING, "--warmup_steps", "1",
+             "--model.hidden_dropout", "0.0"]  # fmt: skip
     assert study.main(added) == 0  # an objective added later: its own runs only, the others kept as they are
     assert {path: path.stat().st_mtime_ns for path in finished} == finished
     assert sorted(path.parent.name for path in runs.glob("*/run_record.json") if path not in finished) == [
         "pretrain-electra.warmup1", "sst2-1k-electra.warmup1-lr1e-4-seed42", "sst2-1k-electra.warmup1-lr3e-3-seed42"]
     record = json.loads((runs / "pretrain-electra.warmup1" / "run_record.json").read_text())
-    assert "--warmup_steps 1 --objective electra --max_steps 2" in record["command"]
+    assert "--warmup_steps 1 --model.hidden_dropout 0.0 --objective electra --max_steps 2" in record["command"]
 
     flops = ["flops", str(runs), "--steps", "mlm=2", "--objectives", "spanbert", "--", *PRETRAINING, "--tokenizer",
              str(runs / "pretrain-mlm")]  # fmt: skip
@@ -82,7 +83,11 @@ def test_every_base_is_fine_tuned_at_each_rate_then_at_its_best_with_every_seed_
     results = json.loads((tmp_path / "card" / "results.json").read_text())
     text = (tmp_path / "card" / "README.md").read_text()
     assert set(results["pretraining"]) == {"mlm", "spanbert", "electra.warmup1"}
-    assert (tmp_path / "card" / "validation_curves.png").is_file()
+    pretraining = text.split("## Pretraining")[1].split("\n## ")[0].splitlines()
+    unlike_mlm = {row.split(" | ")[0].lstrip("| "): row.split(" | ")[10] for row in pretraining if row.startswith("| ")}
+    assert unlike_mlm["spanbert"] == "-" and unlike_mlm["electra.warmup1"] == "hidden_dropout 0.0"  # the model keys
+    assert (tmp_path / "card" / "validation_curves.png").is_file() and "![validation accuracy]" in text
+    assert (tmp_path / "card" / "validation_accuracy.png").is_file()
     assert 0 <= results["pretraining"]["spanbert"]["final"]["eval_token_accuracy"] <= 1
     assert 0 <= results["pretraining"]["mlm"]["baseline"]["unigram_accuracy"] <= 1
     means = {}
