@@ -194,7 +194,8 @@ def verdicts(results: dict[str, Any]) -> list[str]:
             continue
         mean = statistics.fmean(scores[1])
         lines.append(f"rte: {side} above the majority class: {'met' if mean > 100 * majority else 'MISSED'} "
-                     f"({mean:.2f} vs {100 * majority:.2f})")  # fmt: skip
+                     f"({mean:.2f} vs {100 * majority:.2f}; {len(scores[1])} seed{'s' * (len(scores[1]) > 1)} at its "
+                     "best learning rate)")  # fmt: skip
     return lines
 
 
