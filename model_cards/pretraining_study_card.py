@@ -202,7 +202,9 @@ def verdicts(results: dict[str, Any]) -> list[str]:
 def _pretraining_table(results: dict[str, Any]) -> str:
     rows, first = [], next(iter(results["pretraining"].values()))["config"]["model"]
     for objective, s in results["pretraining"].items():
-        unlike = [f"{key} {value}" for key, value in s["config"]["model"].items() if first.get(key) != value]
+        model = s["config"]["model"]  # a key the first run set and this one did not: the preset's value, "default"
+        unlike = [f"{key} {model.get(key, 'default')}" for key in {**first, **model}
+                  if first.get(key) != model.get(key)]  # fmt: skip
         t, final, baseline = s["training"], s["final"], s["baseline"]
         accuracy = final.get("eval_token_accuracy")
         rows.append([
@@ -278,6 +280,11 @@ def _timed_curves(results: dict[str, Any], value: str) -> list[Curve]:
     return curves
 
 
+def has_accuracy(results: dict[str, Any]) -> bool:
+    """Whether a run measured masked-token accuracy (an encoder-decoder's span corruption does not)."""
+    return bool(_timed_curves(results, "token_accuracy"))
+
+
 def plot_curves(results: dict[str, Any], card_dir: Path) -> None:
     """Each objective's validation perplexity, and its masked-LM token accuracy where measured, against its
     training-loop minutes, with the unigram model's as the floor."""
@@ -289,6 +296,8 @@ def plot_curves(results: dict[str, Any], card_dir: Path) -> None:
         plot_losses(card_dir / ACCURACY_CURVES, accuracy, xlabel="training loop (minutes)",
                     ylabel="validation masked-token accuracy", dpi=100,
                     baseline=(max(b["unigram_accuracy"] for b in baselines), "unigram accuracy"))  # fmt: skip
+    else:
+        (card_dir / ACCURACY_CURVES).unlink(missing_ok=True)  # an earlier card's, of runs no longer in it
 
 
 def render(results: dict[str, Any], card_command: str) -> str:
@@ -310,7 +319,7 @@ def render(results: dict[str, Any], card_command: str) -> str:
              for base, rates in bases.items() for rate, seeds in rates.items() for seed, run in seeds.items()]
     commands = "\n".join(command for _, command in runs)
     started = " and ".join(f"`{shlex.join(command)}`" for command in results["commands"])
-    accuracy_plot = f"\n\n![validation accuracy]({ACCURACY_CURVES})" if _timed_curves(results, "token_accuracy") else ""
+    accuracy_plot = f"\n\n![validation accuracy]({ACCURACY_CURVES})" if has_accuracy(results) else ""
     sections = [
         Section("Does hfzoo's own pretraining pay?", intro, level=1),
         Section("Verdict", "\n".join(f"- {line}." for line in verdicts(results))),

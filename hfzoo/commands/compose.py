@@ -135,12 +135,12 @@ class ComposeConfig:
 
     def check(self) -> None:
         check_task_run(self.data, self.training, self.checkpoints, self.do_train)
+        check_adapter_overrides(self.data)  # trained or evaluated, adapters run on their base as saved
         if not self.do_train:
             if self.composition is None:
                 raise ValueError("config key 'composition' is required with --do_train false: the saved composition "
                                  "to evaluate (a compose run's composition/ folder).")  # fmt: skip
             return
-        check_adapter_overrides(self.data)
         if self.composition is not None:
             raise ValueError("config key 'composition' names a saved composition to evaluate: use it with "
                              "--do_train false.")  # fmt: skip

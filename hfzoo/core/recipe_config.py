@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import difflib
 import inspect
 import re
 import sys
@@ -32,6 +31,7 @@ from typing import Any, TypeVar
 import yaml
 
 from .recorded_paths import config_paths
+from .refusals import did_you_mean
 
 MIXED_PRECISION = ("no", "fp16", "bf16")
 CONFIG_FILE = "training_config.yaml"  # the resolved config, saved in a run's output folder
@@ -158,8 +158,7 @@ def unknown_key(name: str, config_class: type) -> ValueError:
     if name in foreign:
         return ValueError(f"config key {name!r} {foreign[name]}")
     fields = config_fields(config_class)
-    close = difflib.get_close_matches(name, [*fields, *config_sections(config_class)], n=1)
-    hint = f" Did you mean {close[0]!r}?" if close else ""
+    hint = did_you_mean(name, [*fields, *config_sections(config_class)])
     return ValueError(f"unknown config key {name!r}.{hint} Valid keys: {', '.join(fields)}.")
 
 

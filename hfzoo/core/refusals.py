@@ -12,10 +12,11 @@ bad config and a checkpoint that cannot resume the run are refused at once (`ref
 
 from __future__ import annotations
 
+import difflib
 import dis
 import os
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
@@ -34,6 +35,13 @@ PATH_ERRORS = (FileNotFoundError, FileExistsError, IsADirectoryError, NotADirect
 # RuntimeError and NotImplementedError say that hfzoo itself went wrong: they keep their traceback.
 REFUSAL_TYPES = (ValueError, TypeError, KeyError, OSError, ImportError)
 Result = TypeVar("Result")
+
+
+def did_you_mean(name: str, choices: Iterable[str]) -> str:
+    """" Did you mean 'x'?" with the choice closest to `name`, or "" when none is close: the end of a refusal that
+    names a misspelt key, title or option."""
+    close = difflib.get_close_matches(name, list(choices), n=1)
+    return f" Did you mean {close[0]!r}?" if close else ""
 
 
 class Refusal(SystemExit):

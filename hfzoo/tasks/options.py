@@ -27,7 +27,8 @@ class TaskOptions:
                               "from_native), keep its tokenizer, train and save the hfzoo model")  # fmt: skip
     config_overrides: dict = key({}, "values that replace the model config's, validated as a new config is, e.g. "
                                  "'{hidden_dropout: 0.1, attention_dropout: 0.1}' for a checkpoint pretrained "
-                                 "without dropout; a key the config lacks is refused")  # fmt: skip
+                                 "without dropout; keys as the loaded config names them (hfzoo's with "
+                                 "import_native); with an adapter, only dropout")  # fmt: skip
     allow_other_base: bool = key(False, "use an adapter (--adapter, --adapters) on a base of its kind and sizes but "
                                  "with other weights or config than the one it recorded, with a warning")  # fmt: skip
     # Data.

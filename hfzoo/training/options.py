@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -164,10 +165,15 @@ class ULMFiTOptions:
         return self.discriminative_lr_decay is not None or self.gradual_unfreezing
 
 
+# Config keys of dropout, which only training reads: hfzoo's and BERT's `*dropout*`, GPT-2's `*_pdrop`, BART's
+# `*_layerdrop`.
+DROPOUT_KEY = re.compile(r"dropout|pdrop|layerdrop")
+
+
 def check_adapter_overrides(data: TaskOptions) -> None:
     """An adapter is saved for its base as the base is, and reloads onto it so: `config_overrides` other than dropout
-    (which only training reads) would make the trained adapter compute something else once reloaded."""
-    if changed := sorted(name for name in data.config_overrides if "dropout" not in name):
+    would make the adapter compute one thing in the run and another once reloaded."""
+    if changed := sorted(name for name in data.config_overrides if not DROPOUT_KEY.search(name)):
         raise ValueError(
             f"config key 'config_overrides': {', '.join(changed)} would change what the base computes, but an adapter "
             "reloads onto its base as saved, without them: override only dropout with an adapter, or use --method full."

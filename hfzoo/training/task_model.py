@@ -5,7 +5,6 @@ training rather than after it (a missing local path, inputs longer than the posi
 
 from __future__ import annotations
 
-import difflib
 import logging
 import math
 import tempfile
@@ -16,6 +15,7 @@ from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 from ..convert import import_checkpoint, installed_model_path
 from ..core.presets import list_presets, preset_config
+from ..core.refusals import did_you_mean
 from ..data.corpus import missing_local_path
 from ..data.tokenizer_training import train_tokenizer
 from ..integrations.transformers import auto_class_has
@@ -100,11 +100,11 @@ def _load_checkpoint(
             f"{config.model} is a {model_config.model_type!r} model, for which neither transformers nor hfzoo has an "
             f"{auto_class.__name__} head; task {task.name!r} needs one"
         )
+    model_config = override_config(model_config, config.config_overrides)
     if from_scratch and vocab_size is not None:
         model_config.vocab_size = vocab_size
     if len(tokenizer) > getattr(model_config, "vocab_size", math.inf):
         raise ValueError(f"the tokenizer has {len(tokenizer)} tokens, the model only {model_config.vocab_size}")
-    model_config = override_config(model_config, config.config_overrides)
     for name, value in {**task.model_kwargs(family), "pad_token_id": tokenizer.pad_token_id}.items():
         setattr(model_config, name, value)
     if from_scratch:
@@ -117,19 +117,27 @@ def _load_checkpoint(
     return model, family, [key for key in new if key in parameters]
 
 
+# Config values that say what the checkpoint is, or that the run derives from the task and the tokenizer.
+RUN_SET_KEYS = ("model_type", "architectures", "auto_map", "transformers_version", "id2label", "label2id",
+                "num_labels", "pad_token_id")  # fmt: skip
+
+
 def override_config(model_config: PretrainedConfig, overrides: dict) -> PretrainedConfig:
     """`model_config` with `overrides` (config key `config_overrides`), built anew so that its own checks run on the
-    new values. A key the config lacks is refused: transformers would keep it as an attribute no layer reads."""
+    new values. Refused: a key the config lacks (most often a misspelling, which transformers would keep as an
+    attribute that changes nothing), and the keys the run itself sets (`RUN_SET_KEYS`)."""
     if not overrides:
         return model_config
     values = model_config.to_dict()
     names = sorted(name for name in values if not name.startswith("_"))
     for name in overrides:
+        if name in RUN_SET_KEYS:
+            raise ValueError(f"config key 'config_overrides': {name!r} is set by the run (the model's type and code, "
+                             "the task's labels, the tokenizer's pad id), not by an override")  # fmt: skip
         if name not in values:
-            close = difflib.get_close_matches(name, names, n=1)
             raise ValueError(
                 f"config key 'config_overrides': a {model_config.model_type!r} config has no {name!r}."
-                + (f" Did you mean {close[0]!r}?" if close else "") + f" Its keys: {', '.join(names)}."
+                f"{did_you_mean(name, names)} Its keys: {', '.join(names)}."
             )
     return type(model_config).from_dict({**values, **overrides})
 

@@ -224,8 +224,9 @@ def test_from_scratch_keeps_the_architecture_and_none_of_the_weights(checkpoints
 
 def test_config_overrides_reach_the_trained_model_and_bad_ones_are_refused_before_training(checkpoints, tmp_path):
     """A checkpoint pretrained without dropout fine-tunes with it: the override is in the model that trains (its
-    dropout layers) and in the config saved with it. A misspelt key, an invalid value, or a key that would change what
-    an adapter's base computes stops the run at once."""
+    dropout layers) and in the config saved with it; with an adapter too, as dropout is all an adapter may change. A
+    misspelt key, an invalid value, a key the run sets, or (with an adapter) a key that would change what its base
+    computes stops the run at once."""
     out, model = tmp_path / "dropout", str(checkpoints["bert-tiny"])
     finetune(out, "--model", model, *SST2, "--max_steps", "1",
              "--config_overrides", "{hidden_dropout: 0.3, classifier_dropout: 0.2}")  # fmt: skip
@@ -234,14 +235,19 @@ def test_config_overrides_reach_the_trained_model_and_bad_ones_are_refused_befor
     dropouts = {m.p for m in AutoModelForSequenceClassification.from_pretrained(out).modules()
                 if isinstance(m, torch.nn.Dropout)}  # fmt: skip
     assert dropouts == {0.3, 0.2}
-    refused = {"{hidden_dropout_prob: 0.1}": r"no 'hidden_dropout_prob'\. Did you mean 'hidden_dropout'\?",
-               "{hidden_dropout: 1.5}": r"hidden_dropout must be in \[0, 1\), got 1\.5"}  # fmt: skip
-    # an adapter reloads onto its base as saved: only dropout, which inference does not read, may differ
-    adapter = ("--method", "lora")
-    refused["{classifier_pooling: mean, hidden_dropout: 0.2}"] = r"classifier_pooling would change what the base"
-    for overrides, message in refused.items():
+    lora = ("--method", "lora")
+    metrics, _ = finetune(tmp_path / "lora", "--model", model, *SST2, "--max_steps", "1", *lora,
+                          "--config_overrides", "{hidden_dropout: 0.3}")  # fmt: skip
+    assert metrics["method"] == "lora" and (tmp_path / "lora" / "adapter_model.safetensors").is_file()
+    refused = {
+        ("{hidden_dropout_prob: 0.1}",): r"no 'hidden_dropout_prob'\. Did you mean 'hidden_dropout'\?",
+        ("{hidden_dropout: 1.5}",): r"hidden_dropout must be in \[0, 1\), got 1\.5",
+        ("{num_labels: 5}",): r"'num_labels' is set by the run",
+        ("{classifier_pooling: mean, hidden_dropout: 0.2}", *lora): r"classifier_pooling would change what the base",
+    }
+    for (overrides, *method), message in refused.items():
         with pytest.raises((ValueError, SystemExit), match=message):  # SystemExit: refused by the config's check
-            finetune(tmp_path / "refused", "--model", model, *SST2, "--config_overrides", overrides, *adapter)
+            finetune(tmp_path / "refused", "--model", model, *SST2, "--config_overrides", overrides, *method)
         assert not (tmp_path / "refused" / "log.jsonl").exists()
 
 
