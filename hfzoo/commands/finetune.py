@@ -93,7 +93,8 @@ class FinetuneConfig:
         if data.allow_other_base and self.adapter is None:
             raise ValueError("config key 'allow_other_base' lets --adapter run on another base; without --adapter "
                              "there is none: drop it.")  # fmt: skip
-        if self.adapter is not None or self.do_train and (tuning.method != "full" or tuning.peft_config):
+        trains_adapter = self.do_train and (tuning.method != "full" or bool(tuning.peft_config))
+        if self.adapter is not None or trains_adapter:
             check_adapter_overrides(data)
         if tuning.from_scratch and not self.do_train:
             raise ValueError("config key 'from_scratch': an evaluation-only run (do_train false) would score random "

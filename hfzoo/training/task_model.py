@@ -122,19 +122,24 @@ RUN_SET_KEYS = ("model_type", "architectures", "auto_map", "transformers_version
                 "num_labels", "pad_token_id")  # fmt: skip
 
 
+# Keys that transformers' task heads read when present (`getattr(config, "classifier_dropout", None)`) although some
+# families' configs never set them: GPT-2's token classifier reads it, or else a default of 0.1.
+HEAD_READ_KEYS = ("classifier_dropout",)
+
+
 def override_config(model_config: PretrainedConfig, overrides: dict) -> PretrainedConfig:
     """`model_config` with `overrides` (config key `config_overrides`), built anew so that its own checks run on the
-    new values. Refused: a key the config lacks (most often a misspelling, which transformers would keep as an
-    attribute that changes nothing), and the keys the run itself sets (`RUN_SET_KEYS`)."""
+    new values. Refused: a key the config lacks and no task head reads (most often a misspelling, which transformers
+    would keep as an attribute that changes nothing), and the keys the run itself sets (`RUN_SET_KEYS`)."""
     if not overrides:
         return model_config
     values = model_config.to_dict()
-    names = sorted(name for name in values if not name.startswith("_"))
+    names = sorted({name for name in values if not name.startswith("_")} | set(HEAD_READ_KEYS))
     for name in overrides:
         if name in RUN_SET_KEYS:
             raise ValueError(f"config key 'config_overrides': {name!r} is set by the run (the model's type and code, "
                              "the task's labels, the tokenizer's pad id), not by an override")  # fmt: skip
-        if name not in values:
+        if name not in names:
             raise ValueError(
                 f"config key 'config_overrides': a {model_config.model_type!r} config has no {name!r}."
                 f"{did_you_mean(name, names)} Its keys: {', '.join(names)}."
