@@ -16,9 +16,17 @@ from generate_finetune_results import baselines
 from generate_results import BASELINE, DATA_SPLIT, summarize, unigram_baseline
 from recording import RUN_RECORD, run_complete, run_metrics, shown
 
+import torch
+from transformers import AutoModel, AutoTokenizer
+from transformers.utils import logging as transformers_logging
+
 from hfzoo.card_writing import CARD, Curve, RunRecord, Section, markdown_table, model_card_data, plot_losses, render_card
+from hfzoo.commands.pretrain import PretrainConfig
 from hfzoo.core.files import write_atomic
-from hfzoo.objectives.objective import OBJECTIVES
+from hfzoo.core.recipe_config import from_dict, load_yaml
+from hfzoo.data.corpus import load_corpus
+from hfzoo.data.streaming import held_out
+from hfzoo.objectives.objective import OBJECTIVES, get_objective
 from hfzoo.training.logging import read_log
 
 RESULTS = "results.json"
@@ -32,7 +40,9 @@ STEP_FLOPS = "step_flops.json"  # `flops`' count, in the runs folder and archive
 ARCHIVE = "run_records"  # in the card's folder (not `runs/`, which git ignores)
 # What the card reads of a finished run, small enough to commit (no weights, no checkpoints); the run record last, as
 # the recorder writes it: an archive that lacks it is unfinished, as a run folder is.
-RECORDS = ("log.jsonl", "config.json", "training_config.yaml", "metrics.json", BASELINE, DATA_SPLIT, RUN_RECORD)
+SIMILARITY = "token_similarity.json"  # `token_similarity`'s measure of the pretrained weights, kept without them
+RECORDS = ("log.jsonl", "config.json", "training_config.yaml", "metrics.json", BASELINE, DATA_SPLIT, SIMILARITY,
+           RUN_RECORD)  # fmt: skip
 # Each task: its fine-tuning config, the run length and data, and the metric its learning rate is chosen by.
 TASKS: dict[str, tuple[str, list[str], str]] = {
     "conll2003": ("recipes/configs/finetune/conll2003.yaml", ["--num_epochs", "2"], "f1"),
@@ -72,13 +82,51 @@ def _finished_runs(runs_dir: Path, pretrained_file: str) -> tuple[list[Path], li
     return pretraining, finetuning
 
 
+def _mean_cosine(vectors: torch.Tensor) -> float:
+    """The mean cosine over the pairs of distinct rows of `vectors`."""
+    unit, count = torch.nn.functional.normalize(vectors.float(), dim=-1), len(vectors)
+    return (((unit @ unit.T).sum() - count) / (count * (count - 1))).item()
+
+
+def token_similarity(run_dir: Path, texts: int = 64, blocks: int = 16) -> dict[str, Any]:
+    """Per layer of a pretraining run's encoder (the embeddings' output first), the mean cosine between the vectors
+    of two positions of one validation block, over the first `blocks` blocks of its first `texts` validation texts;
+    written to `SIMILARITY`. At 1 every position holds the same vector: the encoder collapsed, and a task head has
+    nothing to tell tokens apart by, whatever its pretraining loss says."""
+    config = from_dict(PretrainConfig, load_yaml(run_dir / "training_config.yaml"))
+    data, objective = config.data, get_objective(config.objective, config.preset)
+    corpus = load_corpus(data.dataset, data_files=data.data_files, text_column=data.text_column, streaming=True,
+                         exclude_titles=data.exclude_titles or (), keep_titles=data.keep_titles,
+                         seed=config.run.seed)  # fmt: skip
+    tokenizer = AutoTokenizer.from_pretrained(data.tokenizer or run_dir)
+    examples = objective.examples(held_out(corpus["validation"], texts), tokenizer, data.block_size)
+    verbosity = transformers_logging.get_verbosity()
+    transformers_logging.set_verbosity_error()  # not its report of the pretraining head's weights, unused here
+    try:
+        model = AutoModel.from_pretrained(run_dir).eval()
+    finally:
+        transformers_logging.set_verbosity(verbosity)
+    encoder = model.get_encoder() if model.config.is_encoder_decoder else model
+    per_block = []
+    with torch.no_grad():
+        for example in examples.select(range(min(blocks, len(examples)))):
+            inputs = {key: torch.tensor([example[key]]) for key in ("input_ids", "token_type_ids") if key in example}
+            hidden_states = encoder(**inputs, output_hidden_states=True).hidden_states
+            per_block.append([_mean_cosine(hidden[0]) for hidden in hidden_states])
+    measured = {"blocks": len(per_block), "mean_cosine": [statistics.fmean(layer) for layer in zip(*per_block)]}
+    write_atomic(run_dir / SIMILARITY, json.dumps(measured, indent=1) + "\n")
+    return measured
+
+
 def archive(runs_dir: Path, archive_dir: Path) -> list[str]:
-    """Copies each finished run's `RECORDS` from `runs_dir` into `archive_dir` (a run's unigram baseline computed
-    first: it needs the run's tokenizer and data); the names of the runs copied."""
+    """Copies each finished run's `RECORDS` from `runs_dir` into `archive_dir` (a pretraining run's unigram baseline
+    and token similarity measured first: they need its tokenizer, data and weights); the names of the runs copied."""
     pretraining, finetuning = _finished_runs(runs_dir, "model.safetensors")
     for run_dir in pretraining:
         if not (run_dir / BASELINE).is_file():
             unigram_baseline(run_dir)
+        if not (run_dir / SIMILARITY).is_file():
+            token_similarity(run_dir)
     copied = [*pretraining, *(run_dir for run_dir, _ in finetuning)]
     for run_dir in copied:
         kept = archive_dir / run_dir.name
@@ -128,6 +176,8 @@ def collect(archive_dir: Path, card_command: str) -> dict[str, Any]:
             {"step": r["step"], "loss": r["eval_discriminator_loss"], "constant_loss": r.get(CONSTANT_LOSS)}
             for r in read_log(run_dir) if r["event"] == "eval" and "eval_discriminator_loss" in r
         ]  # fmt: skip
+        if (run_dir / SIMILARITY).is_file():
+            summary["token_similarity"] = json.loads((run_dir / SIMILARITY).read_text())
         results["pretraining"][run_dir.name.removeprefix("pretrain-")] = summary
     for run_dir, name in finetuning:
         recorded = json.loads((run_dir / RUN_RECORD).read_text())
@@ -242,6 +292,26 @@ def _discriminator_table(results: dict[str, Any]) -> str:
     return markdown_table(["run", *(f"step {step}" for step in DISCRIMINATOR_STEPS), "end"], rows)
 
 
+def _similarity_section(results: dict[str, Any]) -> list[Section]:
+    """Each measured run's `token_similarity` per layer: the sign of an encoder whose positions all look alike."""
+    measured = {base: s["token_similarity"] for base, s in results["pretraining"].items() if "token_similarity" in s}
+    if not measured:
+        return []
+    layers = max(len(m["mean_cosine"]) for m in measured.values())
+    rows = [[base, *(f"{value:.3f}" for value in m["mean_cosine"])] + [""] * (layers - len(m["mean_cosine"]))
+            for base, m in measured.items()]  # fmt: skip
+    blocks = sorted({m["blocks"] for m in measured.values()})
+    intro = (
+        f"Mean cosine between the vectors of two positions of one validation block ({', '.join(map(str, blocks))} "
+        "blocks), after the embeddings and after each layer of the pretrained encoder. At 1.000, every position holds "
+        "the same vector: the encoder has collapsed, and a tagger fine-tuned from it starts with nothing that tells "
+        "one token from another. Measured from the weights when the card first archives a run; runs archived before "
+        "(their weights gone) are not listed."
+    )
+    table = markdown_table(["run", "embeddings", *(f"layer {i}" for i in range(1, layers))], rows)
+    return [Section("Token vectors: how alike the positions of a block are", f"{intro}\n\n{table}")]
+
+
 def _compute(results: dict[str, Any], objective: str) -> str:
     """A run's training FLOPs (its steps x `flops`' count per step) and their ratio to the first objective's."""
     counted = results.get("step_flops", {})
@@ -326,6 +396,7 @@ def render(results: dict[str, Any], card_command: str) -> str:
         Section("Pretraining", _pretraining_table(results) + f"\n\n![validation curves]({CURVES})" + accuracy_plot),
         *([Section("ELECTRA's discriminator: validation loss / a constant guess's", _discriminator_table(results))]
           if any(s.get("discriminator") for s in results["pretraining"].values()) else []),
+        *_similarity_section(results),
         *[Section(f"Fine-tuning: {task}", _finetuning_table(results, task)) for task in results["finetuning"]],
         Section("Commands", f"The runs, as recorded (`python`: the virtualenv's):\n\n```bash\n{commands}\n```\n\n"
                 + (f"which {started} started.\n\n" if started else "")

@@ -107,6 +107,13 @@ def test_every_base_is_fine_tuned_at_each_rate_then_at_its_best_with_every_seed_
     assert discriminator and all(0 < point["constant_loss"] <= 0.7 for point in discriminator)
     end = discriminator[-1]
     assert f"| electra.warmup1 |  |  |  |  | {end['loss']:.3f} / {end['constant_loss']:.3f} |" in text  # the end only
+    # how alike a block's token vectors are, per layer, measured from each run's weights before they were archived
+    layers = json.loads((runs / "pretrain-mlm" / "config.json").read_text())["num_hidden_layers"]
+    for base in ("mlm", "spanbert", "electra.warmup1"):
+        similarity = results["pretraining"][base]["token_similarity"]
+        assert similarity["blocks"] > 0 and len(similarity["mean_cosine"]) == layers + 1
+        assert all(-1 <= cosine <= 1 for cosine in similarity["mean_cosine"])
+        assert f"| {base} | {' | '.join(f'{cosine:.3f}' for cosine in similarity['mean_cosine'])} |" in text
     counted = json.loads((runs / study.STEP_FLOPS).read_text())
     assert results["step_flops"] == counted and counted["spanbert"] > counted["mlm"]  # its span-boundary head
     assert f"| {2 * counted['mlm']:.3g} (1.00x) |" in text
