@@ -144,7 +144,8 @@ class PretrainConfig:
     model: dict = key({}, "overrides of the preset's config fields, e.g. {hidden_dropout: 0.0}")
     collator: dict = key({}, "options of the objective's collator, e.g. {mlm_probability: 0.15}")
     objective_options: dict = key({}, "options of the objective's training model; electra: {generator_size: 0.25 "
-                                  "(generator width / discriminator's), discriminator_weight: 50 (lambda)}; spanbert: "
+                                  "(generator width / discriminator's), discriminator_weight: 50 (lambda), "
+                                  "sampling_temperature: 1.0 (of the generator's samples)}; spanbert: "
                                   "{max_span_positions: 32}")
     output_dir: str = key("runs/pretrain", "where checkpoints, logs and the final model go")
     data: PretrainDataOptions = section(PretrainDataOptions, "the corpus, the tokenizer, the block length")

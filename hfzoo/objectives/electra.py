@@ -131,22 +131,43 @@ class ElectraPreTraining(PretrainingModule):
         generator_size: the generator's hidden size, attention heads and intermediate size as a fraction of the
             discriminator's (default 1/4, ELECTRA-Small's and -Large's; Base used 1/3).
         discriminator_weight: lambda, the discriminator loss's weight (50 in the paper).
+        sampling_temperature: the generator's logits are divided by it before sampling (ELECTRA's `temperature`,
+            1 in the paper). Above 1 the samples spread to rarer tokens: at small compute a generator soon samples
+            about as well as the unigram distribution, whose replacements a young discriminator cannot yet tell
+            from the originals; flatter samples keep some it can.
     """
 
     kept = "discriminator"
 
-    def __init__(self, config: ZooEncoderConfig, generator_size: float = 0.25, discriminator_weight: float = 50.0):
+    def __init__(
+        self,
+        config: ZooEncoderConfig,
+        generator_size: float = 0.25,
+        discriminator_weight: float = 50.0,
+        sampling_temperature: float = 1.0,
+    ):
         super().__init__()
-        self.check_options(config, generator_size, discriminator_weight)
+        self.check_options(config, generator_size, discriminator_weight, sampling_temperature)
         self.discriminator = ZooEncoderForReplacedTokenDetection(config)
         self.generator = ElectraGenerator(generator_config(config, generator_size), config)
         self.discriminator_weight = discriminator_weight
+        self.sampling_temperature = sampling_temperature
         self.config = config  # what the run's log and card describe: the model it keeps
 
     @staticmethod
-    def check_options(config: ZooEncoderConfig, generator_size: float = 0.25, discriminator_weight: float = 50.0):
+    def check_options(
+        config: ZooEncoderConfig,
+        generator_size: float = 0.25,
+        discriminator_weight: float = 50.0,
+        sampling_temperature: float = 1.0,
+    ):
         """Raise, naming the config key, if the options do not make an ELECTRA pair of `config`."""
         generator_config(config, generator_size)
+        if not sampling_temperature > 0:
+            raise ValueError(
+                "config key 'objective_options': sampling_temperature divides the generator's logits before "
+                f"sampling and must be > 0 (ELECTRA: 1), got {sampling_temperature}."
+            )
         if discriminator_weight < 0:
             raise ValueError(
                 "config key 'objective_options': discriminator_weight (lambda) weighs the discriminator's loss "
@@ -172,7 +193,8 @@ class ElectraPreTraining(PretrainingModule):
         generator_logits = self.generator(embeddings, attention_mask, masked, token_embedding)
         generator_loss = F.cross_entropy(generator_logits.float(), labels[masked])
         with torch.no_grad():  # sampling is not differentiable: the discriminator's loss does not reach the generator
-            samples = torch.multinomial(torch.softmax(generator_logits.float(), dim=-1), 1).squeeze(-1)
+            probabilities = torch.softmax(generator_logits.float() / self.sampling_temperature, dim=-1)
+            samples = torch.multinomial(probabilities, 1).squeeze(-1)
         sampled_ids = torch.zeros_like(input_ids).masked_scatter(masked, samples)
         batch = {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
         if token_type_ids is not None:

@@ -139,6 +139,23 @@ def test_generator_size_scales_width_heads_and_intermediate_size():
     assert rotary.position_embedding == "rotary" and rotary.hidden_size == 32
 
 
+def test_a_low_sampling_temperature_samples_the_generators_best_guess_and_a_high_one_spreads_the_samples():
+    """The temperature reaches the sampler: near 0 every masked position gets the generator's argmax; at a high one
+    the samples are spread nearly uniformly over the vocabulary, so they vary from draw to draw where the cold
+    ones do not."""
+    batch = generator_batch()
+    masked = batch["labels"] != -100
+    draws = {}
+    for temperature in (1e-4, 1e4):
+        pair = electra_pair(sampling_temperature=temperature).eval()
+        with torch.no_grad():
+            outputs = [pair(**batch) for _ in range(2)]
+        draws[temperature] = [output.discriminator_input_ids[masked] for output in outputs]
+        if temperature < 1:
+            assert torch.equal(draws[temperature][0], outputs[0].generator_logits.argmax(-1))
+    assert torch.equal(*draws[1e-4]) and not torch.equal(*draws[1e4])
+
+
 def test_unknown_keyword_arguments_are_refused():
     pair = electra_pair()
     with pytest.raises(TypeError, match="next_sentence_label"):
@@ -153,6 +170,7 @@ def test_unknown_keyword_arguments_are_refused():
         ({"objective_options": {"generator_size": 1.5}}, r"'objective_options': generator_size .* in \(0, 1\]"),
         ({"objective_options": {"generator_size": 0.4}}, r"'objective_options': generator_size=0.4 .* 51 .* 2 "),
         ({"objective_options": {"discriminator_weight": -1}}, r"'objective_options': discriminator_weight"),
+        ({"objective_options": {"sampling_temperature": 0}}, r"'objective_options': sampling_temperature .* > 0"),
         ({"objective_options": {"size": 0.25}}, r"'objective_options': objective 'electra' has no option 'size'"),
         ({"objective": "mlm", "objective_options": {"generator_size": 0.25}}, r"'mlm' has no option 'generator_size'"),
         ({"collator": {"random_replace_prob": 0.1}}, r"'collator': objective 'electra' trains with random_replace"),
