@@ -140,16 +140,14 @@ def _targets(blocks, collator, batch_size: int, shifts_labels: bool, max_batches
     return torch.cat(found)
 
 
-def unigram_baseline(run_dir: Path) -> dict[str, Any]:
-    """Unigram perplexity on the run's validation targets (see the module docstring), and the accuracy of always
-    predicting the most frequent fitted target; written to baseline.json."""
+def recorded_pretraining(run_dir: Path, streaming: bool = False) -> tuple[Any, Any, Any, Any]:
+    """A finished pretraining run's config (its `training_config.yaml`), objective, tokenizer and corpus, read as the
+    run read them (`streaming`: the corpus as iterable splits, for measures that need only their first texts)."""
     from transformers import AutoTokenizer
 
-    from hfzoo.data.corpus import load_corpus
-    from hfzoo.tasks.baselines import unigram_accuracy, unigram_perplexity
-    from hfzoo.core.recipe_config import from_dict, load_yaml
     from hfzoo.commands.pretrain import PretrainConfig
-    from hfzoo.training.logging import read_log
+    from hfzoo.core.recipe_config import from_dict, load_yaml
+    from hfzoo.data.corpus import load_corpus
     from hfzoo.objectives.objective import get_objective
 
     config = from_dict(PretrainConfig, load_yaml(run_dir / "training_config.yaml"))
@@ -157,7 +155,18 @@ def unigram_baseline(run_dir: Path) -> dict[str, Any]:
     tokenizer = AutoTokenizer.from_pretrained(config.data.tokenizer or run_dir)
     data = config.data
     corpus = load_corpus(data.dataset, data_files=data.data_files, text_column=data.text_column, seed=config.run.seed,
-                         exclude_titles=data.exclude_titles or (), keep_titles=data.keep_titles)
+                         exclude_titles=data.exclude_titles or (), keep_titles=data.keep_titles,
+                         streaming=streaming)  # fmt: skip
+    return config, objective, tokenizer, corpus
+
+
+def unigram_baseline(run_dir: Path) -> dict[str, Any]:
+    """Unigram perplexity on the run's validation targets (see the module docstring), and the accuracy of always
+    predicting the most frequent fitted target; written to baseline.json."""
+    from hfzoo.tasks.baselines import unigram_accuracy, unigram_perplexity
+    from hfzoo.training.logging import read_log
+
+    config, objective, tokenizer, corpus = recorded_pretraining(run_dir)
     splits = {}
     for name, limit in (("train", config.data.max_train_samples), ("validation", config.data.max_eval_samples)):
         texts = corpus[name] if limit is None else corpus[name].select(range(min(limit, len(corpus[name]))))

@@ -13,20 +13,17 @@ from pathlib import Path
 from typing import Any
 
 from generate_finetune_results import baselines
-from generate_results import BASELINE, DATA_SPLIT, summarize, unigram_baseline
+from generate_results import BASELINE, DATA_SPLIT, recorded_pretraining, summarize, unigram_baseline
 from recording import RUN_RECORD, run_complete, run_metrics, shown
 
 import torch
-from transformers import AutoModel, AutoTokenizer
+from transformers import AutoModel
 from transformers.utils import logging as transformers_logging
 
 from hfzoo.card_writing import CARD, Curve, RunRecord, Section, markdown_table, model_card_data, plot_losses, render_card
-from hfzoo.commands.pretrain import PretrainConfig
 from hfzoo.core.files import write_atomic
-from hfzoo.core.recipe_config import from_dict, load_yaml
-from hfzoo.data.corpus import load_corpus
 from hfzoo.data.streaming import held_out
-from hfzoo.objectives.objective import OBJECTIVES, get_objective
+from hfzoo.objectives.objective import OBJECTIVES
 from hfzoo.training.logging import read_log
 
 RESULTS = "results.json"
@@ -93,13 +90,8 @@ def token_similarity(run_dir: Path, texts: int = 64, blocks: int = 16) -> dict[s
     of two positions of one validation block, over the first `blocks` blocks of its first `texts` validation texts;
     written to `SIMILARITY`. At 1 every position holds the same vector: the encoder collapsed, and a task head has
     nothing to tell tokens apart by, whatever its pretraining loss says."""
-    config = from_dict(PretrainConfig, load_yaml(run_dir / "training_config.yaml"))
-    data, objective = config.data, get_objective(config.objective, config.preset)
-    corpus = load_corpus(data.dataset, data_files=data.data_files, text_column=data.text_column, streaming=True,
-                         exclude_titles=data.exclude_titles or (), keep_titles=data.keep_titles,
-                         seed=config.run.seed)  # fmt: skip
-    tokenizer = AutoTokenizer.from_pretrained(data.tokenizer or run_dir)
-    examples = objective.examples(held_out(corpus["validation"], texts), tokenizer, data.block_size)
+    config, objective, tokenizer, corpus = recorded_pretraining(run_dir, streaming=True)
+    examples = objective.examples(held_out(corpus["validation"], texts), tokenizer, config.data.block_size)
     verbosity = transformers_logging.get_verbosity()
     transformers_logging.set_verbosity_error()  # not its report of the pretraining head's weights, unused here
     try:
