@@ -80,6 +80,41 @@ def _backend(
     return tokenizer, trainer
 
 
+def _wordpiece_backend(
+    texts: Iterable[str] | Iterable[list[str]], vocab_size: int, specials: list[str], unk: str, show_progress: bool,
+    length: int | None,
+) -> Tokenizer:
+    """``tokenizers``' WordPiece trainer, made deterministic: the same texts give the same vocabulary, ids included.
+
+    Why: the trainer numbers the continuing-subword tokens (``##e``) in hash-map order, a new one per run, and breaks
+    ties between equally frequent merges by those numbers, so two trainings on the same texts number tokens
+    differently and, on a tie at the vocabulary's last slot, keep different tokens (huggingface/tokenizers#1794;
+    measured here: 2 of 3 trainings of an 8,000-token vocabulary on 600 enwiki articles differed). A first pass
+    without merges finds the continuing-subword tokens; the second gives them fixed, sorted ids as leading special
+    tokens, which the trainer then never renumbers; they become ordinary vocabulary again afterwards. Reads `texts`
+    twice.
+    """
+
+    def trained(continuations: list[str], size: int) -> Tokenizer:
+        tokenizer, trainer = _backend("wordpiece", size, [*specials, *continuations], unk, show_progress)
+        tokenizer.train_from_iterator(texts, trainer=trainer, length=length)
+        return tokenizer
+
+    alphabet_only = trained([], len(specials) + 1)  # the trainer keeps every character and continuation, no merge
+    prefix = alphabet_only.model.continuing_subword_prefix
+    continuations = sorted(token for token in alphabet_only.get_vocab(with_added_tokens=False)
+                           if token.startswith(prefix) and len(token) == len(prefix) + 1)  # fmt: skip
+    fitted = trained(continuations, vocab_size)
+    vocabulary = fitted.get_vocab(with_added_tokens=False)
+    tokenizer = Tokenizer(models.WordPiece(vocabulary, unk_token=unk, continuing_subword_prefix=prefix,
+                                           max_input_chars_per_word=fitted.model.max_input_chars_per_word))  # fmt: skip
+    tokenizer.normalizer, tokenizer.pre_tokenizer, tokenizer.decoder = (
+        fitted.normalizer, fitted.pre_tokenizer, fitted.decoder
+    )
+    tokenizer.add_special_tokens(specials)
+    return tokenizer
+
+
 def _char_backend(
     texts_iterator: Iterable[str] | Iterable[list[str]], vocab_size: int, specials: list[str], unk: str
 ) -> Tokenizer:
@@ -129,8 +164,11 @@ def train_tokenizer(
     """Train a ``kind`` tokenizer on ``texts_iterator`` with ``family``'s special tokens.
 
     Args:
-        texts_iterator: texts, or batches (lists) of texts; consumed once.
-        kind: ``"bpe"`` (byte-level, lossless), ``"wordpiece"``, ``"unigram"`` or ``"char"``.
+        texts_iterator: texts, or batches (lists) of texts: an iterator is consumed once (WordPiece keeps its texts
+            in memory to read them twice), any other iterable is read again where needed.
+        kind: ``"bpe"`` (byte-level, lossless), ``"wordpiece"``, ``"unigram"`` or ``"char"``. All but unigram
+            train the same file from the same texts; unigram's trainer sums its scores in hash order, so their last
+            bits, and the ids of nearly equal tokens, vary from one training to the next.
         vocab_size: total vocabulary size, special tokens included (unigram may stop short
             on a small corpus; for ``"char"`` an upper bound: its vocabulary is the corpus's characters).
         family: which special tokens and post-processing to set up (see the module docstring).
@@ -143,6 +181,9 @@ def train_tokenizer(
         raise ValueError(f"vocab_size={vocab_size} leaves no room beside {len(specials)} special tokens")
     if kind == "char":
         tokenizer = _char_backend(texts_iterator, vocab_size, specials, named["unk_token"])
+    elif kind == "wordpiece":
+        texts = texts_iterator if not isinstance(texts_iterator, Iterator) else list(texts_iterator)
+        tokenizer = _wordpiece_backend(texts, vocab_size, specials, named["unk_token"], show_progress, length)
     else:
         tokenizer, trainer = _backend(kind, vocab_size, specials, named["unk_token"], show_progress)
         tokenizer.train_from_iterator(texts_iterator, trainer=trainer, length=length)
@@ -160,11 +201,16 @@ def train_tokenizer(
     )
 
 
-def _text_batches(
-    dataset: datasets.Dataset | datasets.IterableDataset, text_column: str, batch_size: int
-) -> Iterator[list[str]]:
-    for batch in dataset.iter(batch_size=batch_size):
-        yield batch[text_column]
+class _TextBatches:
+    """A dataset's `text_column` in batches, iterable more than once (WordPiece's training reads it twice) without
+    holding the texts in memory."""
+
+    def __init__(self, dataset: datasets.Dataset | datasets.IterableDataset, text_column: str, batch_size: int):
+        self.dataset, self.text_column, self.batch_size = dataset, text_column, batch_size
+
+    def __iter__(self) -> Iterator[list[str]]:
+        for batch in self.dataset.iter(batch_size=self.batch_size):
+            yield batch[self.text_column]
 
 
 def train_tokenizer_on_corpus(
@@ -183,7 +229,7 @@ def train_tokenizer_on_corpus(
         raise KeyError(f"no column {text_column!r} in the dataset; columns: {dataset.column_names}")
     length = len(dataset) if isinstance(dataset, datasets.Dataset) else None
     return train_tokenizer(
-        _text_batches(dataset, text_column, batch_size),
+        _TextBatches(dataset, text_column, batch_size),
         kind,
         vocab_size,
         family,

@@ -111,11 +111,20 @@ def test_byte_level_bpe_round_trips_exactly(trained, corpus, family):
     assert tok.unk_token_id not in tok("🐍 漢字 \x00")["input_ids"]
 
 
-def test_training_is_deterministic_and_streaming_agnostic(corpus):
+@pytest.mark.parametrize("kind", ["bpe", "wordpiece", "char"])
+def test_training_is_deterministic_to_the_byte_and_streaming_agnostic(corpus, kind):
+    """The same texts give the same tokenizer file, ids included, from an iterator, a dataset or a stream: a run's
+    vocabulary can be rebuilt by its command. WordPiece's own trainer numbers tokens anew each time
+    (huggingface/tokenizers#1794): before hfzoo worked around it, these three differed. (Unigram is not: its
+    trainer sums scores in hash order, so their last bits and the order of near-equal tokens vary.)"""
     train = corpus[0].select(range(500))
-    first = train_tokenizer(iter(train["text"][:]), "bpe", vocab_size=500)
-    again = train_tokenizer_on_corpus(train.to_iterable_dataset(num_shards=1), "bpe", vocab_size=500, batch_size=64)
-    assert first.get_vocab() == again.get_vocab()
+    files = {
+        train_tokenizer(iter(train["text"][:]), kind, vocab_size=500).backend_tokenizer.to_str(),
+        train_tokenizer_on_corpus(train, kind, vocab_size=500).backend_tokenizer.to_str(),
+        train_tokenizer_on_corpus(train.to_iterable_dataset(num_shards=1), kind, vocab_size=500,
+                                  batch_size=64).backend_tokenizer.to_str(),
+    }  # fmt: skip
+    assert len(files) == 1
 
 
 def test_bad_arguments(corpus):
