@@ -10,6 +10,12 @@ machine, load) and continued from its checkpoint when stopped, so the study goes
         --steps mlm=6000 spanbert=6000 --tasks conll2003 sst2-1k sst2 rte --max_minutes 120 \
         -- --config recipes/configs/bert-small-enwiki-mlm.yaml --tokenizer runs/results/pretraining-enwiki/tokenizer
 
+    # First, the tokenizer every run shares (`--tokenizer`), trained as the recipe trains one when it is given none
+    # (the config's tokenizer_kind and vocab_size, on its training texts), with its command and files' SHA-256 in
+    # tokenizer_record.json, which the card shows: the same command rebuilds it, byte for byte.
+    python model_cards/generate_pretraining_study.py tokenizer runs/results/pretraining-enwiki/tokenizer \
+        -- --config recipes/configs/bert-small-enwiki-mlm.yaml
+
     # The card (README.md, the validation curves, results.json), from whatever runs are finished: every target's
     # verdict, or what it still waits for. Each finished run's records (no weights) are kept in the card's
     # `run_records/` first, and the card is made from them alone: it gathers the runs of every session and machine,
@@ -49,6 +55,7 @@ import argparse
 import json
 import os
 import shlex
+import shutil
 import signal
 import sys
 from pathlib import Path
@@ -60,17 +67,19 @@ from pretraining_study_card import (
     SCRATCH,
     STEP_FLOPS,
     TASKS,
+    TOKENIZER_RECORD,
     add_study_commands,
     card,
     objective_of,
+    tokenizer_files,
 )
-from recording import REPO_ROOT, Budget, run_complete, run_metrics
+from recording import REPO_ROOT, Budget, run_complete, run_metrics, shown
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 from transformers import AutoTokenizer
 
-from hfzoo.commands.pretrain import parse_args
+from hfzoo.commands.pretrain import parse_args, train_run_tokenizer
 from hfzoo.core.files import write_atomic
 from hfzoo.core.presets import preset_config
 from hfzoo.data.corpus import load_corpus
@@ -134,6 +143,24 @@ def finetune(runs_dir: Path, bases: list[str], first: str, tasks: list[str], lea
             if best is not None:
                 failed += sum(one(best, seed) for seed in seeds[1:])
     return failed
+
+
+def make_tokenizer(folder: Path, recipe_args: list[str], command: list[str]) -> None:
+    """The study's shared tokenizer in `folder`, trained as a pretraining run with `recipe_args` trains its own when it
+    is given none, and `TOKENIZER_RECORD` beside it; written under another name first, so that a stopped training
+    leaves no folder that looks made. An existing folder is refused: the study's runs may already read it."""
+    if folder.exists():
+        raise SystemExit(f"tokenizer: {shown(str(folder))} exists; a study's runs share one tokenizer (remove the "
+                         "folder to train another, with every run that read it)")  # fmt: skip
+    config = parse_args(recipe_args)
+    if config.data.tokenizer:
+        raise SystemExit("tokenizer: the recipe arguments name a --tokenizer; give the config it is trained from")
+    staging = folder.with_name(folder.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    train_run_tokenizer(config).save_pretrained(staging)
+    record = {"command": command, "files": tokenizer_files(staging)}
+    write_atomic(staging / TOKENIZER_RECORD, json.dumps(record, indent=1) + "\n")
+    staging.rename(folder)
 
 
 def step_flops(recipe_args: list[str], objectives: list[str], texts: int = 64) -> dict[str, float]:
@@ -204,12 +231,21 @@ def main(argv: list[str] | None = None) -> int:
     count.add_argument("runs_dir", type=Path)
     count.add_argument("--steps", required=True, help="REFERENCE=STEPS: the objective and run length to match")
     count.add_argument("--objectives", nargs="+", required=True, help="the objectives to give equal compute")
+    shared = commands.add_parser("tokenizer", help="train the tokenizer the runs share (--tokenizer), as the recipe "
+                                 "trains one, from the recipe arguments after `--`")  # fmt: skip
+    shared.add_argument("folder", type=Path)
     make = commands.add_parser("card", help="README.md, curves and results.json from the finished runs")
     make.add_argument("runs_dir", type=Path)
     make.add_argument("card_dir", type=Path)
     argv = sys.argv[1:] if argv is None else argv
     own, recipe_args = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
     args = parser.parse_args(own)
+    if args.command == "tokenizer":
+        folder = args.folder.resolve()
+        os.chdir(REPO_ROOT)
+        make_tokenizer(folder, recipe_args, ["python", "model_cards/generate_pretraining_study.py", *argv])
+        print(f"wrote {shown(str(folder))}")
+        return 0
     runs_dir = args.runs_dir.resolve()
     if args.command == "card":
         card_dir = args.card_dir.resolve()

@@ -17,14 +17,17 @@ from generate_results import BASELINE, DATA_SPLIT, recorded_pretraining, summari
 from recording import RUN_RECORD, run_complete, run_metrics, shown
 
 import torch
-from transformers import AutoModel
+from transformers import AutoModel, AutoTokenizer
 from transformers.utils import logging as transformers_logging
 
 from hfzoo.card_writing import CARD, Curve, RunRecord, Section, markdown_table, model_card_data, plot_losses, render_card
+from hfzoo.commands.pretrain import PretrainConfig
 from hfzoo.core.files import write_atomic
+from hfzoo.core.recipe_config import from_dict, load_yaml
 from hfzoo.data.streaming import held_out
 from hfzoo.objectives.objective import OBJECTIVES
 from hfzoo.training.logging import read_log
+from hfzoo.training.run_inputs import run_inputs, tokenizer_file_names
 
 RESULTS = "results.json"
 CURVES = "validation_curves.png"
@@ -34,6 +37,9 @@ STARTED_BY = "command.json"  # the study commands that made a folder's runs, eac
 CONSTANT_LOSS = "eval_discriminator_constant_loss"  # ELECTRA's reference: guessing the replaced share everywhere
 DISCRIMINATOR_STEPS = (250, 500, 1000, 2500)  # the evaluations its table shows, beside the last
 STEP_FLOPS = "step_flops.json"  # `flops`' count, in the runs folder and archived with the card
+# The tokenizer a study's runs share (`--tokenizer`): the command that trained it and its files' sizes and SHA-256,
+# written beside it by `generate_pretraining_study.py tokenizer` and archived with the card.
+TOKENIZER_RECORD = "tokenizer_record.json"
 ARCHIVE = "run_records"  # in the card's folder (not `runs/`, which git ignores)
 # What the card reads of a finished run, small enough to commit (no weights, no checkpoints); the run record last, as
 # the recorder writes it: an archive that lacks it is unfinished, as a run folder is.
@@ -119,6 +125,7 @@ def archive(runs_dir: Path, archive_dir: Path) -> list[str]:
             unigram_baseline(run_dir)
         if not (run_dir / SIMILARITY).is_file():
             token_similarity(run_dir)
+    archive_tokenizer(pretraining, archive_dir)
     copied = [*pretraining, *(run_dir for run_dir, _ in finetuning)]
     for run_dir in copied:
         kept = archive_dir / run_dir.name
@@ -132,6 +139,38 @@ def archive(runs_dir: Path, archive_dir: Path) -> list[str]:
         write_atomic(archive_dir / STEP_FLOPS, json.dumps(counted, indent=1) + "\n")
     add_study_commands(archive_dir, study_commands(runs_dir))
     return [run_dir.name for run_dir in copied]
+
+
+def tokenizer_files(folder: Path) -> dict[str, Any]:
+    """{file name: {size, sha256}} of the tokenizer saved in `folder`, as a pretraining checkpoint records it."""
+    return run_inputs(folder, folder, tokenizer_file_names(AutoTokenizer.from_pretrained(folder)), [])["tokenizer"]
+
+
+def archive_tokenizer(pretraining: list[Path], archive_dir: Path) -> None:
+    """The local tokenizer folder the `pretraining` runs read, archived as `TOKENIZER_RECORD` with the command that
+    trained it (where `generate_pretraining_study.py tokenizer` did). A study shares one tokenizer: a run that read
+    other files than the archived runs did is refused, naming the folder, before anything is copied."""
+    kept_file = archive_dir / TOKENIZER_RECORD
+    kept = json.loads(kept_file.read_text()) if kept_file.is_file() else None
+    unrecorded = sorted({path.parent.name for path in archive_dir.glob(f"pretrain-*/{RUN_RECORD}")}
+                        - {run_dir.name for run_dir in pretraining})  # fmt: skip
+    for run_dir in pretraining:
+        named = from_dict(PretrainConfig, load_yaml(run_dir / "training_config.yaml")).data.tokenizer
+        if not named or not Path(named).is_dir():
+            continue  # trained by the run itself, or a Hub name
+        if kept is None and unrecorded:
+            raise SystemExit(f"card: the runs archived in {shown(str(archive_dir))} ({', '.join(unrecorded)}) read a "
+                             f"tokenizer whose files were not recorded, so {shown(str(run_dir))}, which read {named}, "
+                             "cannot be shown to share it: give its runs a card of their own")  # fmt: skip
+        files, made = tokenizer_files(Path(named)), Path(named) / TOKENIZER_RECORD
+        command = json.loads(made.read_text())["command"] if made.is_file() else None
+        if kept is not None and kept["files"] != files:
+            raise SystemExit(f"card: {shown(str(run_dir))} read the tokenizer in {named}, whose files differ from the "
+                             f"one the runs archived in {shown(str(archive_dir))} read ({TOKENIZER_RECORD}): the runs "
+                             "of a study share one tokenizer")  # fmt: skip
+        if kept is None or (kept["command"] is None and command):
+            kept = {"folder": named, "command": command, "files": files}
+            write_atomic(kept_file, json.dumps(kept, indent=1) + "\n")
 
 
 def read_step_flops(folder: Path) -> dict[str, float]:
@@ -180,6 +219,8 @@ def collect(archive_dir: Path, card_command: str) -> dict[str, Any]:
         if name["task"] not in results["floors"]:  # the task's data, read once
             results["floors"][name["task"]] = baselines(run_dir)
     results["step_flops"] = read_step_flops(archive_dir)
+    if (archive_dir / TOKENIZER_RECORD).is_file():
+        results["tokenizer"] = json.loads((archive_dir / TOKENIZER_RECORD).read_text())
     results["commands"] = study_commands(archive_dir)
     return results
 
@@ -391,11 +432,22 @@ def render(results: dict[str, Any], card_command: str) -> str:
         *_similarity_section(results),
         *[Section(f"Fine-tuning: {task}", _finetuning_table(results, task)) for task in results["finetuning"]],
         Section("Commands", f"The runs, as recorded (`python`: the virtualenv's):\n\n```bash\n{commands}\n```\n\n"
-                + (f"which {started} started.\n\n" if started else "")
+                + (f"which {started} started.\n\n" if started else "") + _tokenizer_note(results)
                 + f"This card:\n\n```bash\n{card_command}\n```"),
     ]  # fmt: skip
     metadata = model_card_data(None, ["hfzoo", first["preset"], *results["pretraining"], "pretraining", "results"])
     return render_card(RunRecord("pretraining-study", {}, summary=results), sections, metadata)
+
+
+def _tokenizer_note(results: dict[str, Any]) -> str:
+    """How the tokenizer every run read was made, and its files' SHA-256 (to check a rebuilt one against)."""
+    tokenizer = results.get("tokenizer")
+    if tokenizer is None:
+        return ""
+    made = (f"trained by `{shlex.join(tokenizer['command'])}`" if tokenizer["command"]
+            else "made by a command the study did not record")  # fmt: skip
+    files = ", ".join(f"`{name}` {file['sha256']}" for name, file in tokenizer["files"].items())
+    return f"The tokenizer they read, `{tokenizer['folder']}`, was {made}; its files' SHA-256: {files}.\n\n"
 
 
 def card_command(runs_dir: str | Path, card_dir: str | Path) -> str:

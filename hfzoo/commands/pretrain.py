@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import torch
 import yaml
@@ -31,7 +32,7 @@ from accelerate import Accelerator
 from accelerate.utils import DistributedType, gather_object, set_seed
 from datasets import IterableDataset
 from torch.utils.data import DataLoader
-from transformers import AutoTokenizer, PreTrainedTokenizerBase
+from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 from ..card_writing import PRETRAINING_SECTIONS, RunRecord, describe_objective, pretraining_metadata, write_card
 from ..core.files import check_output_folder, check_output_outside_inputs, write_atomic
@@ -198,8 +199,29 @@ def _first(dataset, limit: int | None):
     return dataset.select(range(min(limit, len(dataset))))
 
 
+def corpus_texts(data: PretrainDataOptions, seed: int) -> tuple[Any, Any]:
+    """The training and validation texts a run reads (its `data` keys; titles left out, limits applied)."""
+    corpus = load_corpus(
+        data.dataset, data_files=data.data_files, text_column=data.text_column, seed=seed, streaming=data.streaming,
+        exclude_titles=data.exclude_titles or (), keep_titles=data.keep_titles,
+    )  # fmt: skip
+    train_texts = _first(corpus["train"], data.max_train_samples)
+    if data.streaming:  # a fixed held-out set: the validation split's first texts, kept in memory
+        return train_texts, held_out(corpus["validation"], data.max_eval_samples or HELD_OUT_TEXTS)
+    return train_texts, _first(corpus["validation"], data.max_eval_samples)
+
+
+def train_run_tokenizer(config: PretrainConfig, train_texts: Any = None) -> PreTrainedTokenizerFast:
+    """The tokenizer a run of `config` trains when it names none (`tokenizer_kind`, `vocab_size`, on its training
+    texts): made once, it lets several runs (a study's objectives) share one vocabulary through `--tokenizer`."""
+    if train_texts is None:
+        train_texts, _ = corpus_texts(config.data, config.run.seed)
+    vocab_size = config.data.vocab_size or preset_config(config.preset).vocab_size
+    return train_tokenizer_on_corpus(train_texts, config.data.tokenizer_kind, vocab_size, preset_family(config.preset))
+
+
 def _tokenizer(
-    config: PretrainConfig, family: str, train_texts, output_dir: Path, accelerator: Accelerator, resuming: bool
+    config: PretrainConfig, train_texts, output_dir: Path, accelerator: Accelerator, resuming: bool
 ) -> PreTrainedTokenizerBase:
     """The named tokenizer, or one trained on the training texts and saved in `output_dir` right away.
 
@@ -210,8 +232,7 @@ def _tokenizer(
         return AutoTokenizer.from_pretrained(config.data.tokenizer)
     with accelerator.main_process_first():
         if accelerator.is_main_process and not resuming:
-            vocab_size = config.data.vocab_size or preset_config(config.preset).vocab_size
-            tokenizer = train_tokenizer_on_corpus(train_texts, config.data.tokenizer_kind, vocab_size, family)
+            tokenizer = train_run_tokenizer(config, train_texts)
             tokenizer.save_pretrained(output_dir)
             return tokenizer
     return AutoTokenizer.from_pretrained(output_dir)
@@ -287,21 +308,13 @@ def pretrain(config: PretrainConfig) -> Path:
     # --- Corpus: `train` and `validation` splits of raw text; read before anything is written, so a missing or
     # malformed file leaves no output folder behind.
     with accelerator.main_process_first():  # the main process fills datasets' cache, the others read it
-        corpus = load_corpus(
-            data.dataset, data_files=data.data_files, text_column=data.text_column, seed=run.seed,
-            streaming=data.streaming, exclude_titles=data.exclude_titles or (), keep_titles=data.keep_titles,
-        )  # fmt: skip
-    train_texts = _first(corpus["train"], data.max_train_samples)
-    if data.streaming:  # a fixed held-out set: the validation split's first texts, kept in memory
-        eval_texts = held_out(corpus["validation"], data.max_eval_samples or HELD_OUT_TEXTS)
-    else:
-        eval_texts = _first(corpus["validation"], data.max_eval_samples)
+        train_texts, eval_texts = corpus_texts(data, run.seed)
     if accelerator.is_main_process:
         output_dir.mkdir(parents=True, exist_ok=True)
 
     # --- Tokenizer, then the corpus as examples of at most block_size tokens: packed into fixed-length blocks, or
     # (next-sentence prediction) pairs of consecutive segments of each document.
-    tokenizer = _tokenizer(config, family, train_texts, output_dir, accelerator, resuming=resume_from is not None)
+    tokenizer = _tokenizer(config, train_texts, output_dir, accelerator, resuming=resume_from is not None)
     inputs = run_inputs(output_dir, _tokenizer_folder(config, output_dir), tokenizer_file_names(tokenizer),
                         (data.dataset, data.data_files))  # what each checkpoint records, to check on resume
     with accelerator.main_process_first():

@@ -7,11 +7,13 @@ archived once the run folders are gone."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import sys
 
 import pytest
+import yaml
 from tests.helpers.paths import REPO
 
 sys.path.insert(0, str(REPO / "model_cards"))
@@ -184,3 +186,51 @@ def test_the_unigram_baseline_of_a_next_sentence_run_scores_the_pairs_the_run_sc
     scored = [json.loads(line) for line in (run_dir / "log.jsonl").read_text().splitlines()][-2]
     assert baseline["validation_targets"] == scored["eval_targets"] > 0
     assert baseline["unigram_perplexity"] > 1
+
+
+def test_the_shared_tokenizer_is_the_one_the_recipe_trains_and_the_card_names_it_and_refuses_another(shared_data,
+                                                                                                      tmp_path):
+    """`tokenizer` trains what a run given no `--tokenizer` trains, byte for byte, so the command the card shows
+    rebuilds the study's vocabulary; the card archives its command and SHA-256, and a run that read other files is
+    refused before anything is copied (one study, one tokenizer)."""
+    from accelerate.state import AcceleratorState, GradientState
+
+    from hfzoo.commands.pretrain import main
+
+    shared, config = tmp_path / "tokenizer", [*PRETRAINING, "--objective", "mlm", "--max_steps", "1"]
+    assert study.main(["tokenizer", str(shared), "--", *config]) == 0
+    record = json.loads((shared / pretraining_study_card.TOKENIZER_RECORD).read_text())
+    assert record["command"] == ["python", "model_cards/generate_pretraining_study.py", "tokenizer", str(shared), "--",
+                                 *config]  # fmt: skip
+    with pytest.raises(SystemExit, match="exists; a study's runs share one tokenizer"):
+        study.main(["tokenizer", str(shared), "--", *config])
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["tokenizer"]  # no staging folder left
+    try:
+        run_dir = main([*config, "--output_dir", str(tmp_path / "run")])  # trains its own tokenizer
+    finally:
+        GradientState._reset_state()
+        AcceleratorState._reset_state(reset_partial_state=True)
+    assert (run_dir / "tokenizer.json").read_bytes() == (shared / "tokenizer.json").read_bytes()
+
+    def reads(tokenizer) -> None:  # the run's recorded config, naming the tokenizer folder it read
+        recorded = yaml.safe_load((run_dir / "training_config.yaml").read_text())
+        (run_dir / "training_config.yaml").write_text(yaml.safe_dump({**recorded, "tokenizer": str(tokenizer)}))
+
+    archive = tmp_path / "card" / pretraining_study_card.ARCHIVE
+    (archive / "pretrain-earlier").mkdir(parents=True)  # a run archived before its tokenizer's files were recorded
+    (archive / "pretrain-earlier" / "run_record.json").write_text("{}")
+    reads(shared)
+    with pytest.raises(SystemExit, match=r"\(pretrain-earlier\) read a tokenizer whose files were not recorded"):
+        pretraining_study_card.archive_tokenizer([run_dir], archive)
+    shutil.rmtree(archive / "pretrain-earlier")
+    pretraining_study_card.archive_tokenizer([run_dir], archive)
+    kept = json.loads((archive / pretraining_study_card.TOKENIZER_RECORD).read_text())
+    assert kept == {"folder": str(shared), "command": record["command"], "files": record["files"]}
+    sha = hashlib.sha256((shared / "tokenizer.json").read_bytes()).hexdigest()
+    assert f"`tokenizer.json` {sha}" in pretraining_study_card._tokenizer_note({"tokenizer": kept})
+    corpus = load_corpus("../shared/data/enwiki/AA/wiki_00", streaming=True)
+    other = train_tokenizer_on_corpus(held_out(corpus["train"], 20), "wordpiece", 300, "encoder")
+    other.save_pretrained(tmp_path / "b")
+    reads(tmp_path / "b")
+    with pytest.raises(SystemExit, match=r"read the tokenizer in .*/b, whose files differ"):
+        pretraining_study_card.archive_tokenizer([run_dir], archive)
