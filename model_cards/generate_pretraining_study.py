@@ -58,6 +58,7 @@ import shlex
 import shutil
 import signal
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from generate_results import record
@@ -79,10 +80,9 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 from transformers import AutoTokenizer
 
-from hfzoo.commands.pretrain import parse_args, train_run_tokenizer
+from hfzoo.commands.pretrain import corpus_texts, parse_args, train_run_tokenizer
 from hfzoo.core.files import write_atomic
 from hfzoo.core.presets import preset_config
-from hfzoo.data.corpus import load_corpus
 from hfzoo.data.streaming import held_out
 from hfzoo.objectives import get_objective
 
@@ -173,9 +173,8 @@ def step_flops(recipe_args: list[str], objectives: list[str], texts: int = 64) -
     first = recipe.data
     if not first.tokenizer:
         raise SystemExit("flops: pass the study's --tokenizer, so every objective is counted with its vocabulary")
-    corpus = load_corpus(first.dataset, data_files=first.data_files, text_column=first.text_column, streaming=True,
-                         exclude_titles=first.exclude_titles or (), seed=recipe.run.seed)  # fmt: skip
-    texts, tokenizer = held_out(corpus["train"], texts), AutoTokenizer.from_pretrained(first.tokenizer)
+    train_texts, _ = corpus_texts(replace(first, streaming=True), recipe.run.seed)
+    texts, tokenizer = held_out(train_texts, texts), AutoTokenizer.from_pretrained(first.tokenizer)
     flops = {}
     for name in objectives:
         config = parse_args([*recipe_args, "--objective", name])

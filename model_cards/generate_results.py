@@ -140,24 +140,22 @@ def _targets(blocks, collator, batch_size: int, shifts_labels: bool, max_batches
     return torch.cat(found)
 
 
-def recorded_pretraining(run_dir: Path, streaming: bool = False) -> tuple[Any, Any, Any, Any]:
-    """A finished pretraining run's config (its `training_config.yaml`), objective, tokenizer and corpus, read as the
-    run read them (`streaming`: the corpus as iterable splits, for measures that need only their first texts)."""
+def recorded_pretraining(run_dir: Path, **data_keys: Any) -> tuple[Any, Any, Any, tuple[Any, Any]]:
+    """A finished pretraining run's config (its `training_config.yaml`), objective, tokenizer and its training and
+    validation texts, read as the run read them (`data_keys` override its data keys: `streaming=True` and a
+    `max_eval_samples` for measures that need only the first validation texts)."""
+    from dataclasses import replace
+
     from transformers import AutoTokenizer
 
-    from hfzoo.commands.pretrain import PretrainConfig
+    from hfzoo.commands.pretrain import PretrainConfig, corpus_texts
     from hfzoo.core.recipe_config import from_dict, load_yaml
-    from hfzoo.data.corpus import load_corpus
     from hfzoo.objectives.objective import get_objective
 
     config = from_dict(PretrainConfig, load_yaml(run_dir / "training_config.yaml"))
     objective = get_objective(config.objective, config.preset)
     tokenizer = AutoTokenizer.from_pretrained(config.data.tokenizer or run_dir)
-    data = config.data
-    corpus = load_corpus(data.dataset, data_files=data.data_files, text_column=data.text_column, seed=config.run.seed,
-                         exclude_titles=data.exclude_titles or (), keep_titles=data.keep_titles,
-                         streaming=streaming)  # fmt: skip
-    return config, objective, tokenizer, corpus
+    return config, objective, tokenizer, corpus_texts(replace(config.data, **data_keys), config.run.seed)
 
 
 def unigram_baseline(run_dir: Path) -> dict[str, Any]:
@@ -166,11 +164,11 @@ def unigram_baseline(run_dir: Path) -> dict[str, Any]:
     from hfzoo.tasks.baselines import unigram_accuracy, unigram_perplexity
     from hfzoo.training.logging import read_log
 
-    config, objective, tokenizer, corpus = recorded_pretraining(run_dir)
-    splits = {}
-    for name, limit in (("train", config.data.max_train_samples), ("validation", config.data.max_eval_samples)):
-        texts = corpus[name] if limit is None else corpus[name].select(range(min(limit, len(corpus[name]))))
-        splits[name] = objective.examples(texts, tokenizer, config.data.block_size)  # the recipe's: blocks or pairs
+    config, objective, tokenizer, texts = recorded_pretraining(run_dir, streaming=False)
+    splits = {  # the recipe's examples: blocks or pairs
+        name: objective.examples(split, tokenizer, config.data.block_size)
+        for name, split in zip(("train", "validation"), texts)
+    }
 
     def collator(generator: torch.Generator):
         return objective.make_collator(tokenizer, config.collator, generator)

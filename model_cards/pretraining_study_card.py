@@ -24,7 +24,6 @@ from hfzoo.card_writing import CARD, Curve, RunRecord, Section, markdown_table, 
 from hfzoo.commands.pretrain import PretrainConfig
 from hfzoo.core.files import write_atomic
 from hfzoo.core.recipe_config import from_dict, load_yaml
-from hfzoo.data.streaming import held_out
 from hfzoo.objectives.objective import OBJECTIVES
 from hfzoo.training.logging import read_log
 from hfzoo.training.run_inputs import run_inputs, tokenizer_file_names
@@ -96,8 +95,10 @@ def token_similarity(run_dir: Path, texts: int = 64, blocks: int = 16) -> dict[s
     of two positions of one validation block, over the first `blocks` blocks of its first `texts` validation texts;
     written to `SIMILARITY`. At 1 every position holds the same vector: the encoder collapsed, and a task head has
     nothing to tell tokens apart by, whatever its pretraining loss says."""
-    config, objective, tokenizer, corpus = recorded_pretraining(run_dir, streaming=True)
-    examples = objective.examples(held_out(corpus["validation"], texts), tokenizer, config.data.block_size)
+    config, objective, tokenizer, (_, validation) = recorded_pretraining(
+        run_dir, streaming=True, max_eval_samples=texts
+    )
+    examples = objective.examples(validation, tokenizer, config.data.block_size)
     verbosity = transformers_logging.get_verbosity()
     transformers_logging.set_verbosity_error()  # not its report of the pretraining head's weights, unused here
     try:
