@@ -1,11 +1,12 @@
 """torch internals: dynamo settings scoped to one compiled module, a FLOP formula for the private grouped matmul
-op, a module's hooks, a tensor's in-place version counter."""
+op, a module's hooks, a tensor's in-place version counter, Muon's Newton-Schulz iterations."""
 
 import contextlib
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import torch
+import torch.optim._muon as torch_muon
 from torch import nn
 from torch.utils.flop_counter import flop_registry, register_flop_formula
 
@@ -31,6 +32,20 @@ def recompile_limit(limit: int) -> Iterator[None]:
     """Within the block, dynamo compiles up to `limit` graphs per code object before falling back to eager."""
     with torch._dynamo.config.patch(recompile_limit=limit):
         yield
+
+
+@contextlib.contextmanager
+@written_for("torch")
+def muon_iterations(orthogonalise: Callable[..., torch.Tensor]) -> Iterator[None]:
+    """Within the block, `torch.optim.Muon` orthogonalises its updates with `orthogonalise` (called as torch's
+    `_zeropower_via_newtonschulz`: update, coefficients, steps, eps). torch has no switch for the iterations' dtype:
+    bfloat16 is written into that function."""
+    torch_own = torch_muon._zeropower_via_newtonschulz
+    torch_muon._zeropower_via_newtonschulz = orthogonalise
+    try:
+        yield
+    finally:
+        torch_muon._zeropower_via_newtonschulz = torch_own
 
 
 @written_for("torch")

@@ -31,7 +31,7 @@ from ..data.streaming import StreamedBatches
 from .checkpointing import Progress
 from .length_grouping import train_sampling
 from .logging import RunLogger
-from .muon import MuonWithAdamW, muon_parameters
+from .muon import Muon, MuonWithAdamW, muon_parameters
 from .options import RunOptions, TaskTrainingOptions, ULMFiTOptions
 
 
@@ -69,7 +69,7 @@ def build_optimizer(
     if muon_groups and groups:
         return MuonWithAdamW(muon_groups, groups, dict(lr=learning_rate, betas=betas, eps=eps))
     if muon_groups:  # nothing for AdamW (LoRA matrices and a task head, say)
-        return torch.optim.Muon(muon_groups)
+        return Muon(muon_groups)
     return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, eps=eps)
 
 

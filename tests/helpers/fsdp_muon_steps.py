@@ -5,35 +5,23 @@ named by the first argument.
 
 Both see the same batch, so the sharded gradients are the unsharded ones. What is checked is that `torch.optim.Muon`
 orthogonalises whole matrices on DTensor shards (DTensor redistributes what its Newton-Schulz iterations multiply), as
-it does unsharded; orthogonalising each process's rows alone would change the updates entirely. torch runs those
-iterations in bfloat16, where sums taken in another order (a sharded matmul's) differ in the third digit and five
-iterations that amplify small singular values turn that into updates some 15% apart; the same iterations in float64
-(torch's, with the dtype changed) leave only float rounding.
+it does unsharded; orthogonalising each process's rows alone would change the updates entirely. The iterations run in
+float64 here: in bfloat16 (torch's) or float32 (hfzoo's on the CPU), sums taken in another order (a sharded matmul's)
+differ in the last digits, and five iterations that amplify small singular values make that visible (in bfloat16,
+updates some 15% apart); in float64 only float rounding is left.
 """
 
 import json
 import sys
 
 import torch
-import torch.optim._muon as torch_muon
 from accelerate import Accelerator
 from transformers import AutoModelForCausalLM
 
 import hfzoo
 from hfzoo.training.loop import build_optimizer
+from hfzoo.training.muon import Muon
 from hfzoo.training.sharding import shard_model
-
-
-def newton_schulz_in_float64(grad: torch.Tensor, coefficients, steps: int, eps: float) -> torch.Tensor:
-    """torch's `_zeropower_via_newtonschulz` (its quintic iteration, same coefficients and steps) in float64."""
-    a, b, c = coefficients
-    tall = grad.size(0) > grad.size(1)
-    ortho = (grad.T if tall else grad).double()
-    ortho = ortho / ortho.norm().clamp(min=eps)
-    for _ in range(steps):
-        gram = ortho @ ortho.T
-        ortho = a * ortho + (b * gram + c * gram @ gram) @ ortho
-    return (ortho.T if tall else ortho).to(grad.dtype)
 
 
 def updated(sharded: bool, accelerator: Accelerator) -> dict[str, torch.Tensor]:
@@ -54,7 +42,7 @@ def updated(sharded: bool, accelerator: Accelerator) -> dict[str, torch.Tensor]:
 
 if __name__ == "__main__":
     accelerator = Accelerator(cpu=True)
-    torch_muon._zeropower_via_newtonschulz = newton_schulz_in_float64
+    Muon.cpu_dtype = torch.float64
     sharded, unsharded = updated(True, accelerator), updated(False, accelerator)
     if accelerator.is_main_process:
         report = {name: ((sharded[name] - step).norm() / step.norm()).item() for name, step in unsharded.items()}

@@ -226,6 +226,9 @@ def test_muon_on_two_processes_orthogonalises_whole_matrices_as_one_process_does
     assert max(differences.values()) < 1e-9, differences
 
 
+# Two more launches (69-76 s of make test on a 2-core AMD EPYC): the fast suite covers its parts, Muon's exact resume
+# in one process (test_pretrain_recipe), a sharded run's exact resume (the SIGKILL test above), Muon on shards (above).
+@pytest.mark.slow
 def test_muon_on_two_processes_keeps_sharded_momentum_and_resumes_bit_identically(tmp_path):
     reference, resumed = tmp_path / "reference", tmp_path / "resumed"
     launch(torchrun(reference, "--optimizer", "muon"))
