@@ -140,19 +140,26 @@ def _targets(blocks, collator, batch_size: int, shifts_labels: bool, max_batches
     return torch.cat(found)
 
 
+def recorded_config(run_dir: Path) -> Any:
+    """A pretraining run's resolved config, as it saved it (`CONFIG_FILE`)."""
+    from hfzoo.commands.pretrain import PretrainConfig
+    from hfzoo.core.recipe_config import CONFIG_FILE, from_dict, load_yaml
+
+    return from_dict(PretrainConfig, load_yaml(run_dir / CONFIG_FILE))
+
+
 def recorded_pretraining(run_dir: Path, **data_keys: Any) -> tuple[Any, Any, Any, tuple[Any, Any]]:
-    """A finished pretraining run's config (its `training_config.yaml`), objective, tokenizer and its training and
-    validation texts, read as the run read them (`data_keys` override its data keys: `streaming=True` and a
-    `max_eval_samples` for measures that need only the first validation texts)."""
+    """A finished pretraining run's config (`recorded_config`), objective, tokenizer and its training and validation
+    texts, read as the run read them (`data_keys` override its data keys: `streaming=True` and a `max_eval_samples`
+    for measures that need only the first validation texts)."""
     from dataclasses import replace
 
     from transformers import AutoTokenizer
 
-    from hfzoo.commands.pretrain import PretrainConfig, corpus_texts
-    from hfzoo.core.recipe_config import from_dict, load_yaml
+    from hfzoo.commands.pretrain import corpus_texts
     from hfzoo.objectives.objective import get_objective
 
-    config = from_dict(PretrainConfig, load_yaml(run_dir / "training_config.yaml"))
+    config = recorded_config(run_dir)
     objective = get_objective(config.objective, config.preset)
     tokenizer = AutoTokenizer.from_pretrained(config.data.tokenizer or run_dir)
     return config, objective, tokenizer, corpus_texts(replace(config.data, **data_keys), config.run.seed)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from generate_finetune_results import baselines
-from generate_results import BASELINE, DATA_SPLIT, recorded_pretraining, summarize, unigram_baseline
+from generate_results import BASELINE, DATA_SPLIT, recorded_config, recorded_pretraining, summarize, unigram_baseline
 from recording import RUN_RECORD, run_complete, run_metrics, shown
 
 import torch
@@ -21,9 +21,7 @@ from transformers import AutoModel, AutoTokenizer
 from transformers.utils import logging as transformers_logging
 
 from hfzoo.card_writing import CARD, Curve, RunRecord, Section, markdown_table, model_card_data, plot_losses, render_card
-from hfzoo.commands.pretrain import PretrainConfig
 from hfzoo.core.files import write_atomic
-from hfzoo.core.recipe_config import from_dict, load_yaml
 from hfzoo.objectives.objective import OBJECTIVES
 from hfzoo.training.logging import read_log
 from hfzoo.training.run_inputs import run_inputs, tokenizer_file_names
@@ -156,7 +154,7 @@ def archive_tokenizer(pretraining: list[Path], archive_dir: Path) -> None:
     unrecorded = sorted({path.parent.name for path in archive_dir.glob(f"pretrain-*/{RUN_RECORD}")}
                         - {run_dir.name for run_dir in pretraining})  # fmt: skip
     for run_dir in pretraining:
-        named = from_dict(PretrainConfig, load_yaml(run_dir / "training_config.yaml")).data.tokenizer
+        named = recorded_config(run_dir).data.tokenizer
         if not named or not Path(named).is_dir():
             continue  # trained by the run itself, or a Hub name
         if kept is None and unrecorded:
