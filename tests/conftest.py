@@ -31,6 +31,7 @@ from accelerate.state import AcceleratorState, GradientState
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from tests.helpers.area_task import base, finetuned  # noqa: F401 (fixtures)
 from tests.helpers.paths import SHARED_DATA
+from tests.helpers.remote_code import hfzoo_free_python  # noqa: F401 (fixture)
 from tests.helpers.tiny_checkpoints import checkpoints, gpt_tiny_checkpoint, native_folders  # noqa: F401 (fixtures)
 from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerFast
 

@@ -8,6 +8,7 @@ so a family without transformer blocks (ELMo) ships none of that code with its c
 
 import os
 
+import transformers
 from transformers.modeling_utils import PreTrainedModel
 from transformers.utils import ModelOutput
 
@@ -47,6 +48,9 @@ class ZooPreTrainedModel(PreTrainedModel):
         wants_loading_info = kwargs.get("output_loading_info", False)
         kwargs["output_loading_info"] = True
         model, loading_info = super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+        for auto_name, heads in cls.heads_by_auto_class.items():  # as remote code, transformers maps the config class
+            if len(heads) > 1:  # to the head it loaded first; given them all, it picks by `architectures` as hfzoo's
+                getattr(transformers, auto_name).register(type(model.config), heads, exist_ok=True)
         model.refuse_fresh_pretrained_head(pretrained_model_name_or_path, loading_info)
         return (model, loading_info) if wants_loading_info else model
 
@@ -83,6 +87,7 @@ class ZooPreTrainedModel(PreTrainedModel):
         """
         if self._auto_class is not None:
             self.config.auto_map = self.family_auto_map()
+            self.config._auto_class = None  # else its own saving names its file in auto_map again
         return super().save_pretrained(save_directory, *args, **kwargs)
 
     def code_module(self) -> str:
@@ -91,9 +96,9 @@ class ZooPreTrainedModel(PreTrainedModel):
         return type(self).__module__.rsplit(".", 1)[-1]
 
     def family_auto_map(self) -> dict[str, str]:
-        """`auto_map` naming the config class and, for each Auto class, this model's class if it answers that Auto
-        class, else the family's default head for it (`module.Class`, as in the folder the code is copied to)."""
-        auto_map = {"AutoConfig": f"{type(self.config).__module__.rsplit('.', 1)[-1]}.{type(self.config).__name__}"}
+        """`auto_map` naming, for each Auto class, this model's class if it answers it, else the family's default
+        head, and the config class, all through the modeling module (`module.Class`): one config class per code."""
+        auto_map = {"AutoConfig": f"{self.code_module()}.{type(self.config).__name__}"}
         for auto_name, heads in self.heads_by_auto_class.items():
             auto_map[auto_name] = f"{self.code_module()}.{(type(self) if type(self) in heads else heads[0]).__name__}"
         return auto_map

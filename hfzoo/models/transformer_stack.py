@@ -116,7 +116,8 @@ class ZooTransformerPreTrainedModel(ZooPreTrainedModel):
             lines = [f"from .{module} import *  # noqa: F403" for module in (*components, family)]
             family_name = family.removeprefix("modeling_")
             docstring = f'"""The {family_name} family with the component files its config runs (written by hfzoo)."""'
-            text = "\n".join([docstring, "", *lines, f"from .{family} import __all__  # noqa: F401", ""])
+            exports = [f"from .{family} import {type(self.config).__name__}, __all__  # noqa: F401"]
+            text = "\n".join([docstring, "", *lines, *exports, ""])
             (folder / f"{self.code_module()}.py").write_text(text, encoding="utf-8")
             package = Path(sys.modules[type(self).__module__].__file__).parent
             sources = [package / f"{name}.py" for name in components]

@@ -13,7 +13,6 @@ import pytest
 import yaml
 from huggingface_hub import ModelCard
 from tests.helpers.recipe_runs import finetune_on
-from tests.helpers.remote_code import run_without_hfzoo
 
 from hfzoo.card_writing import (
     CARD,
@@ -123,7 +122,7 @@ def test_pretraining_card():
 
 
 def test_the_pretraining_cards_code_without_hfzoo_loads_model_and_tokenizer_asking_nothing(
-    tiny_model, tokenizer, tokenizer_overrides, tmp_path
+    tiny_model, tokenizer, tokenizer_overrides, tmp_path, hfzoo_free_python
 ):
     """The card's "Without hfzoo" code, run where hfzoo is not installed, beside the saved folder: `AutoTokenizer`
     reads the model's config (its `auto_map`) before any tokenizer file, so without `trust_remote_code=True` it printed
@@ -134,7 +133,7 @@ def test_the_pretraining_cards_code_without_hfzoo_loads_model_and_tokenizer_aski
     record = RunRecord("llama-run", config, LOG, OBJECTIVE, preset_config("llama-tiny").to_dict())
     card = render_card(record, PRETRAINING_SECTIONS, pretraining_metadata(record))
     code = card.split("Without hfzoo")[1].split("```python\n")[1].split("```")[0]
-    process = run_without_hfzoo(code + "print(type(model).__module__, type(tokenizer).__name__)\n", tmp_path)
+    process = hfzoo_free_python.run(code + "print(type(model).__module__, type(tokenizer).__name__)\n", tmp_path)
     assert process.returncode == 0, process.stderr[-3000:]
     assert process.stdout.startswith("transformers_modules.") and "custom code" not in process.stdout + process.stderr
 

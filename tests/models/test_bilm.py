@@ -1,9 +1,6 @@
 """ELMo's biLM family: config checks, what each direction may see, the loss, padding, save/load and remote code."""
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -160,12 +157,6 @@ CHILD = textwrap.dedent(
     from safetensors.torch import load_file, save_file
 
     checkpoint, results = Path(sys.argv[1]), Path(sys.argv[2])
-    try:
-        import hfzoo
-    except ImportError:
-        pass
-    else:
-        raise SystemExit(f"hfzoo should not be importable here, got {hfzoo.__file__}")
     from transformers import AutoModel, AutoModelForPreTraining
 
     inputs = load_file(results / "inputs.safetensors")
@@ -180,18 +171,12 @@ CHILD = textwrap.dedent(
 )
 
 
-def test_remote_code_without_hfzoo(tmp_path):
-    checkpoint, blocker = tmp_path / "elmo", tmp_path / "blocker" / "hfzoo"
-    blocker.mkdir(parents=True)
-    (blocker / "__init__.py").write_text('raise ImportError("hfzoo is hidden from this process on purpose")\n')
+def test_remote_code_without_hfzoo(tmp_path, hfzoo_free_python):
+    checkpoint = tmp_path / "elmo"
     build_elmo().save_pretrained(checkpoint)
     inputs = {"input_ids": token_ids(), "attention_mask": torch.tensor([[1] * 9, [1] * 6 + [0] * 3])}
     save_file(inputs, tmp_path / "inputs.safetensors")
-    (tmp_path / "child.py").write_text(CHILD)
-    env = {**os.environ, "PYTHONPATH": str(blocker.parent), "HF_MODULES_CACHE": str(tmp_path / "modules"),
-           "HF_HOME": str(tmp_path / "hf_home"), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}  # fmt: skip
-    child = subprocess.run([sys.executable, str(tmp_path / "child.py"), str(checkpoint), str(tmp_path)],
-                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    child = hfzoo_free_python.run(CHILD, tmp_path, str(checkpoint), str(tmp_path))
     assert child.returncode == 0, child.stderr[-4000:]
     remote = load_file(tmp_path / "remote.safetensors")
     loaded = AutoModelForPreTraining.from_pretrained(checkpoint).eval()  # loaded vs loaded: same memory alignment

@@ -226,7 +226,7 @@ def test_save_pretrained_writes_safetensors_and_code_and_round_trips(decoder_pre
     assert {"model.safetensors", "config.json", "configuration_decoder.py", "modeling_decoder.py", "layers.py"} <= files
     assert not [name for name in files if name.endswith((".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt"))]
     auto_map = json.loads((tmp_path / "config.json").read_text())["auto_map"]
-    assert auto_map["AutoConfig"] == "configuration_decoder.ZooDecoderConfig"
+    assert auto_map["AutoConfig"] == "modeling_decoder.ZooDecoderConfig"  # one config class per model code
     assert auto_map[auto_class.__name__] == f"modeling_decoder.{HEADS[auto_class]}"
 
     loaded = auto_class.from_pretrained(tmp_path).eval()

@@ -105,7 +105,7 @@ def test_masked_lm_checkpoint_loads_into_every_task_head(tiny_model, tmp_path):
         assert all(not key.startswith("model.layers") for key in info["missing_keys"]), info["missing_keys"]
 
 
-def test_remote_code_loads_where_hfzoo_is_not_importable(tiny_model, tmp_path):
+def test_remote_code_loads_where_hfzoo_is_not_importable(tiny_model, tmp_path, hfzoo_free_python):
     jobs, expected = {}, {}
     for preset in ENCODER_PRESETS:
         for auto_class in (AutoModelForMaskedLM, AutoModelForSequenceClassification):
@@ -116,7 +116,7 @@ def test_remote_code_loads_where_hfzoo_is_not_importable(tiny_model, tmp_path):
             with torch.no_grad():
                 expected[name] = model(**inputs).logits
             jobs[name] = (auto_class.__name__, str(tmp_path / name), inputs)
-    results = load_as_remote_code(jobs, tmp_path)
+    results = load_as_remote_code(hfzoo_free_python, jobs, tmp_path)
     for name, logits in expected.items():
         torch.testing.assert_close(results[name], logits, **SAME, msg=name)
 

@@ -3,9 +3,6 @@ Transformer presets, fp32, dropout 0): generation, attention backends, save/load
 labels, gradient checkpointing, embeddings and PEFT. The Trainer, pipelines and a trained tokenizer:
 test_encoder_decoder_ecosystem.py."""
 
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -330,11 +327,6 @@ REMOTE_CHILD = textwrap.dedent(
     from safetensors.torch import load_file, save_file
 
     root = Path(sys.argv[1])
-    try:
-        import hfzoo
-        raise SystemExit(f"hfzoo must not be importable here, found {hfzoo.__file__}")
-    except ImportError:
-        pass
     from transformers import AutoModelForSeq2SeqLM
 
     inputs = load_file(root / "inputs.safetensors")
@@ -352,11 +344,7 @@ REMOTE_CHILD = textwrap.dedent(
 )
 
 
-def test_remote_code_loads_where_hfzoo_cannot_be_imported(tiny_model, tmp_path):
-    """One child process for every preset: a blocking `hfzoo` package first on PYTHONPATH, cwd outside the repo."""
-    blocker = tmp_path / "blocker" / "hfzoo"
-    blocker.mkdir(parents=True)
-    (blocker / "__init__.py").write_text('raise ImportError("hfzoo is hidden from this process")\n')
+def test_remote_code_loads_where_hfzoo_cannot_be_imported(tiny_model, tmp_path, hfzoo_free_python):
     input_ids, attention_mask = pad(SOURCES)
     inputs = dict(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=torch.tensor([[PAD, 5, 6]] * 3))
     save_file(inputs, tmp_path / "inputs.safetensors")
@@ -369,22 +357,7 @@ def test_remote_code_loads_where_hfzoo_cannot_be_imported(tiny_model, tmp_path):
                 input_ids, attention_mask=attention_mask, max_new_tokens=NEW_TOKENS, do_sample=False
             )
             expected[preset] = {"logits": model(**inputs).logits, "generated": generated}
-    (tmp_path / "child.py").write_text(REMOTE_CHILD)
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(blocker.parent),
-        "HF_MODULES_CACHE": str(tmp_path / "modules"),
-        "HF_HUB_OFFLINE": "1",
-        "OMP_NUM_THREADS": "1",
-    }
-    child = subprocess.run(
-        [sys.executable, str(tmp_path / "child.py"), str(tmp_path)],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    child = hfzoo_free_python.run(REMOTE_CHILD, tmp_path, str(tmp_path))
     assert child.returncode == 0, child.stderr[-4000:]
     for preset in PRESETS:
         remote = load_file(tmp_path / f"{preset}.remote.safetensors")

@@ -4,10 +4,6 @@ its loss is the masked-LM loss plus the NSP cross-entropy. And a keyword argumen
 family, naming it, while transformers' own keyword arguments still pass."""
 
 import json
-import os
-import subprocess
-import sys
-import textwrap
 
 import pytest
 import torch
@@ -24,7 +20,7 @@ from transformers import (
     AutoModelForTokenClassification,
 )
 
-from hfzoo.models import ZooEncoderForPreTraining
+from hfzoo.models import ZooEncoderForPreTraining, ZooEncoderForReplacedTokenDetection
 
 NEXT_SENTENCE_LABEL = torch.tensor([0, 1, 1])  # one per row of `right_padded_batch`
 
@@ -105,42 +101,30 @@ def test_lora_needs_no_target_modules_and_merges_exactly(tiny_model):
 REMOTE_LOAD_SCRIPT = """
 import sys
 import torch
-try:
-    import hfzoo
-except ImportError:
-    pass
-else:
-    sys.exit("hfzoo is importable; the remote-code check would prove nothing")
 from transformers import AutoModelForPreTraining
 
-folder, inputs_file, results_file = sys.argv[1:]
+discriminator_folder, folder, inputs_file, results_file = sys.argv[1:]
+discriminator = AutoModelForPreTraining.from_pretrained(discriminator_folder, trust_remote_code=True)
 model = AutoModelForPreTraining.from_pretrained(folder, trust_remote_code=True).eval()
 assert type(model).__module__.startswith("transformers_modules."), type(model).__module__
 with torch.no_grad():
     output = model(**torch.load(inputs_file))
-torch.save((output.loss, output.seq_relationship_logits), results_file)
+torch.save((type(discriminator).__name__, output.loss, output.seq_relationship_logits), results_file)
 """
 
 
-def test_remote_code_loads_where_hfzoo_is_not_importable(tiny_model, tmp_path):
-    blocker = tmp_path / "blocker" / "hfzoo"
-    blocker.mkdir(parents=True)
-    (blocker / "__init__.py").write_text("raise ImportError('hfzoo is blocked for this test')\n")
+def test_remote_code_loads_where_hfzoo_is_not_importable(tiny_model, tmp_path, hfzoo_free_python):
+    """After an ELECTRA discriminator saved in a folder of the same name, by the same code: transformers maps a
+    remote config class to the head it first loaded for an Auto class (`ZooPreTrainedModel.from_pretrained`)."""
     model = tiny_model("bert-tiny", AutoModelForPreTraining)
     model.save_pretrained(tmp_path / "model")
+    ZooEncoderForReplacedTokenDetection(model.config).save_pretrained(tmp_path / "electra" / "model")
     batch = {**pretraining_batch(), "next_sentence_label": NEXT_SENTENCE_LABEL}
     torch.save(batch, tmp_path / "inputs.pt")
-    (tmp_path / "load.py").write_text(textwrap.dedent(REMOTE_LOAD_SCRIPT))
-    env = {**os.environ, "PYTHONPATH": str(blocker.parent), "HF_MODULES_CACHE": str(tmp_path / "modules")}
-    process = subprocess.run(
-        [sys.executable, "load.py", "model", "inputs.pt", "results.pt"],
-        cwd=tmp_path,
-        env={**env, "HF_HUB_OFFLINE": "1"},
-        capture_output=True,
-        text=True,
-    )
+    process = hfzoo_free_python.run(REMOTE_LOAD_SCRIPT, tmp_path, "electra/model", "model", "inputs.pt", "results.pt")
     assert process.returncode == 0, process.stderr[-3000:]
-    loss, seq_relationship_logits = torch.load(tmp_path / "results.pt")
+    discriminator, loss, seq_relationship_logits = torch.load(tmp_path / "results.pt")
+    assert discriminator == "ZooEncoderForReplacedTokenDetection"
     with torch.no_grad():
         expected = model(**batch)
     torch.testing.assert_close(loss, expected.loss, **SAME)

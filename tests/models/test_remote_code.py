@@ -9,9 +9,6 @@ has, and `Trainer` fine-tunes one of them.
 
 import json
 import math
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -56,6 +53,7 @@ CHILD = textwrap.dedent(
             logits = model(**inputs).logits
             generated = model.generate(**inputs, max_new_tokens=%d, min_new_tokens=%d, do_sample=False)
         save_file({"logits": logits, "generated": generated}, results / f"{checkpoint.name}.safetensors")
+        (results / f"{checkpoint.name}.module").write_text(sys.modules[type(model).__module__].__file__)
     """
     % (NEW_TOKENS, NEW_TOKENS)
 )
@@ -74,29 +72,8 @@ def parent_outputs(model) -> dict[str, torch.Tensor]:
     return {"logits": logits, "generated": generated}
 
 
-def run_without_hfzoo(root: Path, script: str, *args: str, timeout: int = 300) -> None:
-    """Run `script` (saved as `root/child.py`) in a process where `import hfzoo` fails for real (a blocking package
-    comes first on PYTHONPATH), from `root`, offline, with its own module cache and HF home under `root`."""
-    blocker = root / "blocker" / "hfzoo"
-    blocker.mkdir(parents=True)
-    (blocker / "__init__.py").write_text('raise ImportError("hfzoo is hidden from this process on purpose")\n')
-    (root / "child.py").write_text(script)
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(blocker.parent),
-        "HF_MODULES_CACHE": str(root / "modules"),
-        "HF_HOME": str(root / "hf_home"),
-        "HF_HUB_OFFLINE": "1",
-        "OMP_NUM_THREADS": "1",
-    }
-    child = subprocess.run(
-        [sys.executable, "child.py", *args], cwd=root, env=env, capture_output=True, text=True, timeout=timeout
-    )
-    assert child.returncode == 0, child.stderr[-4000:]
-
-
 @pytest.fixture(scope="module")
-def remote_code_run(tmp_path_factory, tiny_model) -> tuple[dict, Path]:
+def remote_code_run(tmp_path_factory, tiny_model, hfzoo_free_python) -> tuple[dict, Path]:
     """Save every preset, load them all in one child process (imports dominate), return parent outputs + results."""
     root = tmp_path_factory.mktemp("remote_code")
     checkpoints, results = root / "checkpoints", root / "results"
@@ -114,16 +91,18 @@ def remote_code_run(tmp_path_factory, tiny_model) -> tuple[dict, Path]:
         expected[preset] = parent_outputs(loaded)
         fresh = parent_outputs(model)
         torch.testing.assert_close(expected[preset]["logits"], fresh["logits"], atol=1e-6, rtol=0)
-    run_without_hfzoo(root, CHILD, str(checkpoints), str(results))
+    child = hfzoo_free_python.run(CHILD, root, str(checkpoints), str(results))
+    assert child.returncode == 0, child.stderr[-4000:]
     return expected, results
 
 
-def test_the_child_process_cannot_import_hfzoo(remote_code_run):
+def test_the_child_process_cannot_import_hfzoo(remote_code_run, hfzoo_free_python):
     _, results = remote_code_run
     assert (results / "import_error.txt").read_text() == "hfzoo is hidden from this process on purpose"
     # The saved code was imported from the module cache the child was given, one folder per checkpoint.
-    cached = [path for path in (results.parent / "modules" / "transformers_modules").glob("*/*/modeling_decoder.py")]
-    assert len({path.parts[-3] for path in cached}) == len(PRESETS)
+    modules = {Path((results / f"{preset}.module").read_text()) for preset in PRESETS}
+    assert len({module.parent for module in modules}) == len(PRESETS)
+    assert all(module.is_relative_to(hfzoo_free_python.modules / "transformers_modules") for module in modules)
 
 
 @pytest.mark.parametrize("preset", PRESETS)
@@ -183,12 +162,6 @@ HEADS_CHILD = textwrap.dedent(
     from datasets import Dataset
     from transformers import AutoTokenizer, DataCollatorWithPadding, Trainer, TrainingArguments
 
-    try:
-        import hfzoo
-    except ImportError:
-        pass
-    else:
-        raise SystemExit(f"hfzoo should not be importable here, got {hfzoo.__file__}")
     jobs, results = json.loads(Path(sys.argv[1]).read_text()), {}
 
 
@@ -245,7 +218,7 @@ HEADS_CHILD = textwrap.dedent(
 
 
 @pytest.fixture(scope="module")
-def heads_without_hfzoo(tmp_path_factory) -> dict:
+def heads_without_hfzoo(tmp_path_factory, hfzoo_free_python) -> dict:
     """Pretrain one tiny model per family with the recipe (2 steps), then load each as every head of its family in a
     child process that cannot import hfzoo, running outside the repository with its own module cache."""
     from accelerate.state import AcceleratorState, GradientState
@@ -266,7 +239,8 @@ def heads_without_hfzoo(tmp_path_factory) -> dict:
             AcceleratorState._reset_state(reset_partial_state=True)
         jobs[family] = (str(output), list(HEADS[family]))
     (root / "jobs.json").write_text(json.dumps(jobs))
-    run_without_hfzoo(root, HEADS_CHILD, "jobs.json", "results.json", str(root / "fine-tuned"), timeout=600)
+    child = hfzoo_free_python.run(HEADS_CHILD, root, "jobs.json", "results.json", str(root / "fine-tuned"), timeout=600)
+    assert child.returncode == 0, child.stderr[-4000:]
     return {"root": root, "jobs": jobs, "results": json.loads((root / "results.json").read_text())}
 
 

@@ -8,9 +8,6 @@ than a few lines asks whoever adds it to raise the number here, in the same comm
 """
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -108,7 +105,6 @@ CHILD = textwrap.dedent(
     import sys
     from pathlib import Path
 
-    sys.modules["hfzoo"] = None  # `import hfzoo` raises ImportError from here on
     import torch
     from safetensors.torch import load_file, save_file
     from transformers import AutoModelForCausalLM, AutoModelForMaskedLM
@@ -116,7 +112,8 @@ CHILD = textwrap.dedent(
     root = Path(sys.argv[1])
     inputs = load_file(root / "inputs.safetensors")
     logits = {}
-    for name, auto_class in (("encoder", AutoModelForMaskedLM), ("decoder", AutoModelForCausalLM)):
+    for name in ("plain/encoder", "encoder", "plain/decoder", "decoder"):
+        auto_class = AutoModelForMaskedLM if name.endswith("encoder") else AutoModelForCausalLM
         model = auto_class.from_pretrained(root / name, trust_remote_code=True).eval()
         assert type(model).__module__.startswith("transformers_modules."), type(model).__module__
         with torch.no_grad():
@@ -126,30 +123,32 @@ CHILD = textwrap.dedent(
 )
 
 
-def test_checkpoints_with_component_files_run_without_hfzoo(tmp_path):
+def test_checkpoints_with_component_files_run_without_hfzoo(tmp_path, hfzoo_free_python):
     """The saved code of checkpoints with two component files each (DeBERTa's attention with its convolution, and
     with a mixture of experts), loaded through transformers' `trust_remote_code` in a process that cannot import
-    hfzoo, gives the logits hfzoo's own classes give from the same weights."""
+    hfzoo, gives the logits hfzoo's own classes give from the same weights. Each loads after a checkpoint of the
+    same folder name without components (`plain/encoder`, then `encoder`), as two runs' `model` folders are loaded
+    in one process: each runs its own code (transformers maps a remote config class to the model class first loaded
+    with it, `ZooPreTrainedModel.family_auto_map`)."""
     input_ids = torch.tensor([[3, 4, 5, 6], [7, 8, 9, 0]])
     inputs = {"input_ids": input_ids, "attention_mask": (input_ids != 0).long()}
     save_file(inputs, tmp_path / "inputs.safetensors")
     expected = {}
-    for name, preset, auto_class in (("encoder", "deberta-tiny", AutoModelForMaskedLM),
-                                     ("decoder", "gpt-tiny", AutoModelForCausalLM)):  # fmt: skip
-        overrides = {"position_embedding": "disentangled", "num_experts": 4} if name == "decoder" else {}
-        overrides = overrides or {"conv_kernel_size": 3}
-        torch.manual_seed(0)
-        config = hfzoo.preset_config(preset, vocab_size=64, pad_token_id=0, **overrides)
-        auto_class.from_config(config).save_pretrained(tmp_path / name)
-        with torch.no_grad():
-            expected[name] = auto_class.from_pretrained(tmp_path / name).eval()(**inputs).logits
-    (tmp_path / "child.py").write_text(CHILD)
-    env = {**os.environ, "HF_MODULES_CACHE": str(tmp_path / "modules"), "HF_HOME": str(tmp_path / "hf_home"),
-           "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}  # fmt: skip
-    child = subprocess.run(
-        [sys.executable, "child.py", str(tmp_path)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
-    )
+    for name, auto_class, plain, (preset, overrides) in (
+        ("encoder", AutoModelForMaskedLM, "bert-tiny", ("deberta-tiny", {"conv_kernel_size": 3})),
+        ("decoder", AutoModelForCausalLM, "gpt-tiny", ("gpt-tiny", {"position_embedding": "disentangled",
+                                                                    "num_experts": 4})),
+    ):  # fmt: skip
+        for folder, (preset, options) in ((f"plain/{name}", (plain, {})), (name, (preset, overrides))):
+            torch.manual_seed(0)
+            config = hfzoo.preset_config(preset, vocab_size=64, pad_token_id=0, **options)
+            auto_class.from_config(config).save_pretrained(tmp_path / folder)
+            with torch.no_grad():
+                expected[folder] = auto_class.from_pretrained(tmp_path / folder).eval()(**inputs).logits
+    assert not list((tmp_path / "plain").glob("*/*_components.py"))
+    assert (tmp_path / "encoder" / "deberta_convolution.py").is_file()
+    child = hfzoo_free_python.run(CHILD, tmp_path, str(tmp_path))
     assert child.returncode == 0, child.stderr[-4000:]
     remote = load_file(tmp_path / "remote.safetensors")
     for name, logits in expected.items():
-        torch.testing.assert_close(remote[name], logits, atol=1e-6, rtol=0)
+        torch.testing.assert_close(remote[name], logits, atol=1e-6, rtol=0, msg=name)

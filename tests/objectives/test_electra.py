@@ -233,12 +233,13 @@ def test_lora_needs_no_target_modules_and_merges_exactly():
     torch.testing.assert_close(merged, adapted, atol=1e-5, rtol=0)
 
 
-def test_remote_code_loads_where_hfzoo_is_not_importable(tmp_path):
+def test_remote_code_loads_where_hfzoo_is_not_importable(tmp_path, hfzoo_free_python):
     model = discriminator()
     model.save_pretrained(tmp_path / "model")
     batch = right_padded_batch()
     # The checkpoint's auto_map names the discriminator under AutoModelForPreTraining: [batch, seq] logits come back.
-    results = load_as_remote_code({"rtd": ("AutoModelForPreTraining", str(tmp_path / "model"), batch)}, tmp_path)
+    jobs = {"rtd": ("AutoModelForPreTraining", str(tmp_path / "model"), batch)}
+    results = load_as_remote_code(hfzoo_free_python, jobs, tmp_path)
     with torch.no_grad():
         expected = model(**batch).logits
     assert results["rtd"].shape == batch["input_ids"].shape
