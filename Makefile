@@ -35,7 +35,8 @@ quickstart: install
 # Two workers, one per core, with one torch thread each (tests/conftest.py). Each test file runs whole in one
 # worker: its module fixtures are built once and the README's blocks run in order (`--dist loadgroup` would be
 # finer, but pytest 9.2 drops its groups: pytest-xdist issue 1386). The slow tests are each covered by a faster
-# one in `make test`; CI (.ci/run) runs both.
+# one in `make test`, but for the benchmarks' tiny runs, which test benchmark scripts rather than hfzoo; CI (.ci/run)
+# runs both.
 PYTEST := $(PY) -m pytest -q -n 2 --dist loadfile --timeout=900 --durations=15
 
 test: install-dev

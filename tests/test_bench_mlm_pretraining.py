@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 BENCH = REPO_ROOT / "benchmarks" / "bench_mlm_pretraining.py"
 
@@ -21,6 +23,7 @@ def load_report():
     return report
 
 
+@pytest.mark.slow  # 40-60 s on a 2-core CPU: it tests the benchmark script, not hfzoo (CI runs it)
 def test_tiny_run_trains_both_sides_on_the_same_blocks_and_compares_their_curves(shared_data, tmp_path):
     output = tmp_path / "mlm_pretraining.json"
     completed = subprocess.run(

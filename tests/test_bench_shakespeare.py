@@ -20,6 +20,7 @@ def run_bench(shared_data: Path, output: Path, *options: str) -> subprocess.Comp
     )  # fmt: skip
 
 
+@pytest.mark.slow  # 25-40 s on a 2-core CPU: it tests the benchmark script, not hfzoo (CI runs it)
 def test_tiny_run_measures_both_sides_in_the_same_run(shared_data, tmp_path):
     output = tmp_path / "shakespeare.json"
     completed = run_bench(shared_data, output)
@@ -48,7 +49,7 @@ def test_tiny_run_measures_both_sides_in_the_same_run(shared_data, tmp_path):
     assert output.with_suffix(".png").read_bytes().startswith(b"\x89PNG")  # the loss against training seconds
 
 
-@pytest.mark.slow  # a second side-by-side run, 40 s in CI; the tiny run above covers the benchmark
+@pytest.mark.slow  # a second side-by-side run, 40 s in CI
 def test_model_and_recipe_options_change_the_run_and_name_themselves(shared_data, tmp_path):
     output = tmp_path / "shakespeare_speedrun.json"
     options = ["--model_option", "qk_norm=true", "--recipe_option", "preset=gpt-speedrun-tiny",
