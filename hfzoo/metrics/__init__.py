@@ -2,12 +2,17 @@
 
 `evaluate.load("accuracy")` fetches its script from the Hub; hfzoo ships the metrics its recipes use as
 evaluate scripts in this folder (one file each, sharing `metric_info.py`). `load_metric` prefers them and falls
-back to the Hub for other names.
+back to the Hub for other names. `evaluate` is imported when a metric is loaded: importing it takes ~0.9 s on a
+2-core CPU, which every process that imports the task modules (the pretraining recipe too) paid.
 """
 
-from pathlib import Path
+from __future__ import annotations
 
-import evaluate
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import evaluate
 
 METRICS_DIR = Path(__file__).resolve().parent
 _NOT_METRICS = {"__init__", "metric_info"}
@@ -16,6 +21,8 @@ LOCAL_METRICS = tuple(sorted(p.stem for p in METRICS_DIR.glob("*.py") if p.stem 
 
 def load_metric(name: str, **kwargs) -> evaluate.EvaluationModule:
     """`evaluate.load` for a local hfzoo metric by name, or any other name/path (which may need the Hub)."""
+    import evaluate
+
     if name in LOCAL_METRICS:
         return evaluate.load(str(METRICS_DIR / f"{name}.py"), **kwargs)
     return evaluate.load(name, **kwargs)
