@@ -139,9 +139,9 @@ def test_checkpoints_with_component_files_run_without_hfzoo(tmp_path, hfzoo_free
         ("decoder", AutoModelForCausalLM, "gpt-tiny", ("gpt-tiny", {"position_embedding": "disentangled",
                                                                     "num_experts": 4})),
     ):  # fmt: skip
-        for folder, (preset, options) in ((f"plain/{name}", (plain, {})), (name, (preset, overrides))):
+        for folder, (folder_preset, options) in ((f"plain/{name}", (plain, {})), (name, (preset, overrides))):
             torch.manual_seed(0)
-            config = hfzoo.preset_config(preset, vocab_size=64, pad_token_id=0, **options)
+            config = hfzoo.preset_config(folder_preset, vocab_size=64, pad_token_id=0, **options)
             auto_class.from_config(config).save_pretrained(tmp_path / folder)
             with torch.no_grad():
                 expected[folder] = auto_class.from_pretrained(tmp_path / folder).eval()(**inputs).logits
