@@ -45,7 +45,9 @@ def build_optimizer(
     optimizer: str = "adamw",
     muon_learning_rate: float = 0.02,
 ) -> torch.optim.Optimizer:
-    """AdamW with weight decay on matrices only: decaying biases and norm gains only hurts (GPT-2, nanoGPT).
+    """AdamW with weight decay on matrices only: decaying biases and norm gains only hurts (GPT-2, nanoGPT). Its
+    fused kernel where every parameter's device has one (`_fused_adamw_fits`), kept safe by a step hook that lays
+    gradients and moments out like their parameters (`_lay_out_like_parameters`).
 
     `layers`: (parameters, learning rate) pairs for learning rates per layer group (ULMFiT's discriminative
     fine-tuning, `hfzoo.training.ulmfit`), in the order of the optimizer's groups; none = all at `learning_rate`.
@@ -66,11 +68,45 @@ def build_optimizer(
         ]
     groups = [g for g in groups if g["params"]]
     muon_groups = [g for g in muon_groups if g["params"]]
+    fused = _fused_adamw_fits(groups)
+    adamw_options = dict(lr=learning_rate, betas=betas, eps=eps, fused=fused)
     if muon_groups and groups:
-        return MuonWithAdamW(muon_groups, groups, dict(lr=learning_rate, betas=betas, eps=eps))
-    if muon_groups:  # nothing for AdamW (LoRA matrices and a task head, say)
+        built = MuonWithAdamW(muon_groups, groups, adamw_options)
+    elif muon_groups:  # nothing for AdamW (LoRA matrices and a task head, say)
         return Muon(muon_groups)
-    return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, eps=eps)
+    else:
+        built = torch.optim.AdamW(groups, **adamw_options)
+    if fused:
+        built.register_step_pre_hook(_lay_out_like_parameters)
+    return built
+
+
+def _fused_adamw_fits(groups: list[dict]) -> bool:
+    """Whether AdamW's fused kernel takes all of `groups`' parameters. It updates every parameter in one kernel where
+    the default runs a dozen operations per parameter on the CPU (gpt-speedrun-tiny, one AMD EPYC thread: 3.5 ms
+    -> 1.2 ms per step, of ~72), and is the faster path on CUDA too; the results differ from the default's only in
+    rounding."""
+    return all(p.device.type in ("cpu", "cuda") and p.dtype.is_floating_point for g in groups for p in g["params"])
+
+
+def _lay_out_like_parameters(optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
+    """Before a fused AdamW step: give each gradient and moment its parameter's memory layout where it has another.
+
+    The fused kernel walks a parameter, its gradient and its moments as flat arrays, so all must share one layout or
+    the update meets the wrong elements, silently. Two things give them different ones: `tune_for_cpu`'s
+    `ModeFollowingLinear` lays a weight out anew when the model changes mode (a step taken in eval mode), and a
+    checkpoint's moments load row-major beside a column-major weight. The copy happens only where layouts differ."""
+    for group in optimizer.param_groups:
+        for parameter in group["params"]:
+            if parameter.grad is None:
+                continue
+            layout = parameter.stride()
+            if parameter.grad.stride() != layout:
+                parameter.grad = torch.empty_like(parameter).copy_(parameter.grad)
+            state = optimizer.state.get(parameter, {})
+            for name, value in state.items():
+                if isinstance(value, torch.Tensor) and value.shape == parameter.shape and value.stride() != layout:
+                    state[name] = torch.empty_like(parameter, dtype=value.dtype).copy_(value)
 
 
 def build_scheduler(

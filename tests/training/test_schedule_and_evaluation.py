@@ -4,12 +4,14 @@ eval loss is the model's token-weighted loss.
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
 import torch
 
 import hfzoo
+from hfzoo.core.cpu_layout import tune_for_cpu
 from hfzoo.training import get_objective
 from hfzoo.training.evaluation import EvalShard, evaluate
 from hfzoo.training.loop import build_optimizer, build_scheduler
@@ -28,6 +30,40 @@ def test_warmup_then_cosine_to_the_minimum():
     assert lrs[12] == pytest.approx(1e-4 + 0.9e-3 * 0.5)  # half way through the decay
     assert lrs[20] == pytest.approx(1e-4)
     assert all(a >= b for a, b in zip(lrs[4:], lrs[5:]))
+
+
+def test_fused_adamw_updates_like_the_default_across_weight_layouts():
+    """The fused kernel is a speed lever only: its updates are the per-parameter default's to rounding, also where
+    `tune_for_cpu` lays a weight out column-major, the model steps in eval mode (another layout), and the moments come
+    back row-major from a checkpoint (the kernel reads parameter, gradient and moments as flat arrays)."""
+    torch.manual_seed(0)
+    fused_model = torch.nn.Sequential(torch.nn.Linear(32, 8), torch.nn.Tanh())
+    plain_model = copy.deepcopy(fused_model)
+    tune_for_cpu(fused_model)
+    fused = build_optimizer(fused_model, 1e-2, 0.1, (0.9, 0.95), 1e-8)
+    plain = torch.optim.AdamW([{"params": [p for p in plain_model.parameters() if p.ndim >= 2], "weight_decay": 0.1},
+                               {"params": [p for p in plain_model.parameters() if p.ndim < 2], "weight_decay": 0.0}],
+                              lr=1e-2, betas=(0.9, 0.95), eps=1e-8)  # fmt: skip
+    assert fused.defaults["fused"] and not plain.defaults["fused"]
+    inputs = torch.randn(16, 32)
+
+    def step(model, optimizer):
+        model(inputs).square().mean().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+
+    for mode in (True, True, False, True):
+        for model, optimizer in ((fused_model, fused), (plain_model, plain)):
+            model.train(mode)
+            step(model, optimizer)
+    assert fused_model[0].weight.stride() == (1, 8)  # a narrowing weight trains column-major
+    saved = fused.state_dict()  # as a checkpoint holds it: row-major
+    saved["state"] = {i: {k: v.contiguous() for k, v in s.items()} for i, s in saved["state"].items()}
+    fused.load_state_dict(saved)
+    for model, optimizer in ((fused_model, fused), (plain_model, plain)):
+        step(model, optimizer)
+    for after_fused, after_plain in zip(fused_model.parameters(), plain_model.parameters()):
+        torch.testing.assert_close(after_fused, after_plain, rtol=1e-5, atol=1e-6)
 
 
 def _wsd_learning_rates(optimizer, scheduler, steps: int) -> list[float]:
