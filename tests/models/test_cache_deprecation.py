@@ -5,19 +5,16 @@ training and generation log no such warning under 5.23 or 5.24.
 """
 
 import logging
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 import transformers
+from tests.helpers.recipe_runs import run_pretrain
 from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoModelForSequenceClassification
 
 from hfzoo.core.presets import preset_config
 
-REPO = Path(__file__).resolve().parents[2]
 DEPRECATION = "are deprecated. Use `cache`"
 
 
@@ -41,17 +38,10 @@ def transformers_warnings():
     root.removeHandler(handler)
 
 
-def test_short_training_run_logs_no_cache_deprecation(tmp_path: Path):
-    """`recipes/pretrain.py` as users run it, two optimizer steps on gpt-tiny."""
-    command = [
-        sys.executable, str(REPO / "recipes" / "pretrain.py"), "--config",
-        str(REPO / "recipes" / "configs" / "test-gpt-tiny-clm.yaml"),
-        "--max_steps", "2", "--eval_every", "2", "--save_every", "2", "--output_dir", str(tmp_path / "run"),
-    ]
-    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert DEPRECATION not in done.stdout + done.stderr
+def test_short_training_run_logs_no_cache_deprecation(tmp_path: Path, transformers_warnings: list[str]):
+    """`hfzoo pretrain` on the test config: two optimizer steps on gpt-tiny, an evaluation and the save."""
+    run_pretrain("--max_steps", "2", "--eval_every", "2", "--save_every", "2", "--output_dir", str(tmp_path / "run"))
+    assert not [m for m in transformers_warnings if DEPRECATION in m]
 
 
 @pytest.mark.parametrize("name", ["llama-tiny", "t5-tiny"])
