@@ -477,10 +477,12 @@ def pretrain(config: PretrainConfig) -> Path:
     if steps.last_checkpoint_due(checkpoints.save_every):  # after every output: a run extended resumes here
         checkpoint(steps.checkpoint_progress())
     # A DDP wrapper that outlives its process group can hang in gloo's destructor at exit (pytorch#75097):
-    # release it (and the cycles its hooks form) while every process is still here, then end.
-    del model
-    accelerator.free_memory()
-    gc.collect()
+    # release it (and the cycles its hooks form) while every process is still here, then end. A single process has
+    # no group to outlive, and the two full collections cost it half a second.
+    if accelerator.num_processes > 1:
+        del model
+        accelerator.free_memory()
+        gc.collect()
     accelerator.end_training()
     return output_dir
 

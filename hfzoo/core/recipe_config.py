@@ -258,6 +258,16 @@ def _parse_value(raw: str, name: str) -> Any:
     return read_yaml(raw, f"--{name}") if raw.strip() else raw
 
 
+def _command_line_value(raw: str, name: str, hint: Any) -> Any:
+    """A key's value from the command line: text keys take it as given; `none` is None for a key that may be none
+    and is no text (the keys' help says `none = ...`; YAML itself spells it null); anything else is read as YAML."""
+    if hint in (str, str | None):
+        return raw
+    if raw.strip().lower() == "none" and type(None) in typing.get_args(hint):
+        return None
+    return _parse_value(raw, name)
+
+
 def parse_overrides(argv: Sequence[str], config_class: type) -> tuple[str | None, dict[str, Any]]:
     """(--config path, {key: value}) from `--key value`, `--key=value`, `--flag` and `--a.b value` tokens (`a` a
     mapping key, or a section: `--ulmfit.lr_schedule` is `--lr_schedule`)."""
@@ -293,7 +303,7 @@ def parse_overrides(argv: Sequence[str], config_class: type) -> tuple[str | None
                 raise ValueError(f"config key {name!r} is not a mapping; cannot set {name}.{entry}.")
             values[name][entry] = _parse_value(raw, f"{name}.{entry}")
         else:
-            values[name] = raw if hints[name] in (str, str | None) else _parse_value(raw, name)
+            values[name] = _command_line_value(raw, name, hints[name])
     return config_file, values
 
 

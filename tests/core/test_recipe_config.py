@@ -34,12 +34,16 @@ def test_yaml_then_command_line_overrides_with_types(tmp_path):
             "--resume",
             "--eval_batches",
             "null",
+            "--max_grad_norm",
+            "none",  # as the keys' help spells it
         ]
     )
     assert config.training.learning_rate == 3e-4  # YAML 1.1 reads 3e-4 as a string; it is still a float here
     assert config.training.max_steps == 7 and config.output_dir == "runs/x" and config.checkpoints.resume is True
     assert config.model == {"hidden_dropout": 0.2, "attention_dropout": 0}  # entries merged, not replaced
-    assert config.training.eval_batches is None
+    assert config.training.eval_batches is None and config.run.max_grad_norm is None
+    with pytest.raises(ValueError, match="'max_steps' must be int"):  # `none` is None only where a key may be none
+        parse_args(["--config", str(path), "--max_steps", "none"])
 
 
 def test_config_file_is_optional_given_preset_and_objective():
