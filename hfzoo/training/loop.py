@@ -25,7 +25,7 @@ from torch import nn
 from torch.distributed.tensor import DTensor
 from torch.optim.lr_scheduler import LambdaLR
 from torch.utils.data import DataLoader
-from transformers import get_cosine_with_min_lr_schedule_with_warmup, get_wsd_schedule
+from transformers import PreTrainedModel, get_cosine_with_min_lr_schedule_with_warmup, get_wsd_schedule
 
 from ..data.streaming import StreamedBatches
 from .checkpointing import Progress
@@ -44,6 +44,7 @@ def build_optimizer(
     layers: Sequence[tuple[Sequence[nn.Parameter], float]] | None = None,
     optimizer: str = "adamw",
     muon_learning_rate: float = 0.02,
+    embedding_learning_rate: float | None = None,
 ) -> torch.optim.Optimizer:
     """AdamW with weight decay on matrices only: decaying biases and norm gains only hurts (GPT-2, nanoGPT). Its
     fused kernel where every parameter's device has one (`_fused_adamw_fits`), kept safe by a step hook that lays
@@ -52,8 +53,10 @@ def build_optimizer(
     `layers`: (parameters, learning rate) pairs for learning rates per layer group (ULMFiT's discriminative
     fine-tuning, `hfzoo.training.ulmfit`), in the order of the optimizer's groups; none = all at `learning_rate`.
     `optimizer="muon"`: the hidden matrices go to Muon at `muon_learning_rate` (scaled like `learning_rate` in each
-    layer group), the rest to AdamW, as one `MuonWithAdamW` (Muon alone where nothing is left for AdamW). Only
-    parameters that require gradients are optimized."""
+    layer group), the rest to AdamW, as one `MuonWithAdamW` (Muon alone where nothing is left for AdamW).
+    `embedding_learning_rate`: an AdamW group of its own for the token embedding tables (`input_embeddings`), at that
+    peak (scaled alike); none = `learning_rate`. Only parameters that require gradients are optimized."""
+    embeddings = input_embeddings(model) if embedding_learning_rate is not None else set()
     groups, muon_groups = [], []
     for parameters, lr in layers if layers is not None else [(list(model.parameters()), learning_rate)]:
         trainable = [p for p in parameters if p.requires_grad]
@@ -62,6 +65,10 @@ def build_optimizer(
             muon_groups.append({"params": [p for p in trainable if p in hidden], "weight_decay": weight_decay,
                                 "lr": muon_learning_rate * lr / learning_rate})  # fmt: skip
             trainable = [p for p in trainable if p not in hidden]
+        if embeddings:
+            groups.append({"params": [p for p in trainable if id(p) in embeddings], "weight_decay": weight_decay,
+                           "lr": embedding_learning_rate * lr / learning_rate})  # fmt: skip
+            trainable = [p for p in trainable if id(p) not in embeddings]
         groups += [
             {"params": [p for p in trainable if p.ndim >= 2], "weight_decay": weight_decay, "lr": lr},
             {"params": [p for p in trainable if p.ndim < 2], "weight_decay": 0.0, "lr": lr},
@@ -79,6 +86,19 @@ def build_optimizer(
     if fused:
         built.register_step_pre_hook(_lay_out_like_parameters)
     return built
+
+
+def input_embeddings(model: nn.Module) -> set[int]:
+    """The ids of the token embedding tables of the transformers models in `model` (an objective's module may hold
+    two, as ELECTRA's generator and discriminator, or share one). The modded-nanoGPT speedrun trains these faster
+    than the rest: a row's gradient comes only from the positions its token fills, so it moves less per step. An
+    output head tied to a table is that table, and takes its learning rate."""
+    inputs = [module.get_input_embeddings() for module in model.modules() if isinstance(module, PreTrainedModel)]
+    tables = {id(table.weight) for table in inputs if isinstance(table, nn.Embedding)}
+    if not tables:
+        raise ValueError(f"config key 'embedding_learning_rate' needs a token embedding table, and this "
+                         f"{type(model).__name__} has none: drop the key.")  # fmt: skip
+    return tables
 
 
 def _fused_adamw_fits(groups: list[dict]) -> bool:

@@ -3,11 +3,12 @@ in torch's format (hfzoo's checkpoints need nothing else)."""
 
 import copy
 
+import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
 import hfzoo
-from hfzoo.training.loop import build_optimizer
+from hfzoo.training.loop import build_optimizer, build_scheduler
 from hfzoo.training.muon import Muon, MuonWithAdamW, newton_schulz
 
 
@@ -80,3 +81,29 @@ def test_the_newton_schulz_iterations_are_torchs_and_run_in_float32_on_the_cpu()
     exact = stepped(Muon, cpu_dtype=torch.float64)
     assert (stepped(Muon) - exact).abs().max() < 1e-6
     assert (stepped(torch.optim.Muon) - exact).abs().max() > 1e-4
+
+
+def test_embedding_learning_rate_gives_the_token_table_a_group_of_its_own_under_adamw_and_muon():
+    """`--embedding_learning_rate` (the speedrun's faster embeddings): the token table alone, at its own peak that
+    the schedule scales like the rest; position embeddings, head and hidden matrices keep theirs."""
+    model = _model()
+    for kind in ("adamw", "muon"):
+        optimizer = build_optimizer(model, 1e-3, 0.1, (0.9, 0.95), 1e-8, optimizer=kind, embedding_learning_rate=1e-2)
+        adamw = optimizer.adamw if kind == "muon" else optimizer
+        fast = [group for group in adamw.param_groups if group["lr"] == 1e-2]
+        assert len(fast) == 1 and fast[0]["params"] == [model.model.embed_tokens.weight]
+        assert fast[0]["weight_decay"] == 0.1
+        rest = {id(p) for group in optimizer.param_groups if group is not fast[0] for p in group["params"]}
+        assert len(rest) + 1 == len(list(model.parameters())) and id(model.lm_head.weight) in rest
+        scheduler = build_scheduler(optimizer, warmup_steps=4, max_steps=8, min_lr_ratio=0.1)
+        for _ in range(2):  # half way up the warmup
+            optimizer.step()
+            scheduler.step()
+        assert fast[0]["lr"] == pytest.approx(5e-3)
+        halved = [group["initial_lr"] / 2 for group in optimizer.param_groups]
+        assert [group["lr"] for group in optimizer.param_groups] == pytest.approx(halved)
+    tied = AutoModelForCausalLM.from_config(hfzoo.preset_config("gpt-tiny", vocab_size=64))
+    optimizer = build_optimizer(tied, 1e-3, 0.1, (0.9, 0.95), 1e-8, embedding_learning_rate=1e-2)
+    assert optimizer.param_groups[0]["params"] == [tied.lm_head.weight]  # a tied head is the table
+    with pytest.raises(ValueError, match="'embedding_learning_rate' needs a token embedding table, and this Linear"):
+        build_optimizer(torch.nn.Linear(2, 2), 1e-3, 0.1, (0.9, 0.95), 1e-8, embedding_learning_rate=1e-2)
