@@ -243,16 +243,21 @@ def main(argv: list[str] | None = None) -> int:
           f"({ratios['validation_loss']:.3f}x); wall {wall_s:.1f} s vs {nanogpt['wall_s']:.1f} s "
           f"({ratios['wall_s']:.2f}x); hfzoo's training loop {run['train_s']:.1f} s")
     write_json(args.output, payload)
-    plot = plot_losses(
-        args.output.with_suffix(".png"),
-        [Curve([p["train_s"] or 0.0 for p in run["curve"]], [p["validation_loss"] for p in run["curve"]],
-               rows[0]["model"], "o-")],
-        xlabel="training seconds (since the recipe started)", ylabel="validation loss (nats/char)",
-        title=f"Tiny Shakespeare, {int(settings['max_steps']):,} steps",
-        baseline=(nanogpt["curve"][-1]["validation_loss"], "nanoGPT's final loss, same run"),
-    )  # fmt: skip
-    print(f"wrote {args.output} and {plot}")
+    print(f"wrote {args.output} and {plot_result(payload, args.output.with_suffix('.png'))}")
     return 0
+
+
+def plot_result(payload: dict, path: Path) -> Path:
+    """hfzoo's validation curve against training seconds, with nanoGPT's final loss from the same run; the legend
+    names the preset only (the result's table names every changed key)."""
+    run, settings = payload["run"], payload["settings"]
+    curve = Curve([p["train_s"] or 0.0 for p in run["curve"]], [p["validation_loss"] for p in run["curve"]],
+                  f"hfzoo, {settings['preset']}", "o-")  # fmt: skip
+    return plot_losses(
+        path, [curve], xlabel="training seconds (since the recipe started)", ylabel="validation loss (nats/char)",
+        title=f"Tiny Shakespeare, {int(settings['max_steps']):,} steps",
+        baseline=(payload["nanogpt"]["curve"][-1]["validation_loss"], "nanoGPT's final loss, same run"),
+    )
 
 
 if __name__ == "__main__":
