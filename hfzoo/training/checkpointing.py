@@ -430,8 +430,7 @@ RESUMABLE_KEYS = frozenset(
 
 # Keys added after checkpoints were first written, with the value that computes what those checkpoints' runs did: a
 # saved config without the key was saved by such a run, and resuming it with this value changes nothing.
-ADDED_KEY_DEFAULTS = {"lr_schedule": "cosine", "decay_fraction": 0.2, "optimizer": "adamw", "muon_learning_rate": 0.02,
-                      "embedding_learning_rate": None}  # fmt: skip
+ADDED_KEY_DEFAULTS = {"lr_schedule": "cosine", "decay_fraction": 0.2, "optimizer": "adamw", "muon_learning_rate": 0.02}
 
 
 def check_resumed_config(path: str | os.PathLike, config: dict[str, Any], resumable=RESUMABLE_KEYS) -> Progress:
