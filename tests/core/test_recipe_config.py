@@ -73,6 +73,7 @@ def test_config_file_is_optional_given_preset_and_objective():
         ({"model": {"hidden_sise": 64}}, r"config key 'model': Unknown override\(s\) hidden_sise .* Valid keys:"),
         ({"block_size": 4096}, r"'block_size' is 4096, but preset 'gpt-tiny' has learned positions for at most 512"),
         ({"max_steps": 0}, r"config key 'max_steps' must be >= 1, got 0"),
+        ({"embedding_learning_rate": 0.0}, r"config key 'embedding_learning_rate' must be > 0, got 0\.0"),
         (
             {"mixed_precision": "fp8"},
             r"config key 'mixed_precision': unknown value 'fp8'\. Valid values: no, fp16, bf16",
