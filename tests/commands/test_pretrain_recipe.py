@@ -255,6 +255,7 @@ def _raise():
     raise OSError("simulated crash while publishing the checkpoint")
 
 
+@pytest.mark.slow  # two launches (~35 s); make test runs two processes sharded (tests/training/test_fsdp.py)
 def test_two_ddp_processes_match_one_process_with_the_same_global_batch(tmp_path):
     """`accelerate launch` with the ready CPU config starts two real processes; the recipe puts them on gloo.
 

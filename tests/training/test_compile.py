@@ -65,12 +65,8 @@ def test_compile_in_place_captures_data_dependent_shapes_for_its_model_only():
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] >= 1
 
 
-@pytest.mark.parametrize(
-    ("name", "lora"),
-    # make test compiles one training step (llama-tiny under LoRA); the other two take 40 s more of compiling
-    [pytest.param("llama-tiny", False, marks=pytest.mark.slow), pytest.param("bert-tiny", False, marks=pytest.mark.slow),
-     ("llama-tiny", True)],
-)
+@pytest.mark.slow  # 40-50 s of compiling each; make test traces every family's training forward as one graph (above)
+@pytest.mark.parametrize(("name", "lora"), [("llama-tiny", False), ("bert-tiny", False), ("llama-tiny", True)])
 def test_a_compiled_training_step_equals_eager(name: str, lora: bool):
     """Also under a PEFT adapter: compiled in place, the PeftModel keeps its adapter's parameter names."""
     model, batch = _training_model_and_batch(name)
@@ -94,8 +90,8 @@ def test_a_compiled_training_step_equals_eager(name: str, lora: bool):
 
 @pytest.mark.slow
 def test_the_recipe_trains_checkpoints_and_resumes_compiled(tmp_path: Path):
-    """gpt-tiny with gradient accumulation 2: checkpoints at steps 2, 4 and its last, 5, resumed to step 6, save a model whose keys are the model's own (no `_orig_mod.` prefix of a compile
-    wrapper) and that reloads."""
+    """gpt-tiny with gradient accumulation 2: checkpoints at steps 2, 4 and its last, 5, resumed to step 6, save a
+    model whose keys are the model's own (no `_orig_mod.` prefix of a compile wrapper) and that reloads."""
     output_dir = tmp_path / "run"
     common = ["--compile", "true", "--output_dir", str(output_dir), "--eval_every", "2", "--save_every", "2"]
     run_in_process(*common, "--max_steps", "5")

@@ -114,10 +114,10 @@ def _kill_whole_job(command: list[str], out: Path, log_file: Path, during_save: 
         assert not (out / "checkpoints" / saving.name.removeprefix(".tmp-")).exists(), "killed after the save"
 
 
-# A kill at a random step is slow-marked (two more launches); a kill during a randomly chosen save is the fast
-# variant and covers the same resume.
-@pytest.mark.parametrize("during_save", [pytest.param(False, marks=pytest.mark.slow), True],
-                         ids=["at-a-random-step", "during-a-save"])  # fmt: skip
+# Three launches of two processes each (~45 s): make test covers a killed run's resume in one process
+# (tests/commands/test_pretrain_recipe.py) and a two-process checkpoint's resume (below).
+@pytest.mark.slow
+@pytest.mark.parametrize("during_save", [False, True], ids=["at-a-random-step", "during-a-save"])
 def test_sigkill_of_the_whole_job_then_resume_gives_bit_identical_weights(reference, tmp_path, during_save):
     out = tmp_path / "killed"
     _kill_whole_job(torchrun(out), out, tmp_path / "killed.log", during_save)
