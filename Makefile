@@ -14,15 +14,23 @@ export TOKENIZERS_PARALLELISM ?= false
 
 .PHONY: quickstart test test-slow install install-dev clean
 
-$(VENV)/.installed: pyproject.toml
+# uv installs what pip would, with the same versions, in a fraction of the time (a clean install of the dev extras:
+# 68 s against pip's 168 s on the 2-core development machine). It does not read pip's configuration, so the folder
+# of local wheels pip is told of (there, the CPU build of torch) is handed on. Bytecode is compiled at install, as
+# pip does: an environment that sets PYTHONDONTWRITEBYTECODE would otherwise recompile torch in every process.
+FIND_LINKS ?= $(or $(PIP_FIND_LINKS),$(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null))
+UV_INSTALL = $(VENV)/bin/uv pip install -q --compile-bytecode --python $(PY) $(foreach d,$(FIND_LINKS),--find-links $(d))
+
+$(VENV)/bin/uv:
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q "$(TORCH_SPEC)"
-	$(PY) -m pip install -q -e .
+	$(PY) -m pip install -q "uv>=0.9"
+
+$(VENV)/.installed: pyproject.toml | $(VENV)/bin/uv
+	$(UV_INSTALL) "$(TORCH_SPEC)" -e .
 	touch $@
 
 $(VENV)/.installed-dev: $(VENV)/.installed
-	$(PY) -m pip install -q -e ".[dev]"
+	$(UV_INSTALL) -e ".[dev]"
 	touch $@
 
 install: $(VENV)/.installed
@@ -36,8 +44,8 @@ quickstart: install
 # worker: its module fixtures are built once and the README's blocks run in order (`--dist loadgroup` would be
 # finer, but pytest 9.2 drops its groups: pytest-xdist issue 1386). The slow tests are each covered by a faster
 # one in `make test`, but for the benchmarks' tiny runs, which test benchmark scripts rather than hfzoo; CI (.ci/run)
-# runs both.
-PYTEST := $(PY) -m pytest -q -n 2 --dist loadfile --timeout=900 --durations=15
+# runs both. Files go out in the order tests/conftest.py gives, longest first, not xdist's most-tests-first.
+PYTEST := $(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --timeout=900 --durations=15
 
 test: install-dev
 	$(PYTEST) -m "not slow" tests

@@ -46,6 +46,32 @@ _DOCSTRING_MODULES = ("argparse", "collections", "json", "pathlib", "textwrap", 
 TOKENIZER_VOCAB_SIZE = 1000
 
 
+# `make test`'s xdist (`--dist loadfile --no-loadscope-reorder`) hands a worker the next file in collection order
+# whenever it runs short: the longest files first leave only short ones for the end, where a long one keeps one
+# worker busy while the other idles (xdist's own order, most tests first, ran the one 69 s quickstart test last).
+# Those over 10 s by `--durations=0` on the development machine (943 s in all), longest first.
+LONGEST_FILES_FIRST = (
+    "test_quickstart.py", "commands/test_finetune_resume.py", "training/test_fsdp.py",
+    "commands/test_pretrain_recipe.py", "commands/test_finetune_recipe.py", "commands/test_fsdp_finetune.py",
+    "test_serve_classify.py", "data/test_tokenizer_training.py", "commands/test_compose_recipe.py",
+    "commands/test_compose_resume.py", "test_serve.py", "training/test_resume_inputs.py", "adapters/test_compose.py",
+    "cards/test_generated_docs.py", "test_cli_refusals.py", "cards/test_result_cards.py", "training/test_compile.py",
+    "convert/test_convert_adapters.py", "adapters/test_bottleneck.py", "tasks/test_finetune_formatting.py",
+    "models/test_encoder.py", "training/test_ulmfit.py", "models/test_encoder_decoder.py",
+    "models/test_remote_code.py", "convert/test_convert.py", "data/test_collators.py",
+    "models/test_encoder_decoder_ecosystem.py",
+)  # fmt: skip
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    tests = Path(__file__).parent
+    missing = [name for name in LONGEST_FILES_FIRST if not (tests / name).is_file()]
+    if missing:
+        raise pytest.UsageError(f"tests/conftest.py LONGEST_FILES_FIRST names files that do not exist: {missing}")
+    rank = {str(tests / name): position for position, name in enumerate(LONGEST_FILES_FIRST)}
+    items.sort(key=lambda item: rank.get(str(item.path), len(rank)))  # stable: each file keeps its order
+
+
 @pytest.fixture(autouse=True)
 def fresh_accelerate_state() -> None:
     """accelerate keeps one process-wide state, which the first `Accelerator` fixes (its mixed precision, its

@@ -14,9 +14,9 @@ ODD_TEXTS = ["  two leading spaces,\ttab and trailing newline\n", "emoji 🐍 an
 
 @pytest.fixture(scope="module")
 def corpus():
-    """~2,000 training docstrings (a fixed sample across the stdlib) and 100 validation ones."""
+    """~1,000 training docstrings (a fixed sample across the stdlib) and 100 validation ones."""
     default = load_default_corpus()
-    return default["train"].shuffle(seed=0).select(range(2000)), default["validation"]["text"][:100]
+    return default["train"].shuffle(seed=0).select(range(1000)), default["validation"]["text"][:100]
 
 
 @pytest.fixture(scope="module")
