@@ -17,7 +17,8 @@ export TOKENIZERS_PARALLELISM ?= false
 # uv installs what pip would, with the same versions, in a fraction of the time (a clean install of the dev extras:
 # 68 s against pip's 168 s on the 2-core development machine). It does not read pip's configuration, so the folder
 # of local wheels pip is told of (there, the CPU build of torch) is handed on. Bytecode is compiled at install, as
-# pip does: an environment that sets PYTHONDONTWRITEBYTECODE would otherwise recompile torch in every process.
+# pip does: an environment that sets PYTHONDONTWRITEBYTECODE would otherwise recompile in every process what it
+# imports (the development machine does: 21-25 s to import hfzoo's libraries against 10.6 s).
 FIND_LINKS ?= $(or $(PIP_FIND_LINKS),$(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null))
 UV_INSTALL = $(VENV)/bin/uv pip install -q --compile-bytecode --python $(PY) $(foreach d,$(FIND_LINKS),--find-links $(d))
 
