@@ -2,7 +2,6 @@
 and writes the JSON that benchmarks/report.py renders (losses and times are not asserted beyond being sane: a few
 steps of a tiny encoder on a shared CPU)."""
 
-import importlib.util
 import json
 import math
 import subprocess
@@ -10,17 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.helpers.scripts import load_script
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 BENCH = REPO_ROOT / "benchmarks" / "bench_mlm_pretraining.py"
-
-
-def load_report():
-    """benchmarks/report.py as a module (the benchmarks folder is not a package)."""
-    spec = importlib.util.spec_from_file_location("report", REPO_ROOT / "benchmarks" / "report.py")
-    report = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(report)
-    return report
 
 
 @pytest.mark.slow  # 40-60 s on a 2-core CPU: it tests the benchmark script, not hfzoo (CI runs it)
@@ -61,7 +53,7 @@ def test_tiny_run_trains_both_sides_on_the_same_blocks_and_compares_their_curves
     assert "final loss hfzoo / native" in completed.stdout
     assert output.with_suffix(".png").read_bytes().startswith(b"\x89PNG")  # both curves against seconds and steps
 
-    report = load_report()
+    report = load_script("benchmarks/report.py")
     section = report.render_result_file(output)
     assert f"| final validation loss | nats/token | {hfzoo['validation_loss']:.4f} |" in section
     assert section.count("\n| 2 |") == 1 and section.count("\n| 4 |") == 1  # the curves, step by step
