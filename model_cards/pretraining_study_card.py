@@ -248,7 +248,7 @@ def perplexity_name(results: dict[str, Any]) -> str:
 
 
 def verdicts(results: dict[str, Any]) -> list[str]:
-    """One line per target of the issue: met, missed (with the figures), or waiting for runs."""
+    """One line per target of the issue: met, missed (with the figures), waiting for a pretraining or not measured."""
     objectives, seq2seq = list(results["pretraining"]), trains_encoder_decoder(results)
     lines = []
     for task, base, than, margin in GAINS:
@@ -262,7 +262,7 @@ def verdicts(results: dict[str, Any]) -> list[str]:
                 lines.append(f"{target}: waiting for the pretraining of {' and '.join(unpretrained)}")
                 continue
             if mine is None or theirs is None:
-                lines.append(f"{target}: waiting for its fine-tuning runs")
+                lines.append(f"{target}: not measured, no fine-tuning runs recorded")
                 continue
             gain = statistics.fmean(mine[1]) - statistics.fmean(theirs[1])
             lines.append(f"{target}: {'met' if gain >= margin else 'MISSED'} ({statistics.fmean(mine[1]):.2f} vs "
@@ -272,7 +272,7 @@ def verdicts(results: dict[str, Any]) -> list[str]:
     for side in [] if seq2seq else objectives:
         scores = _scores(results, "rte", side)
         if scores is None or majority is None:
-            lines.append(f"rte: {side} above the majority class: waiting for its fine-tuning runs")
+            lines.append(f"rte: {side} above the majority class: not measured, no fine-tuning runs recorded")
             continue
         mean = statistics.fmean(scores[1])
         lines.append(f"rte: {side} above the majority class: {'met' if mean > 100 * majority else 'MISSED'} "
