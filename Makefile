@@ -14,13 +14,13 @@ export TOKENIZERS_PARALLELISM ?= false
 
 .PHONY: quickstart test test-slow install install-dev clean
 
-# uv installs what pip would, with the same versions, in a fraction of the time (a clean install of the dev extras:
-# 68 s against pip's 168 s on the 2-core development machine). It does not read pip's configuration, so the folder
-# of local wheels pip is told of (there, the CPU build of torch) is handed on. Nor does it compile bytecode for every
-# module it installs (18,465 files, 32 of the 37 s of an install from uv's cache there): Python writes a module's
-# bytecode when a process first imports it (the whole test suite imports 5,997 of the 18,466). An environment that
-# sets PYTHONDONTWRITEBYTECODE forbids that, so that every process recompiles what it imports (20 s to import
-# hfzoo's libraries against 8 s there): the commands below run without it.
+# uv installs what pip would, with the same versions, in a fraction of the time (the dev extras from empty caches,
+# bytecode compiled by both: 68 s against pip's 168 s on the 2-core development machine). It does not read pip's
+# configuration, so the folder of local wheels pip is told of (there, the CPU build of torch) is handed on. Nor does
+# it compile bytecode for every module it installs (18,466 files, 32 of the 37 s of an install from uv's cache
+# there): Python writes a module's bytecode when a process first imports it (the whole test suite imports 5,997 of
+# them). An environment that sets PYTHONDONTWRITEBYTECODE forbids that, so that every process recompiles what it
+# imports (20 s to import hfzoo's libraries against 8 s there): the commands below run without it.
 unexport PYTHONDONTWRITEBYTECODE
 FIND_LINKS ?= $(or $(PIP_FIND_LINKS),$(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null))
 UV_INSTALL = $(VENV)/bin/uv pip install -q --python $(PY) $(foreach d,$(FIND_LINKS),--find-links $(d))
