@@ -29,9 +29,8 @@ hfzoo), time native / hfzoo (a speed ratio, > 1 favours hfzoo, as the other benc
     python benchmarks/bench_mlm_pretraining.py --tiny   # 4 steps of a 2-layer x 64 encoder on 20 articles (the test)
 
 The full run trains on 71,917 blocks (2,500 articles: 0.9 of an epoch) and evaluates on 512 of 1,994 validation
-blocks. Its duration is an estimate, not a measured full run: about 1.3 hours on two quiet cores. 8 steps of the full
-shape took about 4 s a step on each side while two other trainings shared the cores (so about 2 s a step with a core
-each), plus a minute or two for the tokenizer, the packing and the evaluations; as busy a machine takes 2.5 hours.
+blocks: 82 minutes of wall time on two quiet cores (2026-12-07, Intel Xeon: the recipe's process 46 minutes, the
+Trainer's 81), the slower side setting the length.
 """
 
 import argparse
